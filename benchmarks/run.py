@@ -1,0 +1,279 @@
+"""rbdata throughput beside the plain-torch limit (and torchrl / cpprb when installed).
+
+Usage::
+
+    python benchmarks/run.py                 # all rows
+    python benchmarks/run.py --rows sample,per
+    python benchmarks/run.py --vs-torchrl    # also torchrl's rows, run in its own venv
+
+Each row prints items (or steps) per second for rbdata and for the limit, and
+their ratio (rbdata / limit: 1.0 means as fast as the irreducible work).
+The same row functions run against ``torchrl.data`` (``--lib torchrl``), whose
+ReplayBuffer API rbdata shares; ``--vs-torchrl`` runs them in the virtualenv
+named by ``RBDATA_TORCHRL_VENV`` (default ``../bench-venvs/torchrl``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import Limit, fill, pixel_transitions, timeit, transitions  # noqa: E402
+
+Row = dict[str, object]
+
+
+def _lib(name: str) -> ModuleType:
+    return importlib.import_module("rbdata" if name == "rbdata" else "torchrl.data")
+
+
+def row_extend(lib: ModuleType) -> Row:
+    """Extend 1,000-transition batches into LazyTensorStorage(1M)."""
+    cap, data = 1_000_000, transitions(1000)
+    rb = lib.ReplayBuffer(storage=lib.LazyTensorStorage(cap))
+    lim = Limit(cap, data, 256)
+    t_lib = timeit(lambda: rb.extend(data))
+    t_lim = timeit(lambda: lim.extend(data))
+    return {"unit": "items/s", "lib": 1000 / t_lib, "limit": 1000 / t_lim}
+
+
+def _sample_row(lib: ModuleType, storage: object, cap: int, make: Callable, batch: int = 256) -> Row:
+    rb = lib.ReplayBuffer(storage=storage)
+    fill(rb, cap, make)
+    lim = Limit(cap, make(1), batch)
+    fill(lim, cap, make)
+    t_lib = timeit(lambda: rb.sample(batch))
+    t_lim = timeit(lim.sample)
+    return {"unit": "items/s", "lib": batch / t_lib, "limit": batch / t_lim}
+
+
+def row_sample(lib: ModuleType) -> Row:
+    """Uniform sample of 256 from a full LazyTensorStorage(1M) (obs float32[64])."""
+    return _sample_row(lib, lib.LazyTensorStorage(1_000_000), 1_000_000, transitions)
+
+
+def row_pixels(lib: ModuleType) -> Row:
+    """Uniform sample of 256 pixel transitions (2x uint8[4,84,84]) from 50k."""
+    return _sample_row(lib, lib.LazyTensorStorage(50_000), 50_000, pixel_transitions)
+
+
+def row_memmap(lib: ModuleType) -> Row:
+    """Uniform sample of 256 from a full LazyMemmapStorage(200k)."""
+    return _sample_row(lib, lib.LazyMemmapStorage(200_000), 200_000, transitions)
+
+
+def row_consume(lib: ModuleType) -> Row:
+    """consume_after_n_samples=1: extend 100k, then sample 256 until empty."""
+    cap, batch = 100_000, 256
+    data = transitions(cap)
+
+    def drain_lib() -> None:
+        rb = lib.ReplayBuffer(storage=lib.LazyTensorStorage(cap), consume_after_n_samples=1)
+        rb.extend(data)
+        seen = 0
+        while seen < cap:
+            try:
+                got = rb.sample(batch).shape[0]
+            except (RuntimeError, ValueError, IndexError, StopIteration):
+                break
+            if got == 0:
+                break
+            seen += got
+
+    lim = Limit(cap, data, batch)
+    lim.extend(data)
+
+    def drain_limit() -> None:
+        perm = torch.randperm(cap)
+        for s in range(0, cap, batch):
+            lim.gather(perm[s : s + batch])
+
+    # Only the drain is measured: subtract the extend of a fresh buffer.
+    def extend_only() -> None:
+        rb = lib.ReplayBuffer(storage=lib.LazyTensorStorage(cap), consume_after_n_samples=1)
+        rb.extend(data)
+
+    t_lib = max(timeit(drain_lib, min_time=2, repeats=3) - timeit(extend_only, min_time=1, repeats=3), 1e-9)
+    t_lim = timeit(drain_limit, min_time=1, repeats=3)
+    return {"unit": "items/s", "lib": cap / t_lib, "limit": cap / t_lim}
+
+
+def row_per(lib: ModuleType) -> Row:
+    """PrioritizedSampler(1M, 0.7, 0.5): sample 256 with info + update_priority; steps/s."""
+    cap, batch = 1_000_000, 256
+    rb = lib.ReplayBuffer(
+        storage=lib.LazyTensorStorage(cap), sampler=lib.PrioritizedSampler(cap, 0.7, 0.5)
+    )
+    fill(rb, cap, lambda n: transitions(n).select("observation"))
+
+    def step() -> None:
+        _, info = rb.sample(batch, return_info=True)
+        rb.update_priority(info["index"], torch.rand(batch))
+
+    out: Row = {"unit": "steps/s", "lib": 1 / timeit(step)}
+    cpprb = _cpprb_per(cap, batch)
+    if cpprb is not None:
+        out["limit"] = cpprb
+        out["limit_name"] = "cpprb"
+    return out
+
+
+def _cpprb_per(cap: int, batch: int) -> float | None:
+    try:
+        import cpprb
+        import numpy as np
+    except ImportError:
+        return None
+    rb = cpprb.PrioritizedReplayBuffer(cap, {"obs": {"shape": 64}}, alpha=0.7)
+    obs = np.random.randn(50_000, 64).astype(np.float32)
+    for _ in range(cap // 50_000):
+        rb.add(obs=obs)
+
+    def step() -> None:
+        s = rb.sample(batch, beta=0.5)
+        rb.update_priorities(s["indexes"], np.random.rand(batch) + 1e-3)
+
+    return 1 / timeit(step)
+
+
+def _slice_row(lib: ModuleType, n: int, obs: int, traj_len: int = 250) -> Row:
+    slice_len, batch = 32, 1024
+    episode = torch.arange(n) // traj_len
+    done = torch.zeros(n, 1, dtype=torch.bool)
+    done[traj_len - 1 :: traj_len] = True
+    from tensordict import TensorDict
+
+    data = TensorDict(
+        {"observation": torch.randn(n, obs), "episode": episode, "next": {"done": done}}, [n]
+    )
+    rb = lib.ReplayBuffer(
+        storage=lib.LazyTensorStorage(n),
+        sampler=lib.SliceSampler(slice_len=slice_len, traj_key="episode"),
+        batch_size=batch,
+    )
+    for s in range(0, n, 1_000_000):
+        rb.extend(data[s : s + 1_000_000])
+    lim = Limit(n, data[:1], batch)
+    lim.extend(data)
+    starts = (torch.arange(n).view(-1, traj_len)[:, : traj_len - slice_len + 1]).reshape(-1)
+    offsets = torch.arange(slice_len)
+
+    def limit_step() -> None:
+        s = starts[torch.randint(starts.numel(), (batch // slice_len,))]
+        lim.gather((s.unsqueeze(-1) + offsets).reshape(-1))
+
+    t_lib = timeit(lambda: rb.sample())
+    t_lim = timeit(limit_step)
+    return {"unit": "items/s", "lib": batch / t_lib, "limit": batch / t_lim, "sec_per_batch": t_lib}
+
+
+def row_slice(lib: ModuleType) -> Row:
+    """SliceSampler(slice_len=32), 1,024 transitions from 1M (trajectories of 250)."""
+    return _slice_row(lib, 1_000_000, OBS_SLICE)
+
+
+def row_slice10m(lib: ModuleType) -> Row:
+    """The same at 10M transitions of a small observation (cost must not grow with the buffer)."""
+    return _slice_row(lib, 10_000_000, 4)
+
+
+OBS_SLICE = 64
+ROWS: dict[str, Callable[[ModuleType], Row]] = {
+    "extend": row_extend,
+    "sample": row_sample,
+    "pixels": row_pixels,
+    "memmap": row_memmap,
+    "consume": row_consume,
+    "per": row_per,
+    "slice": row_slice,
+    "slice10m": row_slice10m,
+}
+
+
+def run_rows(lib_name: str, names: list[str]) -> dict[str, Row]:
+    """Run the named rows against one library; failures are reported, not raised."""
+    torch.set_num_threads(1)
+    lib = _lib(lib_name)
+    results: dict[str, Row] = {}
+    for name in names:
+        if name == "loader":
+            continue
+        try:
+            results[name] = ROWS[name](lib)
+        except Exception as err:  # noqa: BLE001 - a failing row must not hide the others
+            results[name] = {"error": f"{type(err).__name__}: {err}"[:200]}
+        gc.collect()
+    return results
+
+
+def _torchrl_rows(names: list[str]) -> dict[str, Row]:
+    root = Path(__file__).resolve().parents[1]
+    venv = Path(os.environ.get("RBDATA_TORCHRL_VENV", root.parent / "bench-venvs" / "torchrl"))
+    python = venv / "bin" / "python"
+    if not python.exists():
+        print(f"(torchrl venv not found at {venv}; run scripts/bench_venv.sh)")
+        return {}
+    cmd = [str(python), __file__, "--lib", "torchrl", "--json", "--rows", ",".join(names)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        print(f"(torchrl run failed: {proc.stderr[-500:]})")
+        return {}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _fmt(x: object) -> str:
+    return f"{x:>12,.0f}" if isinstance(x, (int, float)) else f"{'-':>12}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark rows and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default=",".join([*ROWS, "loader"]))
+    parser.add_argument("--lib", default="rbdata", choices=["rbdata", "torchrl"])
+    parser.add_argument("--json", action="store_true", help="print the results as one JSON line")
+    parser.add_argument("--vs-torchrl", action="store_true")
+    args = parser.parse_args(argv)
+    names = [r for r in args.rows.split(",") if r]
+    unknown = set(names) - set(ROWS) - {"loader"}
+    if unknown:
+        parser.error(f"unknown rows {sorted(unknown)}; choose from {[*ROWS, 'loader']}")
+    results = run_rows(args.lib, names)
+    if args.json:
+        print(json.dumps(results))
+        return
+    theirs = _torchrl_rows(names) if args.vs_torchrl else {}
+    print(f"{'row':<10}{'unit':>9}{'rbdata':>13}{'limit':>13}{'ratio':>8}{'torchrl':>13}{'ratio':>8}")
+    for name, row in results.items():
+        if "error" in row:
+            print(f"{name:<10} ERROR {row['error']}")
+            continue
+        ratio = row["lib"] / row["limit"] if "limit" in row else float("nan")
+        t = theirs.get(name, {})
+        t_val = t.get("lib")
+        t_ratio = f"{t_val / row['limit']:>8.3f}" if t_val and "limit" in row else f"{'-':>8}"
+        label = f" (limit: {row['limit_name']})" if "limit_name" in row else ""
+        print(f"{name:<10}{row['unit']:>9}{_fmt(row['lib'])}{_fmt(row.get('limit'))}{ratio:>8.3f}"
+              f"{_fmt(t_val)}{t_ratio}{label}")
+        if "sec_per_batch" in row:
+            print(f"{'':<10}{'':>9}  ({row['sec_per_batch'] * 1e3:.3f} ms per batch)")
+    if "loader" in names:
+        from bench_loader import bench_loader
+
+        for name, steps, ratio in bench_loader():
+            print(f"{'loader':<10}{'steps/s':>9}{_fmt(steps)}  {name}: {ratio:.3f}")
+
+
+if __name__ == "__main__":
+    main()

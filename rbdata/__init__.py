@@ -1,0 +1,123 @@
+"""rbdata: a fast replay buffer for PyTorch with torchrl's ReplayBuffer API.
+
+Everything public is importable as ``from rbdata import X``. Names that need
+an optional extra (Lightning, HDF5) are loaded on first use and raise an
+ImportError naming the extra when it is missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from rbdata._updates import ConditionalUpdateResult
+from rbdata.buffers import (
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+    TensorDictPrioritizedReplayBuffer,
+    TensorDictReplayBuffer,
+)
+from rbdata.checkpoint import CheckpointError
+from rbdata.policy_version import PolicyVersion
+from rbdata.query import Trajectory, TrajectoryPredicate, traj
+from rbdata.sample_units import SampleUnit, Sequence, Transition
+from rbdata.samplers import (
+    PrioritizedSampler,
+    PrioritizedSliceSampler,
+    RandomSampler,
+    Sampler,
+    SamplerWithoutReplacement,
+    SliceSampler,
+    SliceSamplerWithoutReplacement,
+)
+from rbdata.storages import (
+    LazyMemmapStorage,
+    LazyStackStorage,
+    LazyTensorStorage,
+    ListStorage,
+    Storage,
+    TensorStorage,
+)
+from rbdata.transforms import Compose, PolicyAgeFilter, Transform
+from rbdata.writers import (
+    ImmutableDatasetWriter,
+    RoundRobinWriter,
+    TensorDictMaxValueWriter,
+    TensorDictRoundRobinWriter,
+    Writer,
+)
+
+__version__ = "0.1.0"
+
+# name -> (module, extra needed)
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "ReplayDataset": ("rbdata.loader", None),
+    "SampleToInsertRatio": ("rbdata.loader", None),
+    "ReplayDataModule": ("rbdata.lightning", "lightning"),
+    "ReplayCallback": ("rbdata.lightning", "lightning"),
+    "load_offline_data": ("rbdata.datasets", None),
+    "load_d4rl_hdf5": ("rbdata.datasets", "hdf5"),
+    "OfflineToOnlineReplayBuffer": ("rbdata.mixture", None),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'rbdata' has no attribute {name!r}")
+    module_name, extra = _LAZY[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        if extra is None:
+            raise
+        raise ImportError(
+            f"rbdata.{name} needs the '{extra}' extra: pip install 'rbdata[{extra}]' ({err})."
+        ) from err
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "CheckpointError",
+    "Compose",
+    "ConditionalUpdateResult",
+    "ImmutableDatasetWriter",
+    "LazyMemmapStorage",
+    "LazyStackStorage",
+    "LazyTensorStorage",
+    "ListStorage",
+    "OfflineToOnlineReplayBuffer",
+    "PolicyAgeFilter",
+    "PolicyVersion",
+    "PrioritizedReplayBuffer",
+    "PrioritizedSampler",
+    "PrioritizedSliceSampler",
+    "RandomSampler",
+    "ReplayBuffer",
+    "ReplayCallback",
+    "ReplayDataModule",
+    "ReplayDataset",
+    "RoundRobinWriter",
+    "SampleToInsertRatio",
+    "SampleUnit",
+    "Sampler",
+    "SamplerWithoutReplacement",
+    "Sequence",
+    "SliceSampler",
+    "SliceSamplerWithoutReplacement",
+    "Storage",
+    "TensorDictMaxValueWriter",
+    "TensorDictPrioritizedReplayBuffer",
+    "TensorDictReplayBuffer",
+    "TensorDictRoundRobinWriter",
+    "TensorStorage",
+    "Trajectory",
+    "TrajectoryPredicate",
+    "Transform",
+    "Transition",
+    "Writer",
+    "load_d4rl_hdf5",
+    "load_offline_data",
+    "traj",
+]

@@ -1,0 +1,155 @@
+"""Saving, loading, sharing and pickling a replay buffer (kept out of buffers.py)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.multiprocessing as mp
+
+from rbdata.checkpoint import CheckpointError, read_dump, write_dump
+
+if TYPE_CHECKING:
+    from rbdata.buffers import ReplayBuffer
+
+_TRANSIENT = ("_executor", "_futures", "_iterator", "_stats_sources")
+
+
+def state_dict(rb: ReplayBuffer) -> dict[str, Any]:
+    """The buffer's state under fixed keys: storage, sampler, writer, rng, counters."""
+    rb._init()
+    with rb._lock:
+        return {
+            "storage": rb._storage.state_dict(),
+            "sampler": rb._sampler.state_dict(),
+            "writer": rb._writer.state_dict(),
+            "rng": None if rb._generator is None else rb._generator.get_state(),
+            "skipped_priority_updates": rb._skipped_priority_updates,
+        }
+
+
+def load_state_dict(rb: ReplayBuffer, sd: dict[str, Any]) -> None:
+    """Load ``sd`` into ``rb``; on any error the buffer is left as it was."""
+    rb._init()
+    with rb._lock:
+        rb._drain_prefetch()
+        saved = {"sampler": rb._sampler.state_dict(), "writer": rb._writer.state_dict()}
+        saved_rng = None if rb._generator is None else rb._generator.get_state()
+        try:
+            if "writer" in sd:
+                rb._writer.load_state_dict(sd["writer"])
+            if "sampler" in sd:
+                rb._sampler.load_state_dict(sd["sampler"])
+            if sd.get("rng") is not None and rb._generator is not None:
+                rb._generator.set_state(sd["rng"])
+            if "storage" in sd:
+                rb._storage.load_state_dict(sd["storage"])
+        except BaseException:
+            rb._writer.load_state_dict(saved["writer"])
+            rb._sampler.load_state_dict(saved["sampler"])
+            if saved_rng is not None:
+                rb._generator.set_state(saved_rng)
+            raise
+        rb._skipped_priority_updates = int(sd.get("skipped_priority_updates", 0))
+        rb._cond.notify_all()
+
+
+def _components(rb: ReplayBuffer) -> dict[str, str]:
+    return {
+        "storage": type(rb._storage).__name__,
+        "sampler": type(rb._sampler).__name__,
+        "writer": type(rb._writer).__name__,
+    }
+
+
+def dumps(rb: ReplayBuffer, path: str | os.PathLike) -> None:
+    """Write ``rb`` atomically to the directory ``path`` (see :mod:`rbdata.checkpoint`)."""
+    sd = state_dict(rb)
+    storage_sd = sd["storage"]
+    for hook in rb._storage._save_hooks:
+        storage_sd = hook(storage_sd)
+    objects = None
+    if "items" in storage_sd:  # list storages hold arbitrary Python objects
+        objects = storage_sd["items"]
+        storage_sd = {k: v for k, v in storage_sd.items() if k != "items"}
+    sd["storage"] = storage_sd
+    manifest = {
+        "components": _components(rb),
+        "max_size": rb._storage.max_size,
+        "length": len(rb._storage),
+        "cursor": int(getattr(rb._writer, "cursor", 0)),
+        "write_count": rb._writer.write_count,
+        "spec": storage_sd.get("spec"),
+    }
+    write_dump(path, manifest, sd, objects)
+
+
+def loads(rb: ReplayBuffer, path: str | os.PathLike) -> None:
+    """Read a dump into ``rb`` after checking it matches the buffer's components."""
+    rb._init()
+    manifest, sd, objects = read_dump(path)
+    expected = _components(rb)
+    found = manifest.get("components", {})
+    for name, cls in expected.items():
+        if found.get(name) != cls:
+            raise CheckpointError(
+                f"dump at {str(path)!r} was written by a buffer with {name} {found.get(name)!r}; "
+                f"this buffer's {name} is {cls!r}. Build the buffer with matching components."
+            )
+    if manifest.get("max_size") != rb._storage.max_size:
+        raise CheckpointError(
+            f"dump at {str(path)!r} has storage max_size {manifest.get('max_size')}; this buffer's "
+            f"storage has max_size {rb._storage.max_size}."
+        )
+    if objects is not None:
+        sd["storage"] = {**sd["storage"], "items": objects}
+    storage_sd = sd["storage"]
+    for hook in rb._storage._load_hooks:
+        storage_sd = hook(storage_sd)
+    sd["storage"] = storage_sd
+    load_state_dict(rb, sd)
+
+
+def share(rb: ReplayBuffer) -> None:
+    """Put the buffer's state in shared memory and use process-safe locks."""
+    share_storage = getattr(rb._storage, "share_memory_", None)
+    if share_storage is None:
+        raise ValueError(
+            f"shared=True needs a storage with share_memory_() (LazyTensorStorage, "
+            f"LazyMemmapStorage, TensorStorage); got {type(rb._storage).__name__}."
+        )
+    share_storage()
+    rb._writer.share_memory_()
+    lock = mp.RLock()
+    rb._lock = lock
+    rb._cond = mp.Condition(lock)
+
+
+def getstate(rb: ReplayBuffer) -> dict[str, Any]:
+    """Pickle state: drop threads and queues; keep process-safe locks of shared buffers."""
+    state = {k: v for k, v in rb.__dict__.items() if k not in _TRANSIENT}
+    if not rb._shared:
+        state.pop("_lock", None)
+        state.pop("_cond", None)
+    return state
+
+
+def setstate(rb: ReplayBuffer, state: dict[str, Any]) -> None:
+    """Rebuild what :func:`getstate` dropped."""
+    from collections import deque
+
+    rb.__dict__.update(state)
+    if "_lock" not in state:
+        rb._lock = threading.RLock()
+        rb._cond = threading.Condition(rb._lock)
+    rb._executor = None
+    rb._futures = deque()
+    rb._iterator = None
+    rb._stats_sources = []
+
+
+__all__ = ["dumps", "getstate", "load_state_dict", "loads", "setstate", "share", "state_dict"]
+
+_ = torch

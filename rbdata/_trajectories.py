@@ -1,0 +1,472 @@
+"""Trajectory boundaries, shared by slice samplers, :class:`Sequence` and queries.
+
+A storage is a ring of ``max_size`` slots written in order by the writer. Each
+write gets a *virtual position* ``v`` (a running count of writes) with
+``slot = v % max_size``; positions ``v_end - len .. v_end - 1`` are the live
+ones, oldest first, so trajectories never cross the write cursor (the newest
+item is not followed by the oldest). A trajectory is a run of consecutive
+virtual positions, split where the per-transition id changes or after an end
+flag. :class:`TrajectoryIndex` keeps the runs in a deque, updated
+incrementally from the slots written since the last look (one read of the
+markers of those slots), and optionally a running prefix sum of per-trajectory
+weights so that samplers draw a trajectory with one ``searchsorted``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+NestedKey = str | tuple[str, ...]
+
+SLICE_TRAJ_KEYS: tuple[NestedKey, ...] = ("episode", ("collector", "traj_ids"), "traj_ids")
+QUERY_TRAJ_KEYS: tuple[NestedKey, ...] = (("collector", "traj_ids"), "traj_ids", "episode")
+_END_KEYS: tuple[tuple[NestedKey, ...], ...] = (
+    (("next", "done"), ("next", "terminated"), ("next", "truncated")),
+    ("done", "terminated", "truncated"),
+)
+
+
+def normalize_key(key: Any, name: str = "key") -> NestedKey:
+    """Return ``key`` as a str (top level) or a tuple of str (nested).
+
+    Raises:
+        TypeError: if ``key`` is neither a str nor a non-empty tuple of str.
+    """
+    if isinstance(key, str):
+        return key
+    if isinstance(key, tuple) and key and all(isinstance(k, str) for k in key):
+        return key[0] if len(key) == 1 else key
+    raise TypeError(f"{name} must be a str or a tuple of str, got {key!r}.")
+
+
+def storage_keys(storage: Any) -> set[NestedKey]:
+    """The nested keys of the items held by ``storage`` (a TensorDict layout is required)."""
+    if hasattr(storage, "leaf_keys") and getattr(storage, "_is_tensordict", True):
+        return {normalize_key(k) for k in storage.leaf_keys()}
+    item = storage.get(torch.zeros(1, dtype=torch.long)) if len(storage) else None
+    if isinstance(item, TensorDictBase):
+        return {normalize_key(k) for k in item.keys(True, True)}
+    raise TypeError(
+        f"trajectories need TensorDict items with per-transition entries, but "
+        f"{type(storage).__name__} holds {type(item).__name__}."
+    )
+
+
+def read_leaf(storage: Any, key: NestedKey, slots: torch.Tensor) -> torch.Tensor:
+    """Read the entry ``key`` of the items at ``slots`` (a 1-D LongTensor)."""
+    if hasattr(storage, "get_leaf") and getattr(storage, "_is_tensordict", True):
+        return storage.get_leaf(key).index_select(0, slots)
+    return storage.get(slots).get(key)
+
+
+@dataclass(frozen=True)
+class Markers:
+    """What splits transitions into trajectories.
+
+    Attributes:
+        kind: ``"ids"`` (a trajectory id per transition) or ``"ends"`` (end flags).
+        keys: the entries read; end flags from several keys are OR-ed.
+    """
+
+    kind: str
+    keys: tuple[NestedKey, ...]
+
+    def read(self, storage: Any, slots: torch.Tensor) -> torch.Tensor:
+        """One marker per slot: the id (``"ids"``) or the end flag (``"ends"``)."""
+        n = slots.numel()
+        if self.kind == "ids":
+            return read_leaf(storage, self.keys[0], slots).reshape(n, -1)[:, 0]
+        flags = read_leaf(storage, self.keys[0], slots).reshape(n, -1).any(1)
+        for key in self.keys[1:]:
+            flags |= read_leaf(storage, key, slots).reshape(n, -1).any(1)
+        return flags
+
+
+def resolve_markers(
+    keys: set[NestedKey],
+    *,
+    traj_key: NestedKey | None,
+    end_key: NestedKey | None,
+    traj_candidates: Iterable[NestedKey],
+) -> Markers:
+    """Pick the entries that delimit trajectories among the stored ``keys``.
+
+    An explicit ``traj_key`` or ``end_key`` must be stored. Otherwise the first
+    stored candidate id key is used, then the done/terminated/truncated flags
+    under ``"next"`` (TED layout), then at the root.
+
+    Raises:
+        KeyError: when the requested (or any usable) entry is not stored.
+    """
+    stored = sorted(map(str, keys))
+    for name, key in (("traj_key", traj_key), ("end_key", end_key)):
+        if key is not None and key not in keys:
+            raise KeyError(f"{name}={key!r} is not stored; stored keys are {stored}.")
+    if traj_key is not None:
+        return Markers("ids", (traj_key,))
+    if end_key is not None:
+        return Markers("ends", (end_key,))
+    for key in traj_candidates:
+        if key in keys:
+            return Markers("ids", (key,))
+    for group in _END_KEYS:
+        found = tuple(k for k in group if k in keys)
+        if found:
+            return Markers("ends", found)
+    raise KeyError(
+        "cannot split the data into trajectories: no trajectory id entry "
+        f"({list(traj_candidates)}) nor done/terminated/truncated flag is stored "
+        f"(stored keys: {stored}); pass traj_key or end_key."
+    )
+
+
+def break_positions(marks: torch.Tensor, kind: str, prev: Any) -> torch.Tensor:
+    """Positions in ``marks`` where a new trajectory starts.
+
+    Args:
+        marks: markers of consecutive transitions (see :class:`Markers`).
+        kind: ``"ids"`` or ``"ends"``.
+        prev: the marker of the transition just before ``marks[0]``, or None
+            when ``marks[0]`` cannot continue anything.
+    """
+    brk = torch.empty(marks.shape, dtype=torch.bool)
+    if kind == "ids":
+        brk[0] = prev is None or bool(marks[0] != prev)
+        torch.ne(marks[1:], marks[:-1], out=brk[1:])
+    else:
+        brk[0] = prev is None or bool(prev)
+        brk[1:] = marks[:-1]
+    return brk.nonzero().reshape(-1)
+
+
+def segment_lengths(starts: torch.Tensor, total: int) -> torch.Tensor:
+    """Lengths of the runs starting at ``starts`` (sorted) in a sequence of ``total`` items."""
+    return torch.diff(starts, append=torch.tensor([total], dtype=starts.dtype))
+
+
+class TrajectoryIndex:
+    """Trajectories of a ring storage, kept incrementally.
+
+    ``extend(index)`` only records written slots; :meth:`sync` processes them
+    (reading the markers of just those slots) when the index is next used.
+    Writes that continue at the cursor update the deque of trajectories in
+    O(written); any other write pattern (or a storage changed behind the
+    index's back) triggers a vectorized rebuild from the storage.
+
+    Args:
+        traj_key: entry holding per-transition trajectory ids.
+        end_key: entry holding end-of-trajectory flags.
+        traj_candidates: id entries tried, in order, when neither key is given.
+        weight: maps trajectory lengths to sampling weights (``one(int)`` and
+            ``many(Tensor)``); enables :meth:`draw`'s prefix sums.
+        static: ``("ids" | "ends", tensor)`` fixed markers of a full storage
+            (the last trajectory may wrap to the first slots); writes are ignored.
+    """
+
+    def __init__(
+        self,
+        *,
+        traj_key: NestedKey | None = None,
+        end_key: NestedKey | None = None,
+        traj_candidates: Iterable[NestedKey] = SLICE_TRAJ_KEYS,
+        weight: Any = None,
+        static: tuple[str, torch.Tensor] | None = None,
+    ) -> None:
+        self._traj_key = traj_key
+        self._end_key = end_key
+        self._candidates = tuple(traj_candidates)
+        self.weight = weight
+        self._static = static
+        self.markers: Markers | None = None if static is None else Markers(static[0], ())
+        self.clear()
+
+    # ------------------------------------------------------------ writes
+    def clear(self) -> None:
+        """Forget every trajectory and pending write (the storage was emptied)."""
+        self.modulus = 0
+        self.v_end = 0
+        self.size = 0
+        self._prev: Any = None
+        self._dirty = False
+        self._newest_hint: int | None = None
+        self._pending: list[torch.Tensor] = []
+        self._pending_n = 0
+        self._alloc(64)
+
+    def extend(self, index: torch.Tensor) -> None:
+        """Record that the slots ``index`` were written, in this order."""
+        if self._static is not None:
+            return
+        index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
+        if index.numel() == 0:
+            return
+        self._pending.append(index.clone())
+        self._pending_n += index.numel()
+        if self.modulus and self._pending_n > self.modulus:
+            self._pending, self._pending_n, self._dirty = [index[-1:].clone()], 1, True
+        elif len(self._pending) > 64:
+            self._pending = [torch.cat(self._pending)]
+
+    @property
+    def fed(self) -> bool:
+        """Whether any write was ever recorded (or the markers are static)."""
+        return self._static is not None or self.v_end > 0 or bool(self._pending)
+
+    # ------------------------------------------------------------ sync
+    def sync(self, storage: Any) -> tuple[bool, int] | None:
+        """Bring the trajectories up to date with ``storage``.
+
+        Returns:
+            None when nothing changed, else ``(rebuilt, v_from)``: whether the
+            whole index was rebuilt, and the first virtual position whose
+            trajectory may have changed (the old end for an incremental update).
+        """
+        if getattr(storage, "ndim", 1) != 1:
+            raise ValueError(
+                f"trajectory tracking needs a storage with ndim=1, got ndim={storage.ndim}."
+            )
+        if self._static is not None:
+            return self._sync_static(storage)
+        capacity = storage.max_size
+        if capacity != self.modulus:
+            self._dirty = self._dirty or self.modulus != 0
+            self.modulus = capacity
+        n = len(storage)
+        if not self._pending:
+            if not self._dirty and self.size == n:
+                return None
+            return self._rebuild(storage, self._newest_hint)
+        pending = self._pending[0] if len(self._pending) == 1 else torch.cat(self._pending)
+        self._pending, self._pending_n = [], 0
+        p, old_end = pending.numel(), self.v_end
+        if (
+            not self._dirty
+            and p < capacity
+            and n == min(capacity, self.size + p)
+            and torch.equal(pending, torch.arange(old_end, old_end + p) % capacity)
+        ):
+            self._append(storage, pending)
+            return False, old_end
+        return self._rebuild(storage, int(pending[-1]))
+
+    def _markers_for(self, storage: Any) -> Markers:
+        if self.markers is None:
+            self.markers = resolve_markers(
+                storage_keys(storage),
+                traj_key=self._traj_key,
+                end_key=self._end_key,
+                traj_candidates=self._candidates,
+            )
+        return self.markers
+
+    def _append(self, storage: Any, slots: torch.Tensor) -> None:
+        markers = self._markers_for(storage)
+        marks = markers.read(storage, slots)
+        p, v0 = slots.numel(), self.v_end
+        new_size = min(self.modulus, self.size + p)
+        self._drop_front(v0 + p - new_size)
+        starts = break_positions(marks, markers.kind, self._prev if self.n else None)
+        first_new = int(starts[0]) if starts.numel() else p
+        if first_new:
+            self._grow_last(first_new)
+        if starts.numel():
+            self._push(starts + v0, segment_lengths(starts, p))
+        self.v_end, self.size = v0 + p, new_size
+        self._prev = marks[-1].item()
+
+    def _rebuild(self, storage: Any, newest: int | None) -> tuple[bool, int]:
+        capacity, n = self.modulus, len(storage)
+        self._reset_deque()
+        self._dirty, self._newest_hint = False, None
+        if n == 0:
+            self.v_end, self.size, self._prev = 0, 0, None
+            return True, 0
+        if n < capacity:
+            newest = n - 1
+        elif newest is None:
+            newest = (self.v_end - 1) % capacity if self.v_end > 0 else capacity - 1
+        v_end = self.v_end + (newest + 1 - self.v_end) % capacity
+        if v_end < n:
+            v_end += capacity * -(-(n - v_end) // capacity)
+        v_begin = v_end - n
+        order = torch.arange(v_begin, v_end) % capacity
+        markers = self._markers_for(storage)
+        marks = markers.read(storage, order)
+        starts = break_positions(marks, markers.kind, None)
+        self._push(starts + v_begin, segment_lengths(starts, n))
+        self.v_end, self.size, self._prev = v_end, n, marks[-1].item()
+        return True, v_begin
+
+    def _sync_static(self, storage: Any) -> tuple[bool, int] | None:
+        kind, marks = self._static
+        n = marks.numel()
+        if len(storage) != n:
+            raise ValueError(
+                f"the given {'ends' if kind == 'ends' else 'trajectories'} describe {n} "
+                f"transitions but the storage holds {len(storage)}: they must match."
+            )
+        if self.modulus:
+            return None
+        last = marks.nonzero() if kind == "ends" else (marks != marks.roll(-1)).nonzero()
+        oldest = (int(last[-1]) + 1) % n if last.numel() else 0
+        order = torch.arange(oldest, oldest + n) % n
+        starts = break_positions(marks[order], kind, None)
+        self._reset_deque()
+        self._push(starts + oldest, segment_lengths(starts, n))
+        self.modulus, self.v_end, self.size = n, oldest + n, n
+        return True, oldest
+
+    # ------------------------------------------------------------ deque
+    def _alloc(self, capacity: int) -> None:
+        self._np = {name: np.zeros(capacity + 1, dtype=np.int64) for name in _COLUMNS}
+        self._t = {name: torch.from_numpy(a) for name, a in self._np.items()}
+        self._reset_deque()
+
+    def _reset_deque(self) -> None:
+        self.first = 0
+        self.n = 0
+        self.base = 0
+        self.total_end = 0
+        self._views: dict[str, torch.Tensor] | None = None
+
+    def _ensure(self, extra: int) -> None:
+        cap = self._np["starts"].size - 1
+        if self.first + self.n + extra <= cap:
+            return
+        live = self.n + extra
+        arrays = self._np
+        if 2 * live > cap:
+            self._np = {k: np.zeros(2 * live + 64, dtype=np.int64) for k in _COLUMNS}
+            self._t = {name: torch.from_numpy(a) for name, a in self._np.items()}
+        lo, hi = self.first, self.first + self.n
+        for name in _COLUMNS:
+            extra_one = 1 if name == "shift" else 0
+            self._np[name][: self.n + extra_one] = arrays[name][lo : hi + extra_one].copy()
+        self.first = 0
+        self._views = None
+
+    def _push(self, starts: torch.Tensor, lengths: torch.Tensor) -> None:
+        m = starts.numel()
+        self._ensure(m)
+        j = self.first + self.n
+        t = self._t
+        t["starts"][j : j + m] = starts
+        t["lengths"][j : j + m] = lengths
+        if self.weight is not None:
+            w = self.weight.many(lengths)
+            cum = torch.cumsum(w, 0)
+            excl = cum - w + self.total_end
+            t["excl"][j : j + m] = excl
+            t["shift"][j + 1 : j + m + 1] = starts - excl
+            if self.n == 0:
+                self.base = self.total_end
+            self.total_end += int(cum[-1])
+        self.n += m
+        self._views = None
+
+    def _grow_last(self, extra: int) -> None:
+        j = self.first + self.n - 1
+        lengths = self._np["lengths"]
+        if self.weight is not None:
+            old = int(lengths[j])
+            self.total_end += self.weight.one(old + extra) - self.weight.one(old)
+        lengths[j] += extra
+
+    def _drop_front(self, v_begin: int) -> None:
+        a = self._np
+        if self.n == 0 or v_begin <= a["starts"][self.first]:
+            return
+        k = int(torch.searchsorted(self.view("starts"), v_begin, right=True)) - 1
+        self.first += k
+        self.n -= k
+        j = self.first
+        delta = v_begin - int(a["starts"][j])
+        old = int(a["lengths"][j])
+        a["starts"][j] += delta
+        a["lengths"][j] -= delta
+        if self.weight is not None:
+            a["excl"][j] += self.weight.one(old) - self.weight.one(old - delta)
+            a["shift"][j + 1] = a["starts"][j] - a["excl"][j]
+            self.base = int(a["excl"][j])
+        self._views = None
+
+    # ------------------------------------------------------------ reading
+    def view(self, name: str) -> torch.Tensor:
+        """The live part of a column: ``starts``, ``lengths``, ``excl`` or ``shift``.
+
+        ``shift`` has one more leading entry, so that
+        ``shift[searchsorted(excl, x, right=True)]`` is the shift of the trajectory
+        holding ``x``.
+        """
+        if self._views is None:
+            lo, hi = self.first, self.first + self.n
+            self._views = {k: v[lo:hi] for k, v in self._t.items() if k != "shift"}
+            self._views["shift"] = self._t["shift"][lo : hi + 1]
+        return self._views[name]
+
+    @property
+    def total_weight(self) -> int:
+        """Sum of the weights of the live trajectories."""
+        return self.total_end - self.base
+
+    def trajectories(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies of the live trajectories' start virtual positions and lengths, oldest first."""
+        return self.view("starts").clone(), self.view("lengths").clone()
+
+    def slots_to_v(self, slots: torch.Tensor) -> torch.Tensor:
+        """Virtual positions of live ``slots``."""
+        return (self.v_end - 1) - torch.remainder(self.v_end - 1 - slots, self.modulus)
+
+    def locate(self, v: torch.Tensor) -> torch.Tensor:
+        """Positions (in the live columns) of the trajectories holding virtual positions ``v``."""
+        return torch.searchsorted(self.view("starts"), v, right=True).sub_(1)
+
+    # ------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Where the write stream stands; trajectories are rebuilt from the storage on load."""
+        if self._pending:
+            newest, v_end = int(self._pending[-1][-1]), self.v_end + self._pending_n
+        else:
+            newest = (self.v_end - 1) % self.modulus if self.modulus and self.v_end else -1
+            v_end = self.v_end
+        return {"v_end": v_end, "newest": newest}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output; the next :meth:`sync` rebuilds from the storage."""
+        if self._static is not None:
+            return
+        v_end = int(state_dict.get("v_end", self.v_end))
+        newest = int(state_dict.get("newest", -1))
+        self.clear()
+        self.v_end = v_end
+        self._newest_hint = newest if newest >= 0 else None
+        self._dirty = True
+
+
+_COLUMNS = ("starts", "lengths", "excl", "shift")
+
+
+def chronological_order(n: int, capacity: int, cursor: int) -> torch.Tensor:
+    """Slots of a ring storage holding ``n`` items, oldest first (``cursor``: next write)."""
+    oldest = cursor % capacity if n >= capacity else 0
+    return torch.arange(oldest, oldest + n) % capacity
+
+
+def split_storage(
+    storage: Any, order: torch.Tensor, markers: Markers
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split the items at ``order`` (time order) into trajectories, from scratch.
+
+    Returns:
+        ``(starts, lengths)``: positions in ``order`` where each trajectory
+        starts, and their lengths.
+    """
+    marks = markers.read(storage, order)
+    starts = break_positions(marks, markers.kind, None)
+    return starts, segment_lengths(starts, order.numel())

@@ -1,0 +1,256 @@
+"""ReplayDataModule: a replay buffer served to ``Trainer.fit`` as a LightningDataModule."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, Literal
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.accelerators import CUDAAccelerator
+from tensordict import TensorDictBase
+from torchdata.stateful_dataloader import StatefulDataLoader
+from tqdm.auto import tqdm
+
+from rbdata.buffers import ReplayBuffer
+from rbdata.datasets import load_offline_data
+from rbdata.lightning._checkpoint_io import DUMPS_KEY, PATH_KEY, _BufferCheckpointIO
+from rbdata.loader import ReplayDataset
+
+__all__ = ["ReplayDataModule"]
+
+_FILL_CHUNK = 65_536  # items per extend when loading offline data
+_PROGRESS_DELAY_S = 0.5
+
+
+class ReplayDataModule(pl.LightningDataModule):
+    """Serves batches sampled from a replay buffer to ``Trainer.fit``.
+
+    ``setup`` builds the buffer (calling ``buffer`` when it is a factory, so
+    each process builds its own), seeds its sampling generator and loads
+    ``offline_data`` into it. ``train_dataloader`` returns a torchdata
+    ``StatefulDataLoader`` over a :class:`~rbdata.loader.ReplayDataset`; one
+    epoch is ``batches_per_epoch`` batches (without it, one pass of the
+    sampler: endless for random and prioritized samplers, so bound the run
+    with ``max_steps``).
+
+    Under DDP each rank samples with its own deterministic seed,
+    ``seed + global_rank``; a Ray-backed buffer (``service_backend="ray"``) is
+    one buffer shared by all ranks and is left as it is.
+
+    With ``checkpoint_buffer``, every Lightning checkpoint also saves the
+    buffer: its contents, sampler, writer and generator state as a ``dumps``
+    directory ``<checkpoint>.buffer-<id>`` beside the ``.ckpt`` (written
+    first, atomically, and referenced from the ``.ckpt``; removed with the
+    checkpoint when ``ModelCheckpoint`` deletes it), while Lightning keeps the
+    data loader's position in the ``.ckpt``. ``Trainer.fit(ckpt_path=...)``
+    (``"last"`` included) restores both, so the batches after a resume are
+    those an uninterrupted run would have drawn.
+
+    Args:
+        buffer: a replay buffer, or a callable with no argument returning one
+            (run in ``setup``).
+        batch_size: items per batch; None uses the buffer's ``batch_size``.
+        batches_per_epoch: batches per training epoch; None: one sampler pass.
+        prefetch: batches sampled ahead on a background thread.
+        pin_memory: pin batches in page-locked memory; ``"auto"`` pins when
+            training on a CUDA device.
+        min_size: wait for the buffer to hold this many items before the first
+            batch (learning starts).
+        offline_data: data put into the buffer in ``setup``: a TensorDict, a
+            ``dumps`` directory, a memory-mapped TensorDict directory or a
+            D4RL-style ``.hdf5`` / ``.h5`` file (see
+            :func:`rbdata.datasets.load_offline_data`).
+        checkpoint_buffer: save the buffer with every Lightning checkpoint
+            (False keeps it out of checkpoints).
+        samples_per_insert: target ratio of sampled to inserted items; the
+            loader waits for a collector when sampling runs ahead of it.
+        timeout: seconds to wait for new data (an online buffer fed by a
+            collector) before an epoch ends; None ends it at once.
+        seed: seed of the buffer's sampling generator (rank ``r`` uses
+            ``seed + r``); None takes ``torch.initial_seed()``, which
+            ``lightning.seed_everything`` sets.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rbdata import LazyTensorStorage, TensorDictReplayBuffer
+        >>> from rbdata.lightning import ReplayDataModule
+        >>> data = TensorDict({"observation": torch.randn(100, 4)}, batch_size=[100])
+        >>> dm = ReplayDataModule(
+        ...     lambda: TensorDictReplayBuffer(storage=LazyTensorStorage(1000)),
+        ...     batch_size=32, batches_per_epoch=10, offline_data=data, seed=0,
+        ... )
+        >>> dm.setup("fit")
+        >>> len(dm.buffer)
+        100
+        >>> batch = next(iter(dm.train_dataloader()))
+        >>> batch["observation"].shape
+        torch.Size([32, 4])
+    """
+
+    def __init__(
+        self,
+        buffer: ReplayBuffer | Callable[[], ReplayBuffer],
+        batch_size: int | None = None,
+        batches_per_epoch: int | None = None,
+        prefetch: int = 0,
+        pin_memory: bool | Literal["auto"] = "auto",
+        min_size: int = 0,
+        offline_data: str | os.PathLike | TensorDictBase | None = None,
+        checkpoint_buffer: bool = True,
+        samples_per_insert: float | None = None,
+        timeout: float | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__()
+        if not (isinstance(buffer, ReplayBuffer) or callable(buffer)):
+            raise TypeError(
+                "buffer must be a ReplayBuffer or a callable returning one, got "
+                f"{type(buffer).__name__}."
+            )
+        if pin_memory != "auto" and not isinstance(pin_memory, bool):
+            raise ValueError(f'pin_memory must be True, False or "auto", got {pin_memory!r}.')
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"seed must be an int or None, got {seed!r}.")
+        self._buffer_arg = buffer
+        self.batch_size = batch_size
+        self.batches_per_epoch = batches_per_epoch
+        self.prefetch = prefetch
+        self.pin_memory = pin_memory
+        self.min_size = min_size
+        self.offline_data = offline_data
+        self.checkpoint_buffer = checkpoint_buffer
+        self.samples_per_insert = samples_per_insert
+        self.timeout = timeout
+        self.seed = seed
+        self._buffer: ReplayBuffer | None = None
+        self._dataset: ReplayDataset | None = None
+
+    @property
+    def buffer(self) -> ReplayBuffer:
+        """The replay buffer (built by :meth:`setup`)."""
+        if self._buffer is None:
+            raise RuntimeError(
+                "ReplayDataModule.buffer is built in setup(): call dm.setup('fit') first "
+                "(Trainer.fit does it)."
+            )
+        return self._buffer
+
+    # ------------------------------------------------------------ lifecycle
+    def setup(self, stage: str) -> None:
+        """Build and seed the buffer and load ``offline_data`` into it (once)."""
+        if self._buffer is None:
+            buffer = self._buffer_arg
+            if not isinstance(buffer, ReplayBuffer):
+                buffer = buffer()
+                if not isinstance(buffer, ReplayBuffer):
+                    raise TypeError(
+                        "the buffer factory must return a ReplayBuffer, got "
+                        f"{type(buffer).__name__}."
+                    )
+            self._seed(buffer)
+            if self.offline_data is not None:
+                _fill(buffer, load_offline_data(self.offline_data))
+            self._buffer = buffer
+        if self.trainer is not None and self.checkpoint_buffer:
+            self._attach_checkpoint_io(self.trainer)
+
+    def train_dataloader(self) -> StatefulDataLoader:
+        """A StatefulDataLoader over a :class:`~rbdata.loader.ReplayDataset` of the buffer."""
+        self._close_dataset()
+        self._dataset = ReplayDataset(
+            self.buffer,
+            batch_size=self.batch_size,
+            num_batches=self.batches_per_epoch,
+            prefetch=self.prefetch,
+            pin_memory=self._pin_memory(),
+            min_size=self.min_size,
+            timeout=self.timeout,
+            samples_per_insert=self.samples_per_insert,
+        )
+        # Lightning fetches one batch ahead of the training step when the loader has no
+        # length; checkpoints must count that batch as not handed out yet.
+        self._dataset.held_back = 0 if self.batches_per_epoch is not None else 1
+        return self._dataset.dataloader()
+
+    def teardown(self, stage: str) -> None:
+        """Stop the data loader's background sampling."""
+        self._close_dataset()
+
+    # ---------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """What a Lightning checkpoint keeps of the buffer: a reference to its dump.
+
+        The dump itself is written beside the checkpoint file when the
+        checkpoint is saved (see the class docstring); nothing when
+        ``checkpoint_buffer`` is False.
+        """
+        if not self.checkpoint_buffer or self._buffer is None:
+            return {}
+        return {DUMPS_KEY: None}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load the buffer dump a checkpoint references (called by ``Trainer.fit(ckpt_path)``)."""
+        if not self.checkpoint_buffer or state_dict.get(DUMPS_KEY) is None:
+            return
+        path = state_dict.get(PATH_KEY)
+        if path is None:
+            raise RuntimeError(
+                f"the checkpoint references the buffer dump {state_dict[DUMPS_KEY]!r} but was "
+                "not loaded by a Trainer this data module was set up with; resume with "
+                "Trainer.fit(model, datamodule=dm, ckpt_path=...)."
+            )
+        self.buffer.loads(path)
+
+    # ------------------------------------------------------------ internals
+    def _seed(self, buffer: ReplayBuffer) -> None:
+        if buffer.service_backend != "direct":
+            return  # one remote buffer shared by every rank: its sampling is its own
+        rank = self.trainer.global_rank if self.trainer is not None else 0
+        base = self.seed if self.seed is not None else torch.initial_seed()
+        _set_rng(buffer, torch.Generator().manual_seed((base + rank) % (1 << 63)))
+
+    def _pin_memory(self) -> bool:
+        if self.pin_memory != "auto":
+            return self.pin_memory
+        if self.trainer is not None:
+            return isinstance(self.trainer.accelerator, CUDAAccelerator)
+        return torch.cuda.is_available()
+
+    def _attach_checkpoint_io(self, trainer: pl.Trainer) -> None:
+        strategy = trainer.strategy
+        io = strategy.checkpoint_io
+        if isinstance(io, _BufferCheckpointIO):
+            io.datamodule = self
+        else:
+            strategy.checkpoint_io = _BufferCheckpointIO(io, self)
+
+    def _close_dataset(self) -> None:
+        if self._dataset is not None:
+            self._dataset.close()
+            self._dataset = None
+
+
+def _set_rng(buffer: ReplayBuffer, generator: torch.Generator) -> None:
+    """Make ``generator`` the buffer's sampling generator."""
+    set_rng = getattr(buffer, "set_rng", None)
+    if set_rng is not None:
+        set_rng(generator)
+        return
+    buffer._generator = generator
+    if buffer.initialized:
+        buffer.sampler.set_rng(generator)
+
+
+def _fill(buffer: ReplayBuffer, data: TensorDictBase) -> None:
+    """Extend ``buffer`` with ``data`` in chunks, with a progress bar for long loads."""
+    n = data.shape[0]
+    with tqdm(
+        total=n, unit="items", desc="loading offline data", delay=_PROGRESS_DELAY_S
+    ) as bar:
+        for start in range(0, n, _FILL_CHUNK):
+            stop = min(n, start + _FILL_CHUNK)
+            buffer.extend(data[start:stop])
+            bar.update(stop - start)

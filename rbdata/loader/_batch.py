@@ -1,0 +1,140 @@
+"""What the dataset hands out: ReplayBatch, a TensorDict that survives torch's default conversion.
+
+``torch.utils.data.DataLoader(ds, batch_size=None)`` passes every item through
+``default_convert``, which treats a ``Mapping`` as ``{key: data[key] for key in
+data}``. Iterating a TensorDict yields its *rows*, so a plain TensorDict batch
+fails there. :class:`ReplayBatch` is a TensorDict whose iteration yields its
+leaf keys (tuples for nested ones), as a Mapping's does; ``default_convert``
+then rebuilds an equal ReplayBatch (same keys, same ``batch_size``, same
+tensors) and pinning (``DataLoader(pin_memory=True)``) keeps working. The
+fast paths below make that round trip cost a few microseconds per key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch.utils._pytree import tree_map
+from torch.utils.data._utils.pin_memory import pin_memory as _torch_pin_memory
+
+__all__ = ["ReplayBatch", "as_replay_batch", "place"]
+
+
+class ReplayBatch(TensorDict):
+    """A sampled batch: a TensorDict that iterates over its leaf keys, like a Mapping.
+
+    Everything else is TensorDict's: indexing, ``batch_size``, ``.to()``,
+    nested keys. Only ``iter(batch)`` differs: it yields the leaf keys (a
+    tuple for a nested key) instead of the rows, so that
+    ``DataLoader(ds, batch_size=None)``'s default conversion, which iterates a
+    Mapping's keys, keeps the batch whole. Use ``batch.unbind(0)`` for rows.
+
+    Examples:
+        >>> import torch
+        >>> from torch.utils.data import default_convert
+        >>> from rbdata.loader import ReplayBatch
+        >>> batch = ReplayBatch(
+        ...     {"index": torch.arange(3), "next": {"reward": torch.ones(3, 1)}}, batch_size=[3]
+        ... )
+        >>> list(batch)
+        ['index', ('next', 'reward')]
+        >>> out = default_convert(batch)
+        >>> type(out).__name__, out.batch_size, out["next", "reward"].shape
+        ('ReplayBatch', torch.Size([3]), torch.Size([3, 1]))
+    """
+
+    def __iter__(self) -> Iterator[str | tuple[str, ...]]:
+        return _leaf_keys(self._tensordict, ())
+
+    def __getitem__(self, key: Any) -> Any:
+        # Fast path for leaf keys (what default_convert asks for); the rest is TensorDict's.
+        if type(key) is str or (type(key) is tuple and key):
+            value = _leaf(self._tensordict, key)
+            if value is not None:
+                return value
+        return super().__getitem__(key)
+
+    def update(self, input_dict_or_td: Any, *args: Any, **kwargs: Any) -> ReplayBatch:
+        """TensorDict's ``update``; writing back the very tensors already stored is a no-op."""
+        if type(input_dict_or_td) is dict and not args and not kwargs:
+            source = self._tensordict
+            if all(_leaf(source, k) is v for k, v in input_dict_or_td.items()):
+                return self
+        return super().update(input_dict_or_td, *args, **kwargs)
+
+
+def _leaf_keys(source: dict[str, Any], prefix: tuple[str, ...]) -> Iterator[Any]:
+    for key, value in source.items():
+        if isinstance(value, TensorDict):
+            yield from _leaf_keys(value._tensordict, (*prefix, key))
+        else:
+            yield (*prefix, key) if prefix else key
+
+
+def _leaf(source: dict[str, Any], key: Any) -> torch.Tensor | None:
+    """The tensor stored at ``key`` (str or tuple of str), or None for anything else."""
+    if type(key) is tuple:
+        for part in key[:-1]:
+            sub = source.get(part) if type(part) is str else None
+            if not isinstance(sub, TensorDict):
+                return None
+            source = sub._tensordict
+        key = key[-1]
+    if type(key) is not str:
+        return None
+    value = source.get(key)
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def as_replay_batch(data: Any, info: Mapping[str, Any]) -> Any:
+    """Turn what the buffer gathered into the batch handed out.
+
+    A TensorDict becomes a :class:`ReplayBatch` sharing its tensors (the
+    buffer already put ``index`` & co. inside). Other data (a tensor, a dict
+    of tensors, a list from a list storage) is put under ``"data"`` (or
+    merged, for a dict) beside the ``info`` entries, as a ReplayBatch when
+    everything is a tensor with the same leading dimension, else as a dict.
+
+    Args:
+        data: the gathered (and transformed) batch.
+        info: the sampling info (``index``, ``index_generation``, ``_weight``...).
+
+    Returns:
+        A ReplayBatch, or a dict of the entries.
+    """
+    if type(data) is ReplayBatch:
+        return data
+    if isinstance(data, TensorDictBase):
+        if not isinstance(data, TensorDict):
+            data = data.to_tensordict()
+        return ReplayBatch._new_unsafe(
+            source=data._tensordict, batch_size=data.batch_size, device=data.device
+        )
+    entries: dict[str, Any] = dict(data) if isinstance(data, Mapping) else {"data": data}
+    for key, value in info.items():
+        entries.setdefault(key, value)
+    index = info.get("index")
+    leading = None if index is None else index.shape[:1]
+    if leading is not None and all(
+        isinstance(v, torch.Tensor) and v.shape[:1] == leading for v in entries.values()
+    ):
+        return ReplayBatch(entries, batch_size=leading)
+    return entries
+
+
+def place(batch: Any, pin: bool, device: torch.device | None) -> Any:
+    """Pin ``batch`` (torch's own pinning) and copy it to ``device`` with ``non_blocking``."""
+    if pin:
+        batch = _torch_pin_memory(batch)
+    if device is not None:
+        if isinstance(batch, (torch.Tensor, TensorDictBase)):
+            batch = batch.to(device, non_blocking=True)
+        else:
+            batch = tree_map(
+                lambda t: t.to(device, non_blocking=True) if isinstance(t, torch.Tensor) else t,
+                batch,
+            )
+    return batch

@@ -1,0 +1,260 @@
+"""The pass engine: what a ReplayDataset has sampled, gathered and handed out.
+
+One ``_PassEngine`` per dataset holds the resume-relevant state under one
+lock:
+
+- ``pending``: records sampled but not handed out yet, oldest first (the
+  prefetched batches, and batches carried over from an iterator closed
+  early). Their index and info survive a checkpoint; their data is gathered
+  again after a resume.
+- ``position``: batches handed out in the current pass; ``pass_over``: the
+  last one handed out ended a sampler-driven pass.
+- ``recent``: the last handed-out records, so that a consumer that holds
+  batches back (Lightning looks one batch ahead) can checkpoint as if they had
+  not been handed out (``ReplayDataset.held_back``).
+
+Sampling a record and appending it to ``pending`` happen under the lock, so
+a state snapshot (sampler + RNG + pending) is always consistent, whatever the
+prefetch thread is doing. Lock order: engine lock, then the buffer's lock;
+nothing waits on the buffer's condition while holding the engine lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from rbdata.loader._batch import as_replay_batch, place
+
+if TYPE_CHECKING:
+    from rbdata.loader.dataset import ReplayDataset
+
+_WAIT_SLICE_S = 0.1
+
+
+@dataclass(eq=False)
+class _Record:
+    """One sampled batch: where it was drawn from and, once gathered, its data."""
+
+    index: torch.Tensor
+    info: dict[str, Any]
+    ends_pass: bool
+    batch: Any = field(default=None, repr=False)
+    ahead: bool = False  # gathered before its hand-out: re-check the row filters then
+
+
+class _PassEngine:
+    """Samples, gathers and hands out the batches of one dataset (see the module doc)."""
+
+    def __init__(self, dataset: ReplayDataset) -> None:
+        self.ds = dataset
+        self.buffer = dataset.buffer
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
+        self.pending: deque[_Record] = deque()
+        self.recent: deque[_Record] = deque()
+        self.position = 0
+        self.pass_over = False
+        self.producer_done = False
+        self.error: BaseException | None = None
+        self.sampled_batches = 0
+
+    # ------------------------------------------------------------ passes
+    def begin_pass(self, resume: bool) -> None:
+        """Start a pass (a fresh one, or the loaded one when ``resume``)."""
+        with self.lock:
+            if not resume:
+                self.position = 0
+                self.pass_over = False
+                self.recent.clear()
+            self.producer_done = False
+            self.error = None
+
+    def end_pass(self) -> None:
+        """The pass is over (StopIteration was raised): the next one starts fresh."""
+        with self.lock:
+            self.position = 0
+            self.pass_over = False
+            self.producer_done = False
+            self.recent.clear()
+
+    # ------------------------------------------------------------ producing
+    def produce(self, stop: threading.Event) -> _Record | None:
+        """Sample the next record of the pass and append it to ``pending``.
+
+        Waits (for ``min_size``, the rate limiter, or new data with ``timeout``)
+        happen here, on the calling thread, and end early when ``stop`` is set.
+
+        Returns:
+            The record (not gathered yet), or None when the pass has no more
+            batches to sample (``producer_done`` is then set).
+        """
+        ds = self.ds
+        while not stop.is_set():
+            with self.lock:
+                if self._pass_fully_sampled():
+                    self.producer_done = True
+                    return None
+            if not self._wait_ready(stop):
+                break
+            with self.lock:
+                if self._pass_fully_sampled():
+                    self.producer_done = True
+                    return None
+                write_count = self.buffer.write_count
+                index, info = self._draw(ds.batch_size)
+                if index.numel():
+                    ends = ds.num_batches is None and bool(self.buffer.sampler.ran_out)
+                    record = _Record(index, info, ends)
+                    self.pending.append(record)
+                    self.sampled_batches += 1
+                    if ds.rate_limiter is not None:
+                        ds.rate_limiter.record_sample(index.numel())
+                    return record
+            # Nothing sampleable: the buffer is empty or exhausted.
+            if ds.timeout is None or not self._wait_for_write(stop, write_count):
+                break
+        with self.lock:
+            self.producer_done = True
+            self.cond.notify_all()
+        return None
+
+    def _pass_fully_sampled(self) -> bool:
+        if self.pass_over or (self.pending and self.pending[-1].ends_pass):
+            return True
+        num_batches = self.ds.num_batches
+        return num_batches is not None and self.position + len(self.pending) >= num_batches
+
+    def _draw(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        if len(self.buffer) == 0:
+            return torch.empty(0, dtype=torch.long), {}
+        return self.buffer._sample_index(batch_size)
+
+    def _wait_ready(self, stop: threading.Event) -> bool:
+        """Wait for ``min_size`` items and the rate limiter's go; False: stop or timed out."""
+        ds, buffer = self.ds, self.buffer
+        limiter = ds.rate_limiter
+
+        def ready() -> bool:
+            if len(buffer) < ds.min_size:
+                return False
+            return limiter is None or limiter.can_sample(buffer.write_count)
+
+        if ready():
+            return True
+        start = time.monotonic()
+        limited = len(buffer) >= ds.min_size
+        ok = self._wait(stop, ready)
+        if limited and limiter is not None:
+            limiter.record_sample_wait(time.monotonic() - start)
+        return ok
+
+    def _wait_for_write(self, stop: threading.Event, write_count: int) -> bool:
+        """Wait (``timeout`` at most) for a write after ``write_count``; False if none came."""
+        return self._wait(stop, lambda: self.buffer.write_count != write_count)
+
+    def _wait(self, stop: threading.Event, predicate: Any) -> bool:
+        """Wait on the buffer's condition until ``predicate()``; False on stop or timeout.
+
+        Without ``timeout`` the wait is unbounded; with it, the clock restarts
+        whenever new data arrives, and the wait fails after ``timeout`` seconds
+        without any write. Waits are sliced so that ``stop`` is noticed quickly.
+        """
+        buffer, timeout = self.buffer, self.ds.timeout
+        seen = buffer.write_count
+        last_data = time.monotonic()
+        while not stop.is_set():
+            if predicate():
+                return True
+            now = time.monotonic()
+            count = buffer.write_count
+            if count != seen:
+                seen, last_data = count, now
+            wait_s = _WAIT_SLICE_S
+            if timeout is not None:
+                left = timeout - (now - last_data)
+                if left <= 0:
+                    return False
+                wait_s = min(wait_s, left)
+            buffer.wait_for_data(
+                lambda: stop.is_set() or buffer.write_count != seen or predicate(), wait_s
+            )
+        return False
+
+    def wake_waiters(self) -> None:
+        """Wake threads waiting on this engine or on the buffer, so they see a stop request."""
+        with self.cond:
+            self.cond.notify_all()
+        buffer_cond = getattr(self.buffer, "_cond", None)
+        if buffer_cond is not None:
+            with buffer_cond:
+                buffer_cond.notify_all()
+
+    # ------------------------------------------------------------ gathering
+    def next_ungathered(self) -> _Record | None:
+        """The oldest pending record whose data is not gathered yet (call under the lock)."""
+        for record in self.pending:
+            if record.batch is None:
+                return record
+        return None
+
+    def gather(self, record: _Record, ahead: bool) -> None:
+        """Gather ``record``'s data (a copy), pin it and move it as the dataset asks."""
+        ds = self.ds
+        info = dict(record.info)
+        data = self.buffer._fetch(record.index, info, keep_info=True)
+        batch = place(as_replay_batch(data, info), ds._pin, ds._device)
+        with self.cond:
+            record.batch = batch
+            record.ahead = ahead
+            self.cond.notify_all()
+
+    # ------------------------------------------------------------ handing out
+    def hand_out(self, record: _Record) -> Any:
+        """Hand out ``record`` (the oldest pending one): re-check filters, count it."""
+        batch = record.batch
+        if record.ahead and self.buffer.transform.filters_rows:
+            batch = self.buffer._refilter(batch)
+        batch = as_replay_batch(batch, record.info)
+        with self.cond:
+            self.pending.popleft()
+            record.batch = None
+            self.position += 1
+            self.pass_over = record.ends_pass
+            held = self.ds.held_back
+            if held:
+                self.recent.append(record)
+                while len(self.recent) > held:
+                    self.recent.popleft()
+            self.cond.notify_all()
+        return batch
+
+    # ------------------------------------------------------------ state
+    def snapshot(self) -> dict[str, Any]:
+        """Pass position and pending records (call under the lock)."""
+        held = list(self.recent)[-self.ds.held_back :] if self.ds.held_back else []
+        records = [*held, *self.pending]
+        return {
+            "position": self.position - len(held),
+            "pass_over": self.pass_over and not held,
+            "pending": [
+                {"index": r.index, "info": dict(r.info), "ends_pass": r.ends_pass} for r in records
+            ],
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Load :meth:`snapshot`'s output (call under the lock, no thread running)."""
+        self.pending = deque(
+            _Record(torch.as_tensor(r["index"]), dict(r["info"]), bool(r["ends_pass"]))
+            for r in state["pending"]
+        )
+        self.recent.clear()
+        self.position = int(state["position"])
+        self.pass_over = bool(state["pass_over"])
+        self.producer_done = False
+        self.error = None

@@ -1,0 +1,206 @@
+"""ReplayDataset in DataLoader worker processes (``num_workers > 0``).
+
+Workers are separate processes: each holds a copy of the buffer's bookkeeping
+taken when the DataLoader started it (fork) or pickled for it (spawn), and
+reads the items through the storage's memory. That is safe only when
+
+- the storage is memory that other processes read: a LazyMemmapStorage or a
+  storage in shared memory (``shared=True``), and
+- the sampler keeps no state that must be shared between the workers and the
+  main process: a RandomSampler, or a SamplerWithoutReplacement whose pass is
+  split between the workers here, without consume-after-n.
+
+Prioritized sampling (priorities updated by the main process) and
+consume-after-n (counts shared by everyone) are not; they get a clear error
+pointing to ``prefetch``, the thread-based way to overlap sampling with
+training. Seeds come from the DataLoader (``worker_info.seed``), so they
+differ between workers and repeat with a seeded DataLoader.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from rbdata.loader._batch import as_replay_batch
+from rbdata.samplers import RandomSampler, Sampler, SamplerWithoutReplacement
+
+if TYPE_CHECKING:
+    from rbdata.loader.dataset import ReplayDataset
+
+_USE_PREFETCH = (
+    "use num_workers=0 with ReplayDataset(prefetch=k), which samples on a background thread "
+    "of the main process"
+)
+
+
+class WorkerPosition:
+    """Per-worker resume state: batches this worker yielded in its share of the pass."""
+
+    def __init__(self) -> None:
+        self.yielded = 0
+        self.skip = 0
+        self.sampler: Sampler | None = None  # the buffer's own sampler, before a worker swap
+
+    def state_dict(self) -> dict[str, int]:
+        """The worker's position."""
+        return {"yielded": self.yielded}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume: the next pass of this worker skips the batches already yielded."""
+        self.skip = int(state_dict.get("yielded", 0))
+
+
+def check(ds: ReplayDataset, sampler: Sampler | None = None) -> None:
+    """Raise a RuntimeError/ValueError unless ``ds`` can run in worker processes."""
+    buffer = ds.buffer
+    sampler = buffer.sampler if sampler is None else sampler
+    if type(sampler) not in (RandomSampler, SamplerWithoutReplacement):
+        raise RuntimeError(
+            f"num_workers > 0 needs a RandomSampler or a SamplerWithoutReplacement; this buffer "
+            f"uses {type(sampler).__name__}, whose state worker processes cannot share; "
+            f"{_USE_PREFETCH}."
+        )
+    if sampler.consume_after_n is not None:
+        raise RuntimeError(
+            f"num_workers > 0 cannot count consumption (consume_after_n_samples="
+            f"{sampler.consume_after_n}) across worker processes; {_USE_PREFETCH}."
+        )
+    storage = buffer.storage
+    if not _readable_by_workers(storage):
+        raise RuntimeError(
+            f"num_workers > 0 needs a storage that worker processes can read without copying "
+            f"it: a LazyMemmapStorage or a shared-memory storage (shared=True); got "
+            f"{type(storage).__name__}; {_USE_PREFETCH}."
+        )
+    main_only = {
+        "prefetch": ds.prefetch != 0,
+        "pin_memory": ds.pin_memory,
+        "device": ds.device is not None,
+        "timeout": ds.timeout is not None,
+        "samples_per_insert/rate_limiter": ds.rate_limiter is not None,
+    }
+    used = [name for name, on in main_only.items() if on]
+    if used:
+        raise ValueError(
+            f"ReplayDataset({', '.join(used)}) acts in the main process and cannot be used with "
+            "num_workers > 0; use the DataLoader's prefetch_factor and pin_memory instead, or "
+            "num_workers=0."
+        )
+
+
+def _readable_by_workers(storage: Any) -> bool:
+    from rbdata.storages import LazyMemmapStorage
+
+    if isinstance(storage, LazyMemmapStorage):
+        return True
+    if not (hasattr(storage, "leaf_keys") and getattr(storage, "initialized", False)):
+        return False
+    return all(storage.get_leaf(key).is_shared() for key in storage.leaf_keys())
+
+
+def iterate(ds: ReplayDataset, info: Any) -> Iterator[Any]:
+    """The batches of worker ``info.id``: its share of the pass, from its own seed."""
+    position = ds._worker
+    buffer = ds.buffer
+    if position.sampler is None:
+        position.sampler = buffer.sampler
+    check(ds, position.sampler)
+    _own_lock(buffer)
+    n = len(buffer)
+    if n < ds.min_size:
+        raise RuntimeError(
+            f"the buffer holds {n} items, fewer than min_size={ds.min_size}, when the DataLoader "
+            "started its workers; workers see the buffer as it was then and cannot wait for a "
+            f"collector; fill it first, or {_USE_PREFETCH}."
+        )
+    if n == 0:
+        return iter(())
+    batch_size, workers, worker = ds.batch_size, info.num_workers, info.id
+    original = position.sampler
+    total = ds.num_batches
+    if isinstance(original, SamplerWithoutReplacement):
+        sampler: Sampler = _ShardedPasses(
+            worker, workers, info.seed - info.id, original.shuffle, original.drop_last
+        )
+        if total is None:
+            total = n // batch_size if original.drop_last else -(-n // batch_size)
+    else:
+        sampler = RandomSampler()
+    buffer.set_sampler(sampler)
+    sampler.set_rng(torch.Generator().manual_seed(info.seed))
+    mine = itertools.count() if total is None else range(len(range(worker, total, workers)))
+    skip, position.skip, position.yielded = position.skip, 0, 0
+    return _batches(ds, mine, skip)
+
+
+def _batches(ds: ReplayDataset, mine: Any, skip: int) -> Iterator[Any]:
+    buffer, position = ds.buffer, ds._worker
+    for i in mine:
+        index, info = buffer._sample_index(ds.batch_size)
+        if i < skip:  # resumed: these batches were yielded before the checkpoint
+            continue
+        data = buffer._fetch(index, dict(info), keep_info=True)
+        position.yielded = i + 1
+        yield as_replay_batch(data, info)
+
+
+def _own_lock(buffer: Any) -> None:
+    """Give a forked worker's copy of an unshared buffer a fresh lock.
+
+    A worker forked while a collector thread of the parent held the buffer's
+    lock would inherit it locked, forever; the copy is private to the worker,
+    so a fresh lock is correct.
+    """
+    if getattr(buffer, "_shared", False) or not hasattr(buffer, "_lock"):
+        return
+    buffer._lock = threading.RLock()
+    buffer._cond = threading.Condition(buffer._lock)
+
+
+class _ShardedPasses(Sampler):
+    """Worker ``shard``'s batches of without-replacement passes shared by ``num_shards`` workers.
+
+    Every worker draws the same permutations (same seed) and the batches of
+    the passes are numbered globally; worker ``w`` takes batches
+    ``w, w + num_shards, ...``, so together the workers cover each pass once.
+    """
+
+    def __init__(
+        self, shard: int, num_shards: int, seed: int, shuffle: bool, drop_last: bool
+    ) -> None:
+        super().__init__()
+        self._shard, self._num_shards = shard, num_shards
+        self._shuffle, self._drop_last = shuffle, drop_last
+        self._perm_gen = torch.Generator().manual_seed(seed)
+        self._perm: torch.Tensor | None = None
+        self._chunks = 0
+        self._next = 0
+        self._global = 0
+
+    def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Return this worker's next batch of the shared passes."""
+        n = self._check_storage(storage)
+        while True:
+            if self._perm is None:
+                self._chunks = n // batch_size if self._drop_last else -(-n // batch_size)
+                if self._chunks == 0:
+                    raise RuntimeError(
+                        f"drop_last=True needs at least batch_size={batch_size} items, got {n}."
+                    )
+                self._perm = (
+                    torch.randperm(n, generator=self._perm_gen) if self._shuffle else torch.arange(n)
+                )
+                self._next = 0
+            chunk = self._perm[self._next * batch_size : (self._next + 1) * batch_size]
+            mine = self._global % self._num_shards == self._shard
+            self._next += 1
+            self._global += 1
+            if self._next >= self._chunks:
+                self._perm = None
+            if mine:
+                return chunk, {}

@@ -1,0 +1,479 @@
+"""ReplayDataset: a replay buffer served as a (stateful) PyTorch IterableDataset."""
+
+from __future__ import annotations
+
+import contextlib
+import numbers
+import threading
+import warnings
+import weakref
+from typing import Any
+
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from rbdata.loader import _workers
+from rbdata.loader._pass import _PassEngine, _Record
+from rbdata.loader._prefetch import _PrefetchThread
+from rbdata.loader.rate_limit import SampleToInsertRatio
+
+__all__ = ["ReplayDataset"]
+
+_STATE_FORMAT = 1
+
+
+class ReplayDataset(IterableDataset):
+    """Serve a replay buffer as an ``IterableDataset`` of sampled batches.
+
+    Use it with ``torch.utils.data.DataLoader(ds, batch_size=None)``, with
+    torchdata's ``StatefulDataLoader`` (``ds.dataloader(**kwargs)`` builds
+    one), or iterate it directly. Each batch is a
+    :class:`~rbdata.loader.ReplayBatch` (a TensorDict) holding ``index`` and,
+    when the writer tracks them, ``index_generation`` (``_weight`` for
+    prioritized buffers); it survives torch's default conversion.
+
+    **Passes.** With ``num_batches`` a pass yields exactly that many batches
+    (running across without-replacement epochs if needed) and ``len(ds) ==
+    num_batches``. Without it the sampler decides: a without-replacement pass
+    yields every item once, a consume-after-n pass ends when everything is
+    consumed, a random or prioritized pass never ends. An empty or exhausted
+    buffer ends the pass at once, unless ``timeout`` is set: then the dataset
+    waits up to ``timeout`` seconds for new data (a collector thread filling
+    the buffer) and ends the pass without error if none comes. ``min_size``
+    makes the first sample wait until the buffer holds that many items.
+    Waits sleep on the buffer's condition (no busy loop).
+
+    **Prefetch.** ``prefetch=k`` samples exactly ``k`` batches ahead on a
+    background thread, which also gathers them (copies: later writes to the
+    buffer never change them), pins them (``pin_memory``) and copies them to
+    ``device`` with ``non_blocking=True``. Row filters of the buffer
+    (:class:`~rbdata.PolicyAgeFilter`) run again when a prefetched batch is
+    handed out, so prefetching never lets older data through than the bound.
+    A loop that stops early leaves its prefetched batches to the next pass:
+    they are handed out first, never lost nor counted twice.
+
+    **Rate limiting.** ``samples_per_insert`` (or a shared
+    :class:`~rbdata.loader.SampleToInsertRatio` as ``rate_limiter``) makes the
+    dataset wait for the collector when the learner samples too fast; waits
+    and the current ratio show in ``buffer.stats()``. With ``timeout``, a wait
+    without new data for that long ends the pass.
+
+    **Checkpoints.** :meth:`state_dict` / :meth:`load_state_dict` (torchdata's
+    Stateful protocol) record what was handed out: the sampler and RNG state
+    at this moment, the batches sampled but not handed out (their indices;
+    their data is gathered again after loading) and the position in the pass.
+    Restore the buffer first (``buffer.loads``), then the dataset or the
+    ``StatefulDataLoader``: the resumed loader yields exactly the batches the
+    original would have yielded next (with a seeded buffer ``generator``).
+    A consumer that holds ``n`` batches back from the training step (Lightning
+    fetches one ahead) sets ``ds.held_back = n`` so that checkpoints treat
+    them as not handed out.
+
+    **Workers.** ``num_workers > 0`` is supported for a RandomSampler or a
+    SamplerWithoutReplacement (no consume-after-n) over a LazyMemmapStorage or
+    a shared-memory storage: workers read the buffer as it was when they
+    started, draw with distinct deterministic seeds (from the DataLoader's
+    seed) and split a without-replacement pass without duplicates;
+    ``num_batches`` counts batches across all workers. Other buffers raise a
+    RuntimeError pointing to ``prefetch``, the thread-based alternative.
+
+    Args:
+        buffer: an rbdata replay buffer.
+        batch_size: items per batch; defaults to the buffer's ``batch_size``.
+        num_batches: batches per pass (None: the sampler decides).
+        prefetch: batches sampled ahead on a background thread (0: none).
+        pin_memory: pin prefetched batches (warns once and does nothing
+            without an accelerator).
+        device: copy batches to this device (``non_blocking=True``).
+        min_size: wait until the buffer holds this many items.
+        timeout: seconds to wait for new data before ending a pass (None:
+            an empty or exhausted buffer ends it at once).
+
+    Keyword Args:
+        samples_per_insert: target sampled/inserted ratio (builds a
+            :class:`SampleToInsertRatio` with its default tolerance).
+        rate_limiter: a :class:`SampleToInsertRatio` shared with collectors
+            (exclusive with ``samples_per_insert``).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torch.utils.data import DataLoader
+        >>> from rbdata import LazyTensorStorage, SamplerWithoutReplacement
+        >>> from rbdata import ReplayDataset, TensorDictReplayBuffer
+        >>> rb = TensorDictReplayBuffer(
+        ...     storage=LazyTensorStorage(100), sampler=SamplerWithoutReplacement(), batch_size=4
+        ... )
+        >>> _ = rb.extend(TensorDict({"obs": torch.arange(10.0)}, batch_size=[10]))
+        >>> with ReplayDataset(rb, prefetch=2) as ds:
+        ...     batches = list(DataLoader(ds, batch_size=None))
+        >>> [b.batch_size[0] for b in batches]
+        [4, 4, 2]
+        >>> sorted(torch.cat([b["index"] for b in batches]).tolist()) == list(range(10))
+        True
+    """
+
+    def __init__(
+        self,
+        buffer: Any,
+        batch_size: int | None = None,
+        num_batches: int | None = None,
+        prefetch: int = 0,
+        pin_memory: bool = False,
+        device: torch.device | str | None = None,
+        min_size: int = 0,
+        timeout: float | None = None,
+        *,
+        samples_per_insert: float | None = None,
+        rate_limiter: SampleToInsertRatio | None = None,
+    ) -> None:
+        if not (hasattr(buffer, "_sample_index") and hasattr(buffer, "_fetch")):
+            raise TypeError(
+                f"buffer must be an rbdata replay buffer, got {type(buffer).__name__}."
+            )
+        batch_size = buffer.batch_size if batch_size is None else batch_size
+        if batch_size is None:
+            raise ValueError(
+                "batch_size is None and the buffer has no batch_size; pass batch_size=... to "
+                "ReplayDataset or to the buffer."
+            )
+        _check_int(batch_size, "batch_size", minimum=1)
+        if num_batches is not None:
+            _check_int(num_batches, "num_batches", minimum=1)
+        _check_int(prefetch, "prefetch", minimum=0)
+        _check_int(min_size, "min_size", minimum=0)
+        if not isinstance(pin_memory, bool):
+            raise TypeError(f"pin_memory must be a bool, got {type(pin_memory).__name__}.")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or timeout < 0
+        ):
+            raise ValueError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}.")
+        if samples_per_insert is not None and rate_limiter is not None:
+            raise ValueError("pass samples_per_insert or rate_limiter, not both.")
+        if rate_limiter is not None and not isinstance(rate_limiter, SampleToInsertRatio):
+            raise TypeError(
+                f"rate_limiter must be a SampleToInsertRatio, got {type(rate_limiter).__name__}."
+            )
+        device = None if device is None else torch.device(device)
+        if samples_per_insert is not None:
+            rate_limiter = SampleToInsertRatio(samples_per_insert)
+        if rate_limiter is not None:
+            rate_limiter.attach(buffer)
+        self.buffer = buffer
+        self.batch_size: int = batch_size
+        self.num_batches = num_batches
+        self.prefetch = prefetch
+        self.pin_memory = pin_memory
+        self.device = device
+        self.min_size = min_size
+        self.timeout = None if timeout is None else float(timeout)
+        self.rate_limiter = rate_limiter
+        self.held_back = 0
+        self._pin = pin_memory and _accelerator_available()
+        if pin_memory and not self._pin:
+            warnings.warn(
+                "ReplayDataset(pin_memory=True): no accelerator is available, batches are not "
+                "pinned.",
+                stacklevel=2,
+            )
+        self._device = None if device is None or device.type == "cpu" else device
+        self._setup_runtime()
+
+    def _setup_runtime(self) -> None:
+        self._engine = _PassEngine(self)
+        self._active: weakref.ref[_ReplayIterator] | None = None
+        self._resume = False
+        self._worker = _workers.WorkerPosition()
+        self._stats = _StatsSource(self._engine)
+        self.buffer._stats_sources.append(self._stats)
+
+    # ------------------------------------------------------------ iteration
+    def __iter__(self) -> Any:
+        info = get_worker_info()
+        if info is not None:
+            return _workers.iterate(self, info)
+        return _ReplayIterator(self)
+
+    def __len__(self) -> int:
+        if self.num_batches is None:
+            raise TypeError(
+                "this ReplayDataset has no length: without num_batches a pass lasts as long as "
+                "its sampler decides; pass num_batches=... for a fixed-length pass."
+            )
+        return self.num_batches
+
+    def dataloader(self, **kwargs: Any) -> Any:
+        """Return a ``torchdata.stateful_dataloader.StatefulDataLoader`` over this dataset.
+
+        Args:
+            **kwargs: StatefulDataLoader arguments (``num_workers``, ``pin_memory``,
+                ``collate_fn``...). Batches come whole from the dataset, so the
+                loader's ``batch_size`` is always None.
+
+        Raises:
+            ValueError: if ``batch_size`` is given (not None).
+            RuntimeError: if ``num_workers > 0`` is not safe for this buffer.
+        """
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        if kwargs.pop("batch_size", None) is not None:
+            raise ValueError(
+                "dataloader() got a batch_size: the dataset already yields whole batches "
+                f"(batch_size={self.batch_size}); set it on ReplayDataset instead."
+            )
+        if kwargs.get("num_workers", 0):
+            _workers.check(self)
+        return StatefulDataLoader(self, batch_size=None, **kwargs)
+
+    # ------------------------------------------------------------ lifecycle
+    def _activate(self, iterator: _ReplayIterator) -> bool:
+        """Make ``iterator`` the one running passes (closing another); return the resume flag."""
+        previous = None if self._active is None else self._active()
+        if previous is not None and previous is not iterator:
+            previous.close()
+        self._active = weakref.ref(iterator)
+        if self._stats not in self.buffer._stats_sources:
+            self.buffer._stats_sources.append(self._stats)
+        resume, self._resume = self._resume, False
+        return resume
+
+    def close(self) -> None:
+        """Stop the prefetch thread (pending batches are kept for the next pass)."""
+        active = None if self._active is None else self._active()
+        if active is not None:
+            active.close()
+        with contextlib.suppress(ValueError):
+            self.buffer._stats_sources.remove(self._stats)
+
+    def __enter__(self) -> ReplayDataset:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """What was handed out so far: sampler/RNG state, pending batches, pass position.
+
+        Returns:
+            Plain values and tensors (loadable with ``torch.load(weights_only=True)``).
+        """
+        if get_worker_info() is not None:
+            return {"format": _STATE_FORMAT, "worker": self._worker.state_dict()}
+        engine, buffer = self._engine, self.buffer
+        with engine.lock:
+            state = engine.snapshot()
+            with _buffer_lock(buffer):
+                state["sampler"] = buffer.sampler.state_dict()
+                generator = _generator(buffer)
+                state["rng"] = None if generator is None else generator.get_state()
+        state["format"] = _STATE_FORMAT
+        state["rate_limiter"] = (
+            None if self.rate_limiter is None else self.rate_limiter.state_dict()
+        )
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (load the buffer's contents first).
+
+        The next iterator continues the saved pass: it hands out the saved
+        pending batches (gathered again) first, then samples on from the
+        saved sampler and RNG state. Missing keys keep their current values.
+
+        Raises:
+            TypeError: if ``state_dict`` is not a dict.
+            ValueError: if an entry is malformed (nothing is changed then).
+        """
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"state_dict must be a dict, got {type(state_dict).__name__}.")
+        if "worker" in state_dict:
+            self._worker.load_state_dict(state_dict["worker"])
+            return
+        engine, buffer = self._engine, self.buffer
+        with engine.lock:
+            current = engine.snapshot()
+        state = {**current, **{k: v for k, v in state_dict.items() if k in current}}
+        _validate_pass_state(state)
+        self.close()
+        with engine.lock:
+            with _buffer_lock(buffer):
+                sampler = buffer.sampler
+                saved = sampler.state_dict()
+                generator = _generator(buffer)
+                saved_rng = None if generator is None else generator.get_state()
+                try:
+                    if state_dict.get("sampler") is not None:
+                        sampler.load_state_dict(state_dict["sampler"])
+                    if state_dict.get("rng") is not None and generator is not None:
+                        generator.set_state(state_dict["rng"])
+                except BaseException:
+                    sampler.load_state_dict(saved)
+                    if saved_rng is not None:
+                        generator.set_state(saved_rng)
+                    raise
+            engine.restore(state)
+        if self.rate_limiter is not None and state_dict.get("rate_limiter") is not None:
+            self.rate_limiter.load_state_dict(state_dict["rate_limiter"])
+        self._resume = True
+
+    # ------------------------------------------------------------ pickling
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for key in ("_engine", "_active", "_stats", "_resume"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._setup_runtime()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(batch_size={self.batch_size}, num_batches={self.num_batches}, "
+            f"prefetch={self.prefetch}, pin_memory={self.pin_memory}, device={self.device}, "
+            f"min_size={self.min_size}, timeout={self.timeout})"
+        )
+
+
+class _ReplayIterator:
+    """One pass of a ReplayDataset; lazy (nothing is sampled before the first ``next``)."""
+
+    def __init__(self, dataset: ReplayDataset) -> None:
+        self._ds = dataset
+        self._engine = dataset._engine
+        self._prefetcher: _PrefetchThread | None = None
+        self._stop = threading.Event()
+        self._started = False
+        self._finished = False
+
+    def __iter__(self) -> _ReplayIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self._finished:
+            raise StopIteration
+        if not self._started:
+            self._start()
+        try:
+            return self._next_prefetched() if self._prefetcher else self._next_inline()
+        except StopIteration:
+            self._finish()
+            raise
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> None:
+        resume = self._ds._activate(self)
+        self._engine.begin_pass(resume)
+        self._started = True
+        if self._ds.prefetch:
+            self._prefetcher = _PrefetchThread(self._engine, self._ds.prefetch)
+
+    def _next_inline(self) -> Any:
+        engine = self._engine
+        with engine.lock:
+            if engine.pass_over:
+                raise StopIteration
+            record: _Record | None = engine.pending[0] if engine.pending else None
+        if record is None:
+            record = engine.produce(self._stop)
+            if record is None:
+                raise StopIteration
+        if record.batch is None:
+            engine.gather(record, ahead=False)
+        return engine.hand_out(record)
+
+    def _next_prefetched(self) -> Any:
+        engine = self._engine
+        with engine.cond:
+            while True:
+                if engine.error is not None:
+                    error, engine.error = engine.error, None
+                    raise error
+                if engine.pending and engine.pending[0].batch is not None:
+                    record = engine.pending[0]
+                    break
+                if engine.pass_over or (engine.producer_done and not engine.pending):
+                    raise StopIteration
+                engine.cond.wait()
+        return engine.hand_out(record)
+
+    def _finish(self) -> None:
+        self.close()
+        self._engine.end_pass()
+
+    def close(self) -> None:
+        """Stop this pass's prefetch thread; batches sampled ahead stay pending."""
+        self._finished = True
+        self._stop.set()
+        prefetcher, self._prefetcher = self._prefetcher, None
+        if prefetcher is not None:
+            prefetcher.close()
+        self._engine.wake_waiters()
+
+    def __del__(self) -> None:
+        if getattr(self, "_started", False) and not getattr(self, "_finished", True):
+            self.close()
+
+
+class _StatsSource:
+    """Adds the loader's counters to ``buffer.stats()`` (holds the engine weakly)."""
+
+    def __init__(self, engine: _PassEngine) -> None:
+        self._engine = weakref.ref(engine)
+
+    def __call__(self) -> dict[str, int]:
+        engine = self._engine()
+        if engine is None:
+            return {}
+        return {
+            "loader_pending_batches": len(engine.pending),
+            "loader_sampled_batches": engine.sampled_batches,
+        }
+
+
+def _check_int(value: Any, name: str, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r}).")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}.")
+
+
+def _validate_pass_state(state: dict[str, Any]) -> None:
+    if not isinstance(state["position"], int) or state["position"] < 0:
+        raise ValueError(f"state_dict['position'] must be an int >= 0, got {state['position']!r}.")
+    pending = state["pending"]
+    if not isinstance(pending, list | tuple):
+        raise ValueError(
+            f"state_dict['pending'] must be a list of records, got {type(pending).__name__}."
+        )
+    for i, record in enumerate(pending):
+        if not (
+            isinstance(record, dict)
+            and isinstance(record.get("index"), torch.Tensor)
+            and isinstance(record.get("info"), dict)
+            and "ends_pass" in record
+        ):
+            raise ValueError(
+                f"state_dict['pending'][{i}] must be a dict with a tensor 'index', a dict "
+                f"'info' and 'ends_pass'; got {record!r}."
+            )
+
+
+def _accelerator_available() -> bool:
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None:
+        return bool(accelerator.is_available())
+    return torch.cuda.is_available()
+
+
+def _generator(buffer: Any) -> torch.Generator | None:
+    """The buffer's own sampling generator (None: torch's global RNG)."""
+    return getattr(buffer, "_generator", None)
+
+
+def _buffer_lock(buffer: Any) -> Any:
+    """The buffer's lock (samplers are read and restored under it)."""
+    lock = getattr(buffer, "_lock", None)
+    return contextlib.nullcontext() if lock is None else lock

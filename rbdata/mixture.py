@@ -1,0 +1,496 @@
+"""OfflineToOnlineReplayBuffer: a fixed offline dataset mixed with a growing online buffer."""
+
+from __future__ import annotations
+
+import numbers
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from rbdata.buffers import INFO_KEYS, ReplayBuffer, TensorDictReplayBuffer
+from rbdata.samplers import Sampler
+from rbdata.storages import LazyTensorStorage, Storage, TensorStorage
+from rbdata.transforms import Compose, PolicyAgeFilter, Transform
+from rbdata.writers import ImmutableDatasetWriter, Writer
+
+__all__ = ["SOURCE_KEY", "OfflineToOnlineReplayBuffer"]
+
+SOURCE_KEY = "is_offline"
+"""The batch entry (bool ``[B]``) that is True for the rows drawn from the offline data."""
+
+_FILL_ONES = frozenset({"_weight"})  # info entries a part lacks are filled with 1 (else 0)
+
+
+class OfflineToOnlineReplayBuffer:
+    """Samples batches that mix a fixed offline dataset with a growing online buffer.
+
+    Offline-to-online fine-tuning keeps training on a fixed dataset while new
+    experience streams in from a live policy. Every batch holds exactly
+    ``round(f * batch_size)`` rows drawn from the offline data and the rest from
+    the online data, where ``f`` is the offline fraction for that batch: a
+    constant, or a schedule (a callable taking the number of batches sampled so
+    far and returning a float in ``[0, 1]``) so that the share of offline data
+    can be annealed. While the online part is empty, every row comes from the
+    offline data, whatever ``f``.
+
+    A batch is one TensorDict: the offline rows first, then the online rows,
+    with an ``"is_offline"`` entry (bool ``[B]``) telling where each row comes
+    from and ``"index"`` holding each row's index *in its own part*. Other
+    sample entries (``"index_generation"``, ``"_weight"``) are kept; where one
+    part provides them and the other does not, the other's rows get 0 (``1``
+    for ``"_weight"``). Both parts must hold the same entries: ``extend`` and
+    ``add`` check the online data against the offline layout (keys, shapes,
+    dtypes) before anything is written.
+
+    ``extend`` and ``add`` write to the online part, a
+    :class:`~rbdata.TensorDictReplayBuffer`; ``storage``, ``sampler``,
+    ``writer``, ``dumps``/``loads`` and ``empty`` are those of the online part.
+    The offline part is read-only when built from a TensorDict. Sampling is
+    thread-safe: a collector thread may extend while the learner samples.
+
+    Args:
+        offline: the fixed dataset: a TensorDict with one batch dimension
+            (copied into a read-only buffer over ``TensorStorage(offline)`` with
+            an :class:`~rbdata.ImmutableDatasetWriter`)
+            or a :class:`~rbdata.ReplayBuffer` of TensorDicts already holding it
+            (used as is: it keeps its own sampler, transforms and generator).
+        online_storage: the storage of the online part.
+        online_capacity: build the online storage as ``LazyTensorStorage(online_capacity)``.
+            Give exactly one of ``online_storage`` and ``online_capacity``.
+        offline_fraction: the share of offline rows per batch, a float in
+            ``[0, 1]`` (0 and 1 allowed) or a schedule ``f(batches_sampled) -> float``
+            whose value is checked on every batch.
+
+    Keyword Args:
+        batch_size: the default batch size of :meth:`sample` and iteration.
+        generator: a ``torch.Generator`` used by both parts (the parts built
+            here); the same seed gives the same batches for the same data.
+        online_sampler: the online part's sampler (default: uniform with replacement).
+        online_writer: the online part's writer (default:
+            :class:`~rbdata.TensorDictRoundRobinWriter`; pass one with
+            ``track_generations=True`` to get ``"index_generation"``).
+        online_transform: the online part's transform (e.g. a
+            :class:`~rbdata.PolicyAgeFilter`, which may make the online share smaller).
+
+    Raises:
+        TypeError: for an ``offline`` that is neither a TensorDict nor a ReplayBuffer,
+            a non-numeric ``offline_fraction`` or a bad ``generator``.
+        ValueError: for an empty offline TensorDict, an ``offline_fraction``
+            outside ``[0, 1]``, a bad ``batch_size`` or ``online_capacity``, or
+            when not exactly one of ``online_storage`` and ``online_capacity`` is given.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rbdata import OfflineToOnlineReplayBuffer
+        >>> offline = TensorDict({"obs": torch.zeros(100, 3)}, batch_size=[100])
+        >>> rb = OfflineToOnlineReplayBuffer(
+        ...     offline, online_capacity=1000, batch_size=10,
+        ...     offline_fraction=lambda n: max(0.1, 0.5 - 0.01 * n),  # anneal 0.5 -> 0.1
+        ... )
+        >>> int(rb.sample()["is_offline"].sum())  # online part empty: all offline
+        10
+        >>> _ = rb.extend(TensorDict({"obs": torch.ones(50, 3)}, batch_size=[50]))
+        >>> batch = rb.sample()
+        >>> int(batch["is_offline"].sum()), len(rb)
+        (5, 150)
+        >>> rb.stats()["offline_fraction"]
+        0.48
+    """
+
+    def __init__(
+        self,
+        offline: TensorDictBase | ReplayBuffer,
+        online_storage: Storage | None = None,
+        online_capacity: int | None = None,
+        offline_fraction: float | Callable[[int], float] = 0.5,
+        *,
+        batch_size: int | None = None,
+        generator: torch.Generator | None = None,
+        online_sampler: Sampler | None = None,
+        online_writer: Writer | None = None,
+        online_transform: Transform | Callable[[Any], Any] | None = None,
+    ) -> None:
+        if isinstance(offline, TensorDictBase):
+            if offline.batch_dims != 1 or offline.shape[0] == 0:
+                raise ValueError(
+                    f"offline must be a non-empty TensorDict with one batch dimension, got "
+                    f"batch_size {list(offline.shape)}."
+                )
+        elif not isinstance(offline, ReplayBuffer):
+            raise TypeError(
+                f"offline must be a TensorDict or a ReplayBuffer holding the offline data, got "
+                f"{type(offline).__name__}."
+            )
+        if (online_storage is None) == (online_capacity is None):
+            given = "both" if online_storage is not None else "neither"
+            raise ValueError(
+                f"give exactly one of online_storage and online_capacity, got {given}."
+            )
+        if online_capacity is not None and not _is_positive_int(online_capacity):
+            raise ValueError(f"online_capacity must be a positive int, got {online_capacity!r}.")
+        if online_storage is not None and not isinstance(online_storage, Storage):
+            raise TypeError(
+                f"online_storage must be a Storage, got {type(online_storage).__name__}."
+            )
+        if not callable(offline_fraction):
+            offline_fraction = _check_fraction(offline_fraction, "offline_fraction")
+        if batch_size is not None and not _is_positive_int(batch_size):
+            raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}.")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(
+                f"generator must be a torch.Generator or None, got {type(generator).__name__}."
+            )
+        if isinstance(offline, TensorDictBase):
+            offline = TensorDictReplayBuffer(
+                storage=TensorStorage(offline), writer=ImmutableDatasetWriter(),
+                generator=generator,
+            )
+        self._offline: ReplayBuffer = offline
+        if online_storage is None:
+            online_storage = LazyTensorStorage(online_capacity)
+        self._online = TensorDictReplayBuffer(
+            storage=online_storage,
+            sampler=online_sampler, writer=online_writer, transform=online_transform,
+            batch_size=batch_size, generator=generator,
+        )
+        self._fraction = offline_fraction
+        self._batch_size = batch_size
+        self._generator = generator
+        self._batches_sampled = 0
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ parts
+    @property
+    def offline(self) -> ReplayBuffer:
+        """The buffer holding the offline data."""
+        return self._offline
+
+    @property
+    def online(self) -> TensorDictReplayBuffer:
+        """The online buffer, which ``extend`` and ``add`` write to."""
+        return self._online
+
+    @property
+    def storage(self) -> Storage:
+        """The online part's storage."""
+        return self._online.storage
+
+    @property
+    def sampler(self) -> Sampler:
+        """The online part's sampler."""
+        return self._online.sampler
+
+    @property
+    def writer(self) -> Writer:
+        """The online part's writer."""
+        return self._online.writer
+
+    @property
+    def transform(self) -> Compose:
+        """The online part's transform chain."""
+        return self._online.transform
+
+    @property
+    def batch_size(self) -> int | None:
+        """The default batch size of :meth:`sample` and iteration."""
+        return self._batch_size
+
+    @property
+    def write_count(self) -> int:
+        """The number of items written to the online part."""
+        return self._online.write_count
+
+    @property
+    def batches_sampled(self) -> int:
+        """The number of batches sampled so far (the schedule's argument)."""
+        return self._batches_sampled
+
+    @property
+    def offline_fraction(self) -> float:
+        """The offline fraction of the next batch (the schedule's current value)."""
+        return self._fraction_at(self._batches_sampled)
+
+    def policy_age_filters(self) -> list[PolicyAgeFilter]:
+        """The :class:`~rbdata.PolicyAgeFilter` instances of the online transform chain."""
+        return self._online.policy_age_filters()
+
+    def __len__(self) -> int:
+        return len(self._offline) + len(self._online)
+
+    # ---------------------------------------------------------- writing
+    def extend(self, data: TensorDictBase, *, update_priority: bool | None = None) -> torch.Tensor:
+        """Write a batch of transitions to the online part.
+
+        Args:
+            data: a TensorDict with the offline data's entries (extra
+                ``"index"``, ``"index_generation"``, ``"_weight"`` and
+                ``"is_offline"`` entries, as in a sampled batch, are dropped).
+
+        Keyword Args:
+            update_priority: passed to the online part's ``extend``.
+
+        Returns:
+            The indices written in the online part.
+
+        Raises:
+            TypeError: if ``data`` is not a TensorDict or an entry's dtype differs
+                from the offline data's.
+            KeyError: if the entries differ from the offline data's.
+            ValueError: if an entry's shape differs from the offline data's.
+        """
+        data = self._check_online_data(data, batched=True)
+        return self._online.extend(data, update_priority=update_priority)
+
+    def add(self, data: TensorDictBase) -> int:
+        """Write one transition (a TensorDict with no batch dimension) to the online part.
+
+        Args:
+            data: the transition, checked as in :meth:`extend`.
+
+        Returns:
+            The index written in the online part.
+        """
+        data = self._check_online_data(data, batched=False)
+        return self._online.add(data)
+
+    def _check_online_data(self, data: Any, *, batched: bool) -> TensorDictBase:
+        if not isinstance(data, TensorDictBase):
+            raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
+        extra = [key for key in (*INFO_KEYS, SOURCE_KEY) if key in data.keys()]
+        if extra:
+            data = data.exclude(*extra)
+        storage = self._offline.storage
+        if not (getattr(storage, "initialized", False) and hasattr(storage, "leaf_keys")):
+            return data
+        expected = {_as_tuple(key) for key in storage.leaf_keys()}
+        given = {_as_tuple(key) for key in data.keys(True, True)}
+        if given != expected:
+            raise KeyError(
+                f"online data must have the offline data's entries: missing "
+                f"{sorted(expected - given)}, unexpected {sorted(given - expected)}."
+            )
+        for key in sorted(expected):
+            stored, value = storage.get_leaf(key), data.get(key)
+            shape = tuple(value.shape[1:] if batched else value.shape)
+            if shape != tuple(stored.shape[1:]):
+                raise ValueError(
+                    f"online data entry {key} has per-item shape {list(shape)}; the offline "
+                    f"data has {list(stored.shape[1:])}."
+                )
+            if value.dtype != stored.dtype:
+                raise TypeError(
+                    f"online data entry {key} has dtype {value.dtype}; the offline data has "
+                    f"{stored.dtype}."
+                )
+        return data
+
+    # --------------------------------------------------------- sampling
+    def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
+        """Sample one mixed batch.
+
+        Args:
+            batch_size: the number of rows (default: the constructor's ``batch_size``).
+            return_info: also return a dict with the batch's ``"index"``,
+                ``"is_offline"`` (and ``"index_generation"``/``"_weight"`` when present).
+
+        Returns:
+            A TensorDict of ``batch_size`` rows (fewer when the online sampler
+            returns fewer, e.g. under consume-after-n or a row filter), or
+            ``(batch, info)`` with ``return_info``.
+
+        Raises:
+            ValueError: for a bad ``batch_size`` or a schedule value outside ``[0, 1]``.
+            RuntimeError: if offline rows are due and the offline buffer is empty.
+        """
+        batch_size = self._resolve_batch_size(batch_size)
+        with self._lock:
+            fraction = self._fraction_at(self._batches_sampled)
+            n_offline = batch_size if len(self._online) == 0 else round(fraction * batch_size)
+            if n_offline and len(self._offline) == 0:
+                raise RuntimeError(
+                    f"cannot sample {n_offline} offline rows: the offline buffer is empty."
+                )
+            parts = []
+            if n_offline:
+                parts.append(_tag(self._offline.sample(n_offline), True))
+            if batch_size - n_offline:
+                parts.append(_tag(self._online.sample(batch_size - n_offline), False))
+            batch = parts[0] if len(parts) == 1 else _concat(*parts)
+            self._batches_sampled += 1
+        if return_info:
+            info_keys = (*INFO_KEYS, SOURCE_KEY)
+            return batch, {key: batch.get(key) for key in info_keys if key in batch.keys()}
+        return batch
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        """Yield batches of ``batch_size`` rows forever."""
+        self._resolve_batch_size(None)
+        while True:
+            yield self.sample()
+
+    def wait_for_data(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
+        """Wait until ``predicate()`` holds, woken by online writes, or ``timeout`` seconds pass."""
+        return self._online.wait_for_data(predicate, timeout)
+
+    def _resolve_batch_size(self, batch_size: int | None) -> int:
+        if batch_size is None:
+            if self._batch_size is None:
+                raise ValueError(
+                    "batch_size was not given to sample() and the buffer has no default; pass "
+                    "batch_size=... to sample() or to the constructor."
+                )
+            return self._batch_size
+        if not _is_positive_int(batch_size):
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
+        return batch_size
+
+    def _fraction_at(self, step: int) -> float:
+        if not callable(self._fraction):
+            return self._fraction
+        return _check_fraction(
+            self._fraction(step), f"offline_fraction schedule's value for batch {step}"
+        )
+
+    # ------------------------------------------------- state and stats
+    def stats(self) -> dict[str, Any]:
+        """A snapshot: sizes of both parts, the current offline fraction, the online stats.
+
+        Returns:
+            ``size`` (offline + online), ``offline_size``, ``offline_fraction`` (for
+            the next batch), ``batches_sampled``, ``write_count`` (online) and the
+            online part's ``stats()`` entries prefixed with ``online_``.
+        """
+        out: dict[str, Any] = {
+            "size": len(self),
+            "offline_size": len(self._offline),
+            "offline_fraction": self.offline_fraction,
+            "batches_sampled": self._batches_sampled,
+            "write_count": self._online.write_count,
+        }
+        out.update({f"online_{key}": value for key, value in self._online.stats().items()})
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The online part's full state, the offline sampler's state and the schedule position.
+
+        The offline data itself is not included: it is fixed and comes back from
+        its source.
+        """
+        with self._lock:
+            return {
+                "online": self._online.state_dict(),
+                "offline": _without_content(self._offline.state_dict()),
+                "batches_sampled": self._batches_sampled,
+            }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (checked first; unchanged on error).
+
+        Raises:
+            ValueError: if ``batches_sampled`` is not an int >= 0.
+        """
+        count = state_dict.get("batches_sampled", self._batches_sampled)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"state_dict['batches_sampled'] must be an int >= 0, got {count!r}.")
+        with self._lock:
+            before = _without_content(self._offline.state_dict())
+            if "offline" in state_dict:
+                self._offline.load_state_dict(_without_content(state_dict["offline"]))
+            try:
+                if "online" in state_dict:
+                    self._online.load_state_dict(state_dict["online"])
+            except BaseException:
+                self._offline.load_state_dict(before)
+                raise
+            self._batches_sampled = count
+
+    def dumps(self, path: str | os.PathLike) -> None:
+        """Save the online part atomically in the directory ``path``."""
+        self._online.dumps(path)
+
+    def loads(self, path: str | os.PathLike) -> None:
+        """Load the online part from a :meth:`dumps` directory."""
+        self._online.loads(path)
+
+    dump = dumps
+    load = loads
+
+    def empty(self, empty_write_count: bool = True) -> None:
+        """Empty the online part (the offline data stays)."""
+        self._online.empty(empty_write_count)
+
+    # -------------------------------------------------------- lifecycle
+    def shutdown(self) -> None:
+        """Release both parts' background threads."""
+        self._online.shutdown()
+        self._offline.shutdown()
+
+    close = shutdown
+
+    def __enter__(self) -> OfflineToOnlineReplayBuffer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        fraction = "schedule" if callable(self._fraction) else self._fraction
+        return (
+            f"{type(self).__name__}(offline_size={len(self._offline)}, online_size="
+            f"{len(self._online)}, offline_fraction={fraction}, batch_size={self._batch_size})"
+        )
+
+
+def _is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _check_fraction(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{what} must be a float in [0, 1], got {type(value).__name__} ({value!r})."
+        )
+    if not 0.0 <= float(value) <= 1.0:  # NaN fails too
+        raise ValueError(f"{what} must be a float in [0, 1], got {value!r}.")
+    return float(value)
+
+
+def _as_tuple(key: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def _tag(batch: Any, offline: bool) -> TensorDictBase:
+    if not isinstance(batch, TensorDictBase):
+        raise TypeError(
+            f"the {'offline' if offline else 'online'} part returned a "
+            f"{type(batch).__name__}; both parts must hold TensorDicts."
+        )
+    batch.set(SOURCE_KEY, torch.full(batch.shape[:1], offline, dtype=torch.bool))
+    return batch
+
+
+def _concat(offline: TensorDictBase, online: TensorDictBase) -> TensorDictBase:
+    for key in INFO_KEYS:
+        have_off, have_on = key in offline.keys(), key in online.keys()
+        if have_off != have_on:
+            src, dst = (offline, online) if have_off else (online, offline)
+            fill = torch.ones if key in _FILL_ONES else torch.zeros
+            ref = src.get(key)
+            dst.set(key, fill(dst.shape[0], *ref.shape[1:], dtype=ref.dtype))
+    off_keys, on_keys = set(offline.keys(True, True)), set(online.keys(True, True))
+    if off_keys != on_keys:
+        raise KeyError(
+            f"the offline and online samples have different entries: offline only "
+            f"{sorted(map(str, off_keys - on_keys))}, online only "
+            f"{sorted(map(str, on_keys - off_keys))}."
+        )
+    return torch.cat([offline, online], 0)
+
+
+def _without_content(state: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in state.items() if key != "storage"}

@@ -1,0 +1,19 @@
+"""Samplers: which slots of the storage a batch reads."""
+
+from rbdata.samplers._base import Sampler
+from rbdata.samplers.prioritized import PrioritizedSampler
+from rbdata.samplers.prioritized_slice import PrioritizedSliceSampler
+from rbdata.samplers.random import RandomSampler
+from rbdata.samplers.slice import SliceSampler
+from rbdata.samplers.slice_without_replacement import SliceSamplerWithoutReplacement
+from rbdata.samplers.without_replacement import SamplerWithoutReplacement
+
+__all__ = [
+    "PrioritizedSampler",
+    "PrioritizedSliceSampler",
+    "RandomSampler",
+    "Sampler",
+    "SamplerWithoutReplacement",
+    "SliceSampler",
+    "SliceSamplerWithoutReplacement",
+]

@@ -1,0 +1,264 @@
+"""PrioritizedSampler: sampling proportional to priority**alpha (Schaul et al., 2015)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rbdata.samplers._base import Sampler
+from rbdata.samplers._live import first_unique
+from rbdata.samplers._sumtree import _SumTree
+
+_REDUCTIONS = {"max": "amax", "min": "amin", "sum": "sum", "mean": "mean"}
+
+
+def _describe_bad(values: torch.Tensor, bad: torch.Tensor, limit: int = 5) -> str:
+    where = bad.nonzero().reshape(-1)[:limit]
+    return ", ".join(f"[{int(i)}]={values[i].item()}" for i in where)
+
+
+class PrioritizedSampler(Sampler):
+    """Prioritized sampling: item ``i`` is drawn with probability ``p_i**alpha / sum_j p_j**alpha``.
+
+    The sample's info holds ``"_weight"``, the importance-sampling weights
+    ``(N * P(i)) ** -beta`` divided by their maximum over the whole buffer,
+    i.e. ``(P(i) / P_min) ** -beta``. New (and rewritten) items get the
+    current maximum priority (1.0 at first). ``update_priority`` stores
+    ``(priority + eps) ** alpha``; priorities must be finite and >= 0.
+
+    With consume-after-n, a batch holds distinct items and an item that was
+    returned ``n`` times gets a zero weight in the tree until it is rewritten.
+
+    Args:
+        max_capacity: number of slots (the storage's ``max_size``).
+        alpha: how strongly priorities skew sampling (> 0).
+        beta: importance-sampling correction exponent (>= 0).
+        eps: added to priorities before the power.
+        dtype: floating dtype of the priority tree.
+        reduction: how duplicate indices of one ``update_priority`` call are
+            merged: ``"max"``, ``"min"``, ``"sum"`` or ``"mean"``.
+        max_priority_within_buffer: the default priority of new items is the
+            maximum over the items in the buffer (else: the maximum ever seen).
+
+    Examples:
+        >>> import torch
+        >>> from rbdata.samplers import PrioritizedSampler
+        >>> class Slots:
+        ...     max_size = 4
+        ...     def __len__(self):
+        ...         return 4
+        >>> sampler = PrioritizedSampler(max_capacity=4, alpha=1.0, beta=1.0)
+        >>> sampler.extend(torch.arange(4))
+        >>> sampler.update_priority(torch.arange(4), torch.tensor([0.0, 0.0, 1.0, 3.0]))
+        >>> index, info = sampler.sample(Slots(), 8)
+        >>> sorted(set(index.tolist())) in ([2, 3], [3])
+        True
+        >>> info["_weight"].shape
+        torch.Size([8])
+    """
+
+    def __init__(
+        self,
+        max_capacity: int,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        reduction: str = "max",
+        max_priority_within_buffer: bool = False,
+    ) -> None:
+        super().__init__()
+        if not isinstance(max_capacity, int) or isinstance(max_capacity, bool) or max_capacity <= 0:
+            raise ValueError(f"max_capacity must be a positive int, got {max_capacity!r}.")
+        if not alpha > 0:
+            raise ValueError(f"alpha must be > 0, got alpha={alpha!r}.")
+        if not beta >= 0:
+            raise ValueError(f"beta must be >= 0, got beta={beta!r}.")
+        if not eps >= 0:
+            raise ValueError(f"eps must be >= 0, got eps={eps!r}.")
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"reduction must be one of {sorted(_REDUCTIONS)}, got {reduction!r}.")
+        self.max_capacity = max_capacity
+        self.alpha = float(alpha)
+        self.beta = float(beta)
+        self.eps = float(eps)
+        self.dtype = dtype
+        self.reduction = reduction
+        self.max_priority_within_buffer = bool(max_priority_within_buffer)
+        self._tree = _SumTree(max_capacity, dtype, track_max=self.max_priority_within_buffer)
+        self._initial_priority = (1.0 + self.eps) ** self.alpha
+        self._max_seen = self._initial_priority
+
+    # ------------------------------------------------------------ priorities
+    @property
+    def default_priority(self) -> float:
+        """The tree value given to new items: ``(max_priority + eps) ** alpha``."""
+        if self.max_priority_within_buffer:
+            top = self._tree.max
+            return top if top > 0 else self._initial_priority
+        return self._max_seen
+
+    def set_consume_after_n(self, n: int | None) -> None:
+        """Change consume-after-n; items consumed so far get the default priority back."""
+        consumed = torch.zeros(0, dtype=torch.long)
+        if self._live is not None:
+            consumed = (self._live.counts >= self._live.n).nonzero().reshape(-1)
+        super().set_consume_after_n(n)
+        if consumed.numel():
+            values = torch.full(consumed.shape, self.default_priority, dtype=self.dtype)
+            self._tree.update(consumed, values)
+
+    def extend(self, index: torch.Tensor) -> None:
+        """Give the (re)written slots ``index`` the default priority."""
+        index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
+        self._check_index(index, self.max_capacity)
+        values = torch.full(index.shape, self.default_priority, dtype=self.dtype)
+        self._tree.update(index, values)
+        super().extend(index)
+
+    def _check_index(self, index: torch.Tensor, bound: int) -> None:
+        if not index.numel():
+            return
+        low, high = (int(x) for x in torch.aminmax(index))
+        if low < 0 or high >= bound:
+            bad = (index < 0) | (index >= bound)
+            raise ValueError(
+                f"index must lie in [0, {bound}), got out-of-range entries "
+                f"{_describe_bad(index, bad)}."
+            )
+
+    def update_priority(
+        self, index: int | torch.Tensor, priority: float | torch.Tensor, *, storage: Any = None
+    ) -> None:
+        """Set the priorities of ``index`` (validated first; nothing changes on error).
+
+        Duplicate indices are merged with ``reduction``. With consume-after-n,
+        consumed items keep a zero weight until they are rewritten.
+
+        Args:
+            index: an int or a 1-D integer tensor of slots.
+            priority: a scalar or one value per index (finite, >= 0).
+            storage: when given, indices must be below ``len(storage)``.
+        """
+        index = torch.as_tensor(index)
+        if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
+            raise ValueError(f"index must hold integers, got dtype {index.dtype}.")
+        priority = torch.as_tensor(priority).detach().to(device="cpu", dtype=self.dtype)
+        if priority.numel() == 1:
+            priority = priority.reshape(()).expand(index.numel())
+        elif priority.numel() != index.numel():
+            raise ValueError(
+                f"priority has shape {tuple(priority.shape)} but index has shape "
+                f"{tuple(index.shape)}: expected one priority per index, or a scalar."
+            )
+        index = index.to(device="cpu", dtype=torch.long).reshape(-1)
+        priority = priority.reshape(-1)
+        if index.numel() == 0:
+            return
+        low, high = (float(x) for x in torch.aminmax(priority))
+        if not (low >= 0 and high < float("inf")):
+            bad = ~torch.isfinite(priority) | (priority < 0)
+            raise ValueError(
+                f"priority must be finite and >= 0, got {_describe_bad(priority, bad)}."
+            )
+        self._check_index(index, self.max_capacity if storage is None else len(storage))
+        index, priority = self._merge_duplicates(index, priority)
+        values = priority.add(self.eps).pow_(self.alpha)
+        if self._live is not None:
+            values.masked_fill_(self._consumed(index), 0)
+        self._tree.update(index, values)
+        if self.max_priority_within_buffer:
+            return
+        if self.reduction == "max" and self._live is None:
+            top = (high + self.eps) ** self.alpha  # the largest merged value, without a reduction
+        else:
+            top = float(values.max())
+        self._max_seen = max(self._max_seen, top)
+
+    def _merge_duplicates(
+        self, index: torch.Tensor, priority: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reduce the priorities of repeated indices with ``reduction``."""
+        uniq, inverse = torch.unique(index, return_inverse=True)
+        if uniq.numel() == index.numel():
+            return index, priority
+        merged = torch.zeros(uniq.numel(), dtype=self.dtype)
+        reduce = _REDUCTIONS[self.reduction]
+        return uniq, merged.scatter_reduce_(0, inverse, priority, reduce, include_self=False)
+
+    def _consumed(self, index: torch.Tensor) -> torch.Tensor:
+        """Mask of the slots of ``index`` that were returned n times since their last write."""
+        assert self._live is not None
+        counts = self._live.counts
+        inside = index < counts.numel()
+        consumed = torch.zeros(index.shape, dtype=torch.bool)
+        consumed[inside] = counts[index[inside]] >= self._live.n
+        return consumed
+
+    # ------------------------------------------------------------ sampling
+    def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Draw slots proportionally to their priority; ``info["_weight"]`` holds IS weights."""
+        self._check_batch_size(batch_size)
+        self._check_storage(storage)
+        live = self._live_set(storage)
+        if live is None:
+            index, values = self._tree.sample_with_values(batch_size, self._rng)
+        else:
+            self._check_live(live)
+            index, values = self._sample_distinct(batch_size)
+        weight = values.div(self._tree.min).pow_(-self.beta)
+        if live is not None:
+            done = live.consume(index)
+            self._tree.update(done, torch.zeros(done.shape, dtype=self.dtype))
+        return index, {"_weight": weight}
+
+    def _sample_distinct(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draw up to ``k`` distinct slots, removing drawn ones from the tree between rounds."""
+        index = first_unique(self._tree.sample(k, self._rng))
+        if index.numel() == k:
+            return index, self._tree.leaves.index_select(0, index)
+        parts = [index]
+        saved = [self._tree.leaves.index_select(0, index)]
+        taken = index.numel()
+        try:
+            self._tree.update(index, torch.zeros_like(saved[0]))
+            while taken < k and self._tree.total > 0:
+                more = first_unique(self._tree.sample(k - taken, self._rng))
+                parts.append(more)
+                saved.append(self._tree.leaves.index_select(0, more))
+                self._tree.update(more, torch.zeros_like(saved[-1]))
+                taken += more.numel()
+        finally:
+            index, values = torch.cat(parts), torch.cat(saved)
+            self._tree.update(index, values)
+        return index, values
+
+    def exhausted(self, storage: Any) -> bool:
+        """Whether nothing is sampleable: empty storage, all consumed or all priorities 0."""
+        return super().exhausted(storage) or not self._tree.total > 0
+
+    def _empty(self) -> None:
+        super()._empty()
+        self._tree.set_leaves(torch.zeros(self.max_capacity, dtype=self.dtype))
+        self._max_seen = self._initial_priority
+
+    # ------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Return the tree leaves, the max priority and the consume-after-n state."""
+        state = super().state_dict()
+        state.update(leaves=self._tree.leaves.clone(), max_priority=self._max_seen)
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (the tree is rebuilt from its leaves)."""
+        leaves = state_dict.get("leaves")
+        if leaves is not None and tuple(leaves.shape) != (self.max_capacity,):
+            raise ValueError(
+                f"state_dict['leaves'] has shape {tuple(leaves.shape)}, expected "
+                f"({self.max_capacity},) (max_capacity)."
+            )
+        super().load_state_dict(state_dict)
+        if leaves is not None:
+            self._tree.set_leaves(leaves)
+        self._max_seen = float(state_dict.get("max_priority", self._max_seen))

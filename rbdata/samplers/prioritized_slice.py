@@ -1,0 +1,232 @@
+"""PrioritizedSliceSampler: slices whose start is drawn proportionally to its priority."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rbdata._trajectories import NestedKey
+from rbdata.samplers._base import Sampler
+from rbdata.samplers.prioritized import PrioritizedSampler
+from rbdata.samplers.slice import SliceSampler, SpanArg, _SliceWeight
+
+
+class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
+    """Slices of trajectories whose first transition is drawn ∝ ``priority ** alpha``.
+
+    Every transition has a priority (new ones get the current maximum); only
+    transitions that can start a slice (see :class:`SliceSampler`: far enough
+    from their trajectory's end, unless ``span`` lets slices be truncated on
+    the right) have a non-zero probability. The info holds ``"_weight"``, the
+    importance-sampling weight of each slice's start repeated over its
+    transitions, and the slice markers of :class:`SliceSampler`.
+    ``update_priority(index, priority)`` sets per-transition priorities
+    (duplicates merged with ``reduction``), typically with the flat index and
+    per-transition TD errors of a sampled batch.
+
+    Args:
+        max_capacity: number of slots (the storage's ``max_size``).
+        alpha: how strongly priorities skew sampling (> 0).
+        beta: importance-sampling correction exponent (>= 0).
+        eps: added to priorities before the power.
+        dtype: floating dtype of the priority tree.
+        reduction: how duplicate indices of one ``update_priority`` are merged
+            (``"max"``, ``"min"``, ``"sum"`` or ``"mean"``).
+        num_slices: slices per batch.
+        slice_len: transitions per slice.
+        end_key: entry holding end-of-trajectory flags.
+        traj_key: entry holding per-transition trajectory ids.
+        ends: fixed end flags of a full, static storage.
+        trajectories: fixed trajectory ids of a full, static storage.
+        cache_values: accepted for torchrl compatibility.
+        truncated_key: where the end-of-slice marker goes (None: no markers).
+        strict_length: only draw full-length slices.
+        compile: accepted for torchrl compatibility.
+        span: let slices end past their trajectory's end, truncated (the right
+            side only: a start must be a stored transition to carry a priority).
+        use_gpu: accepted for torchrl compatibility.
+        max_priority_within_buffer: new items get the maximum priority among the
+            items in the buffer (else: the maximum ever seen).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rbdata import LazyTensorStorage, PrioritizedSliceSampler, TensorDictReplayBuffer
+        >>> sampler = PrioritizedSliceSampler(100, alpha=1.0, beta=0.5, slice_len=4)
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100), sampler=sampler,
+        ...                             batch_size=8)
+        >>> _ = rb.extend(TensorDict({"episode": torch.arange(40) // 10}, [40]))
+        >>> priority = torch.zeros(40)
+        >>> priority[23] = 1.0  # only transition 23 can start a slice
+        >>> rb.update_priority(torch.arange(40), priority)
+        >>> rb.sample()["index"].tolist()
+        [23, 24, 25, 26, 23, 24, 25, 26]
+    """
+
+    def __init__(
+        self,
+        max_capacity: int,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        reduction: str = "max",
+        *,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        end_key: NestedKey | None = None,
+        traj_key: NestedKey | None = None,
+        ends: torch.Tensor | None = None,
+        trajectories: torch.Tensor | None = None,
+        cache_values: bool = False,
+        truncated_key: NestedKey | None = ("next", "truncated"),
+        strict_length: bool = True,
+        compile: bool | dict = False,
+        span: SpanArg = False,
+        use_gpu: bool | torch.device = False,
+        max_priority_within_buffer: bool = False,
+    ) -> None:
+        left = span[0] if isinstance(span, tuple) else span
+        if left is not False and left != 0:
+            raise ValueError(
+                f"PrioritizedSliceSampler supports span on the right only, got span={span!r}: "
+                "a slice start is drawn by the priority of its first stored transition."
+            )
+        PrioritizedSampler.__init__(
+            self, max_capacity, alpha, beta, eps, dtype, reduction, max_priority_within_buffer
+        )
+        self._setup_slices(
+            num_slices=num_slices,
+            slice_len=slice_len,
+            end_key=end_key,
+            traj_key=traj_key,
+            ends=ends,
+            trajectories=trajectories,
+            truncated_key=truncated_key,
+            strict_length=strict_length,
+            span=span,
+        )
+        self.cache_values, self.compile, self.use_gpu = cache_values, compile, use_gpu
+        self._raw = torch.zeros(max_capacity, dtype=dtype)
+        self._valid = torch.zeros(max_capacity, dtype=torch.bool)
+        self._refresh_all = True
+
+    # ------------------------------------------------------------ writes
+    def extend(self, index: torch.Tensor) -> None:
+        """Give the written slots the default priority; boundaries update at the next sample."""
+        index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
+        self._check_index(index, self.max_capacity)
+        self._raw.index_fill_(0, index, self.default_priority)
+        self._index.extend(index)
+
+    def update_priority(
+        self, index: int | torch.Tensor, priority: float | torch.Tensor, *, storage: Any = None
+    ) -> None:
+        """Set per-transition priorities (validated first; nothing changes on error)."""
+        PrioritizedSampler.update_priority(self, index, priority, storage=storage)
+        slots = torch.unique(torch.as_tensor(index).to(torch.long).reshape(-1))
+        if slots.numel():
+            values = self._tree.leaves.index_select(0, slots)
+            self._raw.index_copy_(0, slots, values)
+            self._tree.update(slots, values * self._valid.index_select(0, slots))
+
+    def _empty(self) -> None:
+        super()._empty()
+        self._raw.zero_()
+        self._valid.zero_()
+        self._refresh_all = True
+
+    def exhausted(self, storage: Any) -> bool:
+        """Whether the storage is empty (an unsampleable buffer raises at ``sample``)."""
+        return Sampler.exhausted(self, storage)
+
+    # ------------------------------------------------------------ validity
+    def _set_weight(self, weight: _SliceWeight) -> None:
+        super()._set_weight(weight)
+        self._refresh_all = True
+
+    def _sync(self, storage: Any) -> tuple[bool, int] | None:
+        if storage.max_size != self.max_capacity:
+            raise ValueError(
+                f"the storage has max_size={storage.max_size} but the sampler was built with "
+                f"max_capacity={self.max_capacity}: they must match."
+            )
+        change = self._index.sync(storage)
+        index = self._index
+        v_begin = index.v_end - index.size
+        if change is not None and not change[0] and not self._refresh_all:
+            lo = max(change[1] - index.weight.slice_len, v_begin)
+            if index.v_end - lo < index.modulus:
+                self._refresh(lo, v_begin)
+                change = None
+        if change is not None or self._refresh_all:
+            self._refresh_everything()
+        if index.total_weight <= 0:
+            raise self._no_slice_error()
+        return change
+
+    def _refresh(self, lo: int, v_begin: int) -> None:
+        """Recompute which slots can start a slice among virtual positions ``lo..v_end``."""
+        index = self._index
+        v = torch.arange(lo, index.v_end)
+        if v_begin < lo:
+            v = torch.cat([torch.tensor([v_begin]), v])
+        k = index.locate(v)
+        offset = v - index.view("starts").index_select(0, k)
+        ok = offset < index.weight.many(index.view("lengths").index_select(0, k))
+        slots = v.remainder_(index.modulus)
+        self._valid.index_copy_(0, slots, ok)
+        self._tree.update(slots, self._raw.index_select(0, slots) * ok)
+
+    def _refresh_everything(self) -> None:
+        index = self._index
+        valid = torch.zeros(self.max_capacity, dtype=torch.bool)
+        if index.n:
+            room = index.weight.many(index.view("lengths"))
+            slice_id = torch.repeat_interleave(room)
+            first = torch.cumsum(room, 0) - room - index.view("starts")
+            v = torch.arange(slice_id.numel()) - first[slice_id]
+            valid[v.remainder_(index.modulus)] = True
+        self._valid = valid
+        self._tree.set_leaves(self._raw * valid)
+        self._refresh_all = False
+
+    # ------------------------------------------------------------ sampling
+    def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Draw slices whose starts follow the priorities; ``info["_weight"]`` per transition."""
+        num_slices, slice_len = self._shape(batch_size)
+        self._check_storage(storage)
+        self._sync(storage)
+        if not self._tree.total > 0:
+            raise RuntimeError(
+                "cannot sample: every transition that can start a slice has priority 0."
+            )
+        slots = self._tree.sample(num_slices, self._rng)
+        weight = (self._tree.leaves.index_select(0, slots) / self._tree.min).pow(-self.beta)
+        starts = self._index.slots_to_v(slots)
+        if self.strict_length and self._index.weight.right == 0:
+            index, info = self._gather(storage, starts.view(-1, 1), None, slice_len)
+            info["_weight"] = weight.repeat_interleave(slice_len)
+        else:
+            index, info = self._clip(storage, starts, self._index.locate(starts), slice_len)
+            info["_weight"] = weight.index_select(0, info["slice_id"])
+        return index, info
+
+    # ------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Priorities, the write position and the prioritized sampler's state."""
+        return {**super().state_dict(), "raw": self._raw.clone()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (boundaries are rebuilt at the next sample)."""
+        raw = state_dict.get("raw")
+        if raw is not None and tuple(raw.shape) != (self.max_capacity,):
+            raise ValueError(
+                f"state_dict['raw'] has shape {tuple(raw.shape)}, expected "
+                f"({self.max_capacity},) (max_capacity)."
+            )
+        super().load_state_dict(state_dict)
+        if raw is not None:
+            self._raw = raw.to(self.dtype).clone()
+        self._refresh_all = True

@@ -1,0 +1,43 @@
+"""RandomSampler: uniform sampling with replacement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rbdata.samplers._base import Sampler
+
+
+class RandomSampler(Sampler):
+    """Uniform sampling with replacement over the filled slots.
+
+    A batch is ``torch.randint(len(storage), (batch_size,), generator=rng)``.
+    With consume-after-n, a batch holds distinct live items drawn uniformly
+    (fewer than ``batch_size`` when fewer are live). The sampler never runs
+    out.
+
+    Examples:
+        >>> import torch
+        >>> from rbdata.samplers import RandomSampler
+        >>> class Slots:
+        ...     max_size = 100
+        ...     def __len__(self):
+        ...         return 10
+        >>> _ = torch.manual_seed(0)
+        >>> index, info = RandomSampler().sample(Slots(), 5)
+        >>> index
+        tensor([4, 9, 3, 0, 3])
+    """
+
+    def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Draw ``batch_size`` slots uniformly (see the class docstring)."""
+        self._check_batch_size(batch_size)
+        n = self._check_storage(storage)
+        live = self._live_set(storage)
+        if live is None:
+            return torch.randint(n, (batch_size,), generator=self._rng), {}
+        self._check_live(live)
+        index = live.draw_distinct(batch_size, self._rng)
+        live.consume(index)
+        return index, {}

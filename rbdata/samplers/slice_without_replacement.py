@@ -1,0 +1,168 @@
+"""SliceSamplerWithoutReplacement: one slice per trajectory and pass."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rbdata._trajectories import NestedKey
+from rbdata.samplers.slice import SliceSampler
+
+
+class SliceSamplerWithoutReplacement(SliceSampler):
+    """Slices drawn without replacement: each trajectory gives at most one slice per pass.
+
+    A pass visits the trajectories that can give a slice (in random order with
+    ``shuffle``, else oldest first); each visited trajectory contributes one
+    slice at a uniformly drawn offset. The pass ends when every trajectory was
+    visited (``ran_out`` is then True for the batch that ended it); the last
+    batch of a pass holds fewer slices unless ``drop_last``, which leaves out
+    the trajectories that cannot fill a whole batch. Trajectories written
+    during a pass wait for the next one; trajectories overwritten meanwhile are
+    skipped.
+
+    Args:
+        drop_last: leave out the trajectories that cannot fill a last full batch.
+        num_slices: slices per batch.
+        slice_len: transitions per slice.
+        end_key: entry holding end-of-trajectory flags.
+        traj_key: entry holding per-transition trajectory ids.
+        ends: fixed end flags of a full, static storage (see :class:`SliceSampler`).
+        trajectories: fixed trajectory ids of a full, static storage.
+        truncated_key: where the end-of-slice marker goes (None: no markers).
+        strict_length: skip trajectories shorter than ``slice_len`` (else they
+            give short slices).
+        shuffle: visit trajectories in random order (else oldest first).
+        compile: accepted for torchrl compatibility.
+        use_gpu: accepted for torchrl compatibility.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rbdata import (
+        ...     LazyTensorStorage, SliceSamplerWithoutReplacement, TensorDictReplayBuffer
+        ... )
+        >>> sampler = SliceSamplerWithoutReplacement(num_slices=2)
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100), sampler=sampler,
+        ...                             batch_size=8)
+        >>> _ = rb.extend(TensorDict({"episode": torch.arange(40) // 10}, [40]))
+        >>> seen = [rb.sample()["episode"].view(2, 4)[:, 0] for _ in range(2)]
+        >>> sorted(torch.cat(seen).tolist()), sampler.ran_out
+        ([0, 1, 2, 3], True)
+    """
+
+    def __init__(
+        self,
+        *,
+        drop_last: bool = False,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        end_key: NestedKey | None = None,
+        traj_key: NestedKey | None = None,
+        ends: torch.Tensor | None = None,
+        trajectories: torch.Tensor | None = None,
+        truncated_key: NestedKey | None = ("next", "truncated"),
+        strict_length: bool = True,
+        shuffle: bool = True,
+        compile: bool | dict = False,
+        use_gpu: bool | torch.device = False,
+    ) -> None:
+        super().__init__(
+            num_slices=num_slices,
+            slice_len=slice_len,
+            end_key=end_key,
+            traj_key=traj_key,
+            ends=ends,
+            trajectories=trajectories,
+            truncated_key=truncated_key,
+            strict_length=strict_length,
+            compile=compile,
+            use_gpu=use_gpu,
+        )
+        self.drop_last = bool(drop_last)
+        self.shuffle = bool(shuffle)
+        self._order: torch.Tensor | None = None
+        self._pos = 0
+        self._ran_out = False
+
+    @property
+    def ran_out(self) -> bool:
+        """Whether the last batch ended a pass."""
+        return self._ran_out
+
+    def _new_pass(self, num_slices: int) -> torch.Tensor:
+        index = self._index
+        starts = index.view("starts")[index.weight.many(index.view("lengths")) > 0]
+        if self.drop_last and starts.numel() < num_slices:
+            raise ValueError(
+                f"drop_last=True but only {starts.numel()} trajectories can give a slice, "
+                f"fewer than num_slices={num_slices}: no full batch can be made."
+            )
+        if self.shuffle:
+            starts = starts[torch.randperm(starts.numel(), generator=self._rng)]
+        self._pos = 0
+        return starts.clone()
+
+    def _take(self, num_slices: int) -> torch.Tensor:
+        """Positions (in the live columns) of the next trajectories of the pass."""
+        index = self._index
+        parts: list[torch.Tensor] = []
+        need = num_slices
+        for _ in range(2):
+            if self._order is None:
+                self._order = self._new_pass(num_slices)
+            order = self._order
+            while need and self._pos < order.numel():
+                ids = order[self._pos : self._pos + need]
+                self._pos += ids.numel()
+                k = index.locate(ids).clamp_min_(0)
+                alive = (index.view("starts")[k] == ids) & (
+                    index.weight.many(index.view("lengths")[k]) > 0
+                )
+                parts.append(k[alive])
+                need -= int(alive.sum())
+            left = order.numel() - self._pos
+            self._ran_out = left == 0 or (self.drop_last and left < num_slices)
+            if self._ran_out:
+                self._order = None
+            if need < num_slices:
+                break
+        return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+
+    def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Draw the next slices of the pass (see the class docstring)."""
+        num_slices, slice_len = self._shape(batch_size)
+        self._check_storage(storage)
+        self._sync(storage)
+        index = self._index
+        k = self._take(num_slices)
+        lengths = index.view("lengths").index_select(0, k)
+        room = index.weight.many(lengths)
+        starts = index.view("starts").index_select(0, k)
+        starts += (torch.rand(k.numel(), generator=self._rng) * room).long()
+        if self.strict_length:
+            return self._gather(storage, starts.view(-1, 1), None, slice_len)
+        return self._clip(storage, starts, k, slice_len)
+
+    def _empty(self) -> None:
+        super()._empty()
+        self._order, self._pos, self._ran_out = None, 0, False
+
+    def state_dict(self) -> dict[str, Any]:
+        """The pass (trajectories left, by start position) and the write position."""
+        return {
+            **super().state_dict(),
+            "order": None if self._order is None else self._order.clone(),
+            "pos": self._pos,
+            "ran_out": self._ran_out,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        super().load_state_dict(state_dict)
+        if "order" in state_dict:
+            order = state_dict["order"]
+            self._order = None if order is None else torch.as_tensor(order, dtype=torch.long)
+        self._pos = int(state_dict.get("pos", self._pos))
+        self._ran_out = bool(state_dict.get("ran_out", self._ran_out))

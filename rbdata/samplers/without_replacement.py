@@ -1,0 +1,130 @@
+"""SamplerWithoutReplacement: passes over the data, each item once per pass."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rbdata.samplers._base import Sampler
+
+
+class SamplerWithoutReplacement(Sampler):
+    """Sample every filled slot once per pass, in chunks of ``batch_size``.
+
+    A pass is a random permutation (``shuffle=True``) or the ordered range
+    (``shuffle=False``) of the slots filled when the pass starts, handed out
+    in order. The last batch of a pass is shorter than ``batch_size`` unless
+    ``drop_last``, which skips it. ``ran_out`` is True right after the last
+    batch of a pass; the next ``sample`` starts a new pass. Items written
+    during a pass are picked up in the next one.
+
+    With consume-after-n, a pass covers the live items only, and each batch
+    counts towards their consumption.
+
+    Args:
+        drop_last: skip the last batch of a pass when it is short.
+        shuffle: permute each pass (else slots come in increasing order).
+
+    Examples:
+        >>> import torch
+        >>> from rbdata.samplers import SamplerWithoutReplacement
+        >>> class Slots:
+        ...     max_size = 10
+        ...     def __len__(self):
+        ...         return 5
+        >>> sampler = SamplerWithoutReplacement(shuffle=False)
+        >>> sampler.sample(Slots(), 3)[0]
+        tensor([0, 1, 2])
+        >>> sampler.sample(Slots(), 3)[0], sampler.ran_out
+        (tensor([3, 4]), True)
+    """
+
+    def __init__(self, drop_last: bool = False, shuffle: bool = True) -> None:
+        super().__init__()
+        self.drop_last = bool(drop_last)
+        self.shuffle = bool(shuffle)
+        self._perm: torch.Tensor | None = None
+        self._cursor = 0
+        self._ran_out = False
+
+    @property
+    def ran_out(self) -> bool:
+        """Whether the last ``sample`` returned the last batch of a pass."""
+        return self._ran_out
+
+    def _new_pass(self, n: int, candidates: torch.Tensor | None) -> None:
+        if candidates is None:
+            order = torch.randperm(n, generator=self._rng) if self.shuffle else torch.arange(n)
+        elif self.shuffle:
+            order = candidates[torch.randperm(candidates.numel(), generator=self._rng)]
+        else:
+            order = candidates.sort().values
+        self._perm = order
+        self._cursor = 0
+        self._ran_out = False
+
+    def _remaining(self) -> int:
+        return 0 if self._perm is None else self._perm.numel() - self._cursor
+
+    def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Return the next chunk of the current pass (see the class docstring)."""
+        self._check_batch_size(batch_size)
+        n = self._check_storage(storage)
+        live = self._live_set(storage)
+        if live is not None:
+            self._check_live(live)
+        remaining = self._remaining()
+        if remaining == 0 or (self.drop_last and remaining < batch_size):
+            self._new_pass(n, None if live is None else live.live.clone())
+        if self.drop_last and self._remaining() < batch_size:
+            raise RuntimeError(
+                f"drop_last=True needs at least batch_size={batch_size} sampleable items, "
+                f"got {self._remaining()}."
+            )
+        assert self._perm is not None
+        parts = []
+        taken = 0
+        while taken < batch_size and self._cursor < self._perm.numel():
+            chunk = self._perm[self._cursor : self._cursor + batch_size - taken]
+            self._cursor += chunk.numel()
+            keep = chunk < n
+            if live is not None:
+                keep &= live.is_live(chunk)
+            chunk = chunk[keep]
+            parts.append(chunk)
+            taken += chunk.numel()
+        index = parts[0] if len(parts) == 1 else torch.cat(parts)
+        if live is not None:
+            live.consume(index)
+        remaining = self._remaining()
+        self._ran_out = remaining == 0 or (self.drop_last and remaining < batch_size)
+        if self._ran_out:
+            self._perm = None
+            self._cursor = 0
+        return index, {}
+
+    def _empty(self) -> None:
+        super()._empty()
+        self._perm = None
+        self._cursor = 0
+        self._ran_out = False
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the pass (permutation and position) and the consume-after-n state."""
+        state = super().state_dict()
+        state.update(
+            perm=None if self._perm is None else self._perm.clone(),
+            cursor=self._cursor,
+            ran_out=self._ran_out,
+        )
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output, so a resumed sampler continues the same pass."""
+        super().load_state_dict(state_dict)
+        if "perm" in state_dict:
+            perm = state_dict["perm"]
+            self._perm = None if perm is None else torch.as_tensor(perm, dtype=torch.long).clone()
+        self._cursor = int(state_dict.get("cursor", self._cursor))
+        self._ran_out = bool(state_dict.get("ran_out", self._ran_out))

@@ -1,0 +1,15 @@
+"""Storages: where a replay buffer's items live."""
+
+from ._base import Storage
+from .list import LazyStackStorage, ListStorage
+from .memmap import LazyMemmapStorage
+from .tensor import LazyTensorStorage, TensorStorage
+
+__all__ = [
+    "LazyMemmapStorage",
+    "LazyStackStorage",
+    "LazyTensorStorage",
+    "ListStorage",
+    "Storage",
+    "TensorStorage",
+]

@@ -1,0 +1,249 @@
+"""The Storage base class (where the buffer's items live) and index normalization."""
+
+from __future__ import annotations
+
+import abc
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+Index = int | slice | torch.Tensor
+
+
+class Storage(abc.ABC):
+    """Base class of every storage.
+
+    A storage holds up to ``max_size`` items in slots ``0 .. max_size - 1``.
+    Writers decide *where* to write (``set``), samplers decide *what* to read
+    (``get``). ``len(storage)`` is the number of filled slots: slots
+    ``0 .. len - 1`` always hold data (writers fill slots in order).
+
+    Index kinds, for ``get`` and ``set``: an int (one item; negative ints count
+    from the end of the filled part, as in Python), a slice, or an integer
+    tensor (one item per element; ``get`` also accepts an N-d tensor and
+    returns a batch of that shape). Out-of-range indices raise ``IndexError``
+    naming the index and the valid range.
+
+    Subclasses implement ``_set`` (which validates, writes and returns the new
+    filled length it implies), ``_get``, ``_empty`` and the state hooks; this
+    base owns the public API, the length bookkeeping and the save/load hooks.
+
+    Args:
+        max_size: number of slots.
+
+    Examples:
+        >>> import torch
+        >>> from rbdata.storages import ListStorage
+        >>> storage = ListStorage(max_size=10)
+        >>> storage.set(torch.arange(3), ["a", "b", "c"])
+        >>> len(storage), storage[-1], storage.get(torch.tensor([2, 0]))
+        (3, 'c', ['c', 'a'])
+    """
+
+    ndim: int = 1
+
+    def __init__(self, max_size: int) -> None:
+        if not isinstance(max_size, int) or isinstance(max_size, bool) or max_size <= 0:
+            raise ValueError(f"max_size must be a positive int, got {max_size!r}.")
+        self.max_size = max_size
+        self._len_value = 0
+        self._len_shared: torch.Tensor | None = None
+        self._save_hooks: list[Callable[[Any], Any]] = []
+        self._load_hooks: list[Callable[[Any], Any]] = []
+
+    # -------------------------------------------------------------- length
+    @property
+    def _len(self) -> int:
+        """Filled items along the first storage dim (shared between processes when shared)."""
+        shared = self._len_shared
+        return self._len_value if shared is None else int(shared.item())
+
+    @_len.setter
+    def _len(self, value: int) -> None:
+        shared = self._len_shared
+        if shared is None:
+            self._len_value = value
+        else:
+            shared.fill_(value)
+
+    def __len__(self) -> int:
+        return self._len
+
+    # ------------------------------------------------------------------ API
+    @property
+    @abc.abstractmethod
+    def initialized(self) -> bool:
+        """Whether the storage has allocated its slots (lazy storages: after the first write)."""
+
+    def set(self, index: Index, data: Any) -> None:
+        """Write ``data`` at ``index`` (an int, a slice or a 1-D LongTensor).
+
+        For an int ``index`` ``data`` is one item; otherwise ``data`` holds one
+        item per index along its first dimension. Validation happens before
+        anything is written: on error the storage is unchanged.
+        """
+        stop = self._set(index, data)
+        if stop > self._len:
+            self._len = stop
+
+    def get(self, index: Index) -> Any:
+        """Read the items at ``index`` (an int, a slice or an integer tensor)."""
+        return self._get(index)
+
+    def __getitem__(self, index: Index) -> Any:
+        return self.get(index)
+
+    def __setitem__(self, index: Index, data: Any) -> None:
+        self.set(index, data)
+
+    def empty(self) -> None:
+        """Forget every item (slots are kept allocated)."""
+        self._empty()
+        self._len = 0
+
+    def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
+        """Register a callable applied to the content before it is saved by ``dumps``."""
+        self._save_hooks.append(hook)
+
+    def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
+        """Register a callable applied to the content after it is read by ``loads``."""
+        self._load_hooks.append(hook)
+
+    # -------------------------------------------------------------- hooks
+    @abc.abstractmethod
+    def _set(self, index: Index, data: Any) -> int:
+        """Validate and write; return the filled length (along dim 0) the write implies."""
+
+    @abc.abstractmethod
+    def _get(self, index: Index) -> Any: ...
+
+    @abc.abstractmethod
+    def _empty(self) -> None: ...
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Return the storage's state, content included (tensors, not pickled objects)."""
+
+    @abc.abstractmethod
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the storage from :meth:`state_dict`'s output."""
+
+
+# ------------------------------------------------------------ index helpers
+def _as_index(index: Any) -> int | slice | torch.Tensor:
+    """Bring the accepted index kinds to an int, a slice or an int64 tensor."""
+    if type(index) is torch.Tensor:
+        if index.dtype is not torch.int64:
+            if index.dtype.is_floating_point or index.dtype.is_complex or index.dtype is torch.bool:
+                raise TypeError(f"index tensors must hold integers, got dtype {index.dtype}.")
+            index = index.long()
+        return int(index) if index.ndim == 0 else index
+    if isinstance(index, slice):
+        return index
+    if isinstance(index, bool):
+        raise TypeError(f"index must be an int, a slice or an integer tensor, got {index!r}.")
+    if isinstance(index, (list, tuple, range)):
+        return _as_index(torch.as_tensor(index, dtype=torch.int64))
+    if isinstance(index, torch.Tensor):
+        return _as_index(index.as_subclass(torch.Tensor))
+    try:
+        return operator.index(index)
+    except TypeError:
+        raise TypeError(
+            f"index must be an int, a slice or an integer tensor, got {type(index).__name__}."
+        ) from None
+
+
+def _check_int(index: int, length: int, bound: int, what: str) -> int:
+    """Resolve a negative int against ``length`` and check ``0 <= index < bound``."""
+    resolved = index + length if index < 0 else index
+    if not 0 <= resolved < bound:
+        raise IndexError(
+            f"{what} index {index} is out of range: valid indices are "
+            f"{-length} .. {bound - 1} (length {length}, capacity {bound})."
+        )
+    return resolved
+
+
+def _check_tensor(
+    index: torch.Tensor, length: int, bound: int, what: str
+) -> tuple[torch.Tensor, int]:
+    """Resolve negative entries against ``length``, check every entry is below ``bound``.
+
+    Returns the resolved index and its largest non-negative entry (-1 if none).
+    """
+    if index.numel() == 0:
+        return index, -1
+    lo, hi = (int(v) for v in torch.aminmax(index))
+    if lo < -length or hi >= bound:
+        bad = lo if lo < -length else hi
+        raise IndexError(
+            f"{what} index {bad} is out of range: valid indices are "
+            f"{-length} .. {bound - 1} (length {length}, capacity {bound})."
+        )
+    if lo < 0:
+        index = torch.where(index < 0, index + length, index)
+    return index, hi
+
+
+def _get_index(index: Any, length: int) -> int | range | torch.Tensor:
+    """Normalize a read index: ints and tensors within ``[-length, length)``, slices to a range."""
+    index = _as_index(index)
+    if isinstance(index, torch.Tensor):
+        return _check_tensor(index, length, length, "get")[0]
+    if isinstance(index, slice):
+        return range(*index.indices(length))
+    return _check_int(index, length, length, "get")
+
+
+def _set_index(
+    index: Any, length: int, capacity: int
+) -> tuple[int | range | tuple[range, range] | torch.Tensor, int]:
+    """Normalize a write index; return it with the filled length it implies.
+
+    Ints and tensors may be negative (counted from ``length``) and must stay
+    below ``capacity``; a slice is resolved against ``capacity`` (its bounds
+    must lie within it); a tensor must be 1-D. A tensor holding consecutive
+    slots (modulo ``capacity``, as a round-robin writer produces) comes back as
+    a range, or as two ranges when it wraps around.
+    """
+    index = _as_index(index)
+    if isinstance(index, torch.Tensor):
+        if index.ndim != 1:
+            raise ValueError(f"set index tensors must be 1-D, got shape {list(index.shape)}.")
+        runs = _as_runs(index, capacity)
+        if runs is not None:
+            return runs, (runs.stop if isinstance(runs, range) else capacity)
+        index, hi = _check_tensor(index, length, capacity, "set")
+        return index, hi + 1
+    if isinstance(index, slice):
+        for bound in (index.start, index.stop):
+            if bound is not None and not -capacity <= bound <= capacity:
+                raise IndexError(
+                    f"set slice {index.start}:{index.stop} is out of range for capacity {capacity}."
+                )
+        rng = range(*index.indices(capacity))
+        return rng, (max(rng[0], rng[-1]) + 1 if rng else 0)
+    resolved = _check_int(index, length, capacity, "set")
+    return resolved, resolved + 1
+
+
+def _as_runs(index: torch.Tensor, capacity: int) -> range | tuple[range, range] | None:
+    """``index`` as consecutive slots modulo ``capacity`` (one or two ranges), or None."""
+    n = index.shape[0]
+    if n == 0:
+        return range(0)
+    first = int(index[0])
+    if not 0 <= first < capacity or n > capacity:
+        return None
+    end = first + n
+    expected = torch.arange(first, end, device=index.device)
+    if end > capacity:
+        expected[capacity - first :] -= capacity
+    if not torch.equal(index, expected):
+        return None
+    if end <= capacity:
+        return range(first, end)
+    return range(first, capacity), range(0, end - capacity)

@@ -1,0 +1,136 @@
+"""Packed rows: every leaf of an item in one contiguous byte row.
+
+One gather of whole rows (viewed as 8-byte words) replaces one gather per
+leaf; the leaves of a batch are then views of the gathered rows. Leaves are
+laid out by decreasing itemsize and grouped by dtype, so each leaf sits at an
+offset aligned to its itemsize and all the leaves of one dtype are carved out
+of a batch with a single ``split_with_sizes``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+_WORD = torch.int64
+_SHAPE_CACHE_SIZE = 64
+
+
+class _PackedLayout:
+    """Where each leaf lives in a packed row.
+
+    Args:
+        dtypes: dtype of each leaf.
+        shapes: per-item shape of each leaf.
+    """
+
+    def __init__(self, dtypes: list[torch.dtype], shapes: list[tuple[int, ...]]) -> None:
+        self.dtypes = list(dtypes)
+        self.shapes = [tuple(shape) for shape in shapes]
+        self.numels = [math.prod(shape) for shape in self.shapes]
+        itemsizes = [dtype.itemsize for dtype in self.dtypes]
+        rank = {dtype: i for i, dtype in reversed(list(enumerate(self.dtypes)))}
+        order = sorted(range(len(dtypes)), key=lambda i: (-itemsizes[i], rank[dtypes[i]]))
+        self.offsets = [0] * len(dtypes)
+        offset = 0
+        for i in order:
+            self.offsets[i] = offset
+            offset += itemsizes[i] * self.numels[i]
+        align = max([8, *itemsizes])
+        self.row_bytes = max(align, -(-offset // align) * align)
+        self.row_words = self.row_bytes // _WORD.itemsize
+        # one (dtype, split sizes) per dtype group; pick[i] = (group, piece) of leaf i
+        self.groups: list[tuple[torch.dtype, list[int]]] = []
+        self.pick: list[tuple[int, int]] = [(0, 0)] * len(dtypes)
+        for i in order:
+            dtype = self.dtypes[i]
+            if not self.groups or self.groups[-1][0] != dtype:
+                self.groups.append((dtype, [self.offsets[i] // dtype.itemsize]))
+            sizes = self.groups[-1][1]
+            self.pick[i] = (len(self.groups) - 1, len(sizes))
+            sizes.append(self.numels[i])
+        for dtype, sizes in self.groups:
+            sizes.append(self.row_bytes // dtype.itemsize - sum(sizes))
+        # leaves whose split piece [B, numel] already has the item shape
+        self.direct = [len(shape) == 1 for shape in self.shapes]
+
+    def same_as(self, other: _PackedLayout) -> bool:
+        """Whether both layouts describe the same leaves."""
+        return self.dtypes == other.dtypes and self.shapes == other.shapes
+
+
+class _PackedRows:
+    """``capacity`` packed rows and a full-capacity view of each leaf.
+
+    Args:
+        layout: the row layout.
+        packed: a ``uint8`` tensor ``[capacity, layout.row_bytes]``.
+        out_device: device the read batches are moved to (``None``: the rows' device).
+    """
+
+    def __init__(
+        self, layout: _PackedLayout, packed: torch.Tensor, out_device: torch.device | None = None
+    ) -> None:
+        self.layout = layout
+        self.packed = packed
+        self.capacity = packed.shape[0]
+        self.words = packed.view(_WORD)
+        self.device = packed.device
+        self.out_device = out_device
+        self.views = [
+            packed[:, offset : offset + dtype.itemsize * numel]
+            .view(dtype)
+            .view(self.capacity, *shape)
+            for offset, dtype, numel, shape in zip(
+                layout.offsets, layout.dtypes, layout.numels, layout.shapes, strict=True
+            )
+        ]
+        self._shapes: dict[torch.Size, list[tuple[int, ...] | None]] = {}
+
+    # ----------------------------------------------------------------- read
+    def read_index(self, index: torch.Tensor) -> torch.Tensor:
+        """Fresh copy of the rows at ``index`` (a 1-D LongTensor on any device)."""
+        if index.device != self.device:
+            index = index.to(self.device)
+        rows = torch.empty((index.shape[0], self.layout.row_words), dtype=_WORD, device=self.device)
+        torch.index_select(self.words, 0, index, out=rows)
+        return rows if self.out_device is None else rows.to(self.out_device)
+
+    def read_range(self, start: int, stop: int) -> torch.Tensor:
+        """Fresh copy of rows ``start .. stop - 1``."""
+        rows = self.words[start:stop].clone()
+        return rows if self.out_device is None else rows.to(self.out_device)
+
+    def split(self, rows: torch.Tensor, batch: torch.Size) -> list[torch.Tensor]:
+        """Per-leaf views ``[*batch, *shape]`` of ``rows`` (``[batch.numel(), row_words]``)."""
+        shapes = self._shapes.get(batch)
+        if shapes is None:
+            flat = len(batch) == 1
+            shapes = [
+                None if flat and direct else (*batch, *shape)
+                for direct, shape in zip(self.layout.direct, self.layout.shapes, strict=True)
+            ]
+            if len(self._shapes) >= _SHAPE_CACHE_SIZE:
+                self._shapes.clear()
+            self._shapes[batch] = shapes
+        pieces = [rows.view(dt).split_with_sizes(sizes, 1) for dt, sizes in self.layout.groups]
+        return [
+            pieces[g][j] if shape is None else pieces[g][j].view(shape)
+            for (g, j), shape in zip(self.layout.pick, shapes, strict=True)
+        ]
+
+    # ---------------------------------------------------------------- write
+    def write_range(self, start: int, leaves: list[torch.Tensor]) -> None:
+        """Copy ``leaves`` (each ``[n, *shape]``) into rows ``start .. start + n - 1``."""
+        stop = start + leaves[0].shape[0]
+        torch._foreach_copy_([view[start:stop] for view in self.views], leaves)
+
+    def write_index(self, index: torch.Tensor, leaves: list[torch.Tensor]) -> None:
+        """Copy ``leaves`` (each ``[n, *shape]``) into the rows at ``index`` (1-D, length n)."""
+        if index.device != self.device:
+            index = index.to(self.device)
+        n = index.shape[0]
+        stage = torch.empty((n, self.layout.row_words), dtype=_WORD, device=self.device)
+        torch._foreach_copy_(self.split(stage, torch.Size([n])), leaves)
+        self.words.index_copy_(0, index, stage)

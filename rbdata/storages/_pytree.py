@@ -1,0 +1,339 @@
+"""The structure of what a tensor storage holds: a Tensor, a TensorDict or a PyTree of tensors.
+
+A :class:`_Structure` is inferred from the first write. It flattens later
+data into its list of leaf tensors (checking the container kinds and keys on
+the way), rebuilds a sample of the same kind from leaf tensors, and describes
+itself as plain JSON-able values so that a saved storage can be rebuilt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+_LEAF = "tensor"
+_TD = "tensordict"
+_DICT = "dict"
+_LIST = "list"
+_TUPLE = "tuple"
+_KINDS = (_LEAF, _TD, _DICT, _LIST, _TUPLE)
+_SINGLE_TENSOR_NAME = "data"
+
+PathKey = tuple[str | int, ...]
+_Builder = Callable[[list[torch.Tensor], torch.Size, torch.device], Any]
+
+
+class _Node:
+    """One container (or leaf) of the structure."""
+
+    __slots__ = ("kind", "keys", "children", "batch")
+
+    def __init__(
+        self,
+        kind: str,
+        keys: list[str | int] | None = None,
+        children: list[_Node] | None = None,
+        batch: tuple[int, ...] = (),
+    ) -> None:
+        self.kind = kind
+        self.keys = keys
+        self.children = children or []
+        self.batch = batch
+
+    def state(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind}
+        if self.keys is not None:
+            out["keys"] = list(self.keys)
+        if self.kind != _LEAF:
+            out["children"] = [child.state() for child in self.children]
+        if self.kind == _TD:
+            out["batch"] = list(self.batch)
+        return out
+
+
+def _key_repr(path: PathKey) -> str:
+    if not path:
+        return "the data"
+    return repr(path[0]) if len(path) == 1 else repr(path)
+
+
+def _infer(data: Any, lead: int, path: PathKey, paths: list[PathKey]) -> _Node:
+    """Build the node of ``data``; ``lead`` leading dims of every tensor are storage dims."""
+    if isinstance(data, torch.Tensor):
+        paths.append(path)
+        return _Node(_LEAF)
+    if isinstance(data, TensorDictBase):
+        if data.batch_dims < lead:
+            raise ValueError(
+                f"TensorDict at {_key_repr(path)} has batch_size {list(data.batch_size)}; "
+                f"expected at least {lead} leading batch dim(s) (the storage dims)."
+            )
+        keys: list[str | int] = []
+        children = []
+        for key, value in data.items():
+            keys.append(key)
+            children.append(_infer(value, lead, (*path, key), paths))
+        return _Node(_TD, keys, children, tuple(data.batch_size[lead:]))
+    if isinstance(data, Mapping):
+        keys = list(data.keys())
+        for key in keys:
+            if isinstance(key, bool) or not isinstance(key, (str, int)):
+                raise TypeError(f"dict keys must be str or int, got {key!r} at {_key_repr(path)}.")
+        children = [_infer(data[key], lead, (*path, key), paths) for key in keys]
+        return _Node(_DICT, keys, children)
+    if isinstance(data, (list, tuple)):
+        kind = _TUPLE if isinstance(data, tuple) else _LIST
+        children = [_infer(value, lead, (*path, i), paths) for i, value in enumerate(data)]
+        return _Node(kind, None, children)
+    raise TypeError(
+        f"a tensor storage holds tensors, TensorDicts, dicts, lists and tuples; got "
+        f"{type(data).__name__} at {_key_repr(path)}."
+    )
+
+
+def _from_state(state: Any) -> _Node:
+    if not isinstance(state, Mapping) or state.get("kind") not in _KINDS:
+        raise ValueError(f"malformed storage structure description: {state!r}.")
+    kind = state["kind"]
+    if kind == _LEAF:
+        return _Node(_LEAF)
+    children = [_from_state(child) for child in state.get("children", [])]
+    keys = state.get("keys")
+    if kind in (_TD, _DICT) and (keys is None or len(keys) != len(children)):
+        raise ValueError(f"malformed storage structure description: {state!r}.")
+    return _Node(
+        kind, list(keys) if keys is not None else None, children, tuple(state.get("batch", ()))
+    )
+
+
+def _collect_paths(node: _Node, path: PathKey, out: list[PathKey]) -> None:
+    if node.kind == _LEAF:
+        out.append(path)
+    elif node.kind in (_TD, _DICT):
+        for key, child in zip(node.keys, node.children, strict=True):
+            _collect_paths(child, (*path, key), out)
+    else:
+        for i, child in enumerate(node.children):
+            _collect_paths(child, (*path, i), out)
+
+
+class _Structure:
+    """The container structure of the stored data and its leaf order.
+
+    Args:
+        root: the root node.
+    """
+
+    def __init__(self, root: _Node) -> None:
+        self.root = root
+        self.paths: list[PathKey] = []
+        _collect_paths(root, (), self.paths)
+        if not self.paths:
+            raise ValueError("the data holds no tensor: a tensor storage needs at least one.")
+        self.names = [
+            ".".join(str(part) for part in path) or _SINGLE_TENSOR_NAME for path in self.paths
+        ]
+        if len(set(self.names)) != len(self.names):
+            raise ValueError(
+                f"leaf keys {self.paths} give clashing flat names {self.names}; rename the keys "
+                "that contain '.'."
+            )
+        self._index = {path: i for i, path in enumerate(self.paths)}
+        counter = iter(range(len(self.paths)))
+        self._build = _compile(root, counter)
+        self._fast_flatten = _compile_flatten(root)
+
+    @classmethod
+    def infer(cls, data: Any, lead: int) -> tuple[_Structure, list[torch.Tensor]]:
+        """Infer the structure of ``data`` and return it with the leaves of ``data``."""
+        paths: list[PathKey] = []
+        structure = cls(_infer(data, lead, (), paths))
+        return structure, structure.flatten(data)
+
+    @classmethod
+    def from_state(cls, state: Any) -> _Structure:
+        """Rebuild a structure from :meth:`state`'s output (ValueError if malformed)."""
+        return cls(_from_state(state))
+
+    def state(self) -> dict[str, Any]:
+        """JSON-able description of the structure (container kinds, keys, batch dims)."""
+        return self.root.state()
+
+    @property
+    def is_tensordict(self) -> bool:
+        """Whether the root is a TensorDict."""
+        return self.root.kind == _TD
+
+    def leaf_keys(self) -> list[Any]:
+        """Leaf keys: a top-level key as is, a nested key as a tuple, ``()`` for a single tensor."""
+        return [path[0] if len(path) == 1 else path for path in self.paths]
+
+    def leaf_index(self, key: Any) -> int:
+        """Position of the leaf named ``key`` (a key, a tuple of keys or ``()``)."""
+        path = key if isinstance(key, tuple) else (key,)
+        try:
+            return self._index[path]
+        except (KeyError, TypeError):
+            raise KeyError(
+                f"key {key!r} is not in the storage; stored keys: {self.leaf_keys()}."
+            ) from None
+
+    def key_repr(self, i: int) -> str:
+        """How error messages name leaf ``i``."""
+        return _key_repr(self.paths[i])
+
+    def flatten(self, data: Any) -> list[torch.Tensor]:
+        """Leaves of ``data``, in storage order; TypeError/KeyError if its structure differs."""
+        out: list[torch.Tensor] = []
+        try:
+            self._fast_flatten(data, out)
+        except (_Mismatch, KeyError):
+            out = []
+            _flatten(self.root, data, (), out)
+        return out
+
+    def build(self, leaves: list[torch.Tensor], batch: torch.Size, device: torch.device) -> Any:
+        """Rebuild data of the stored kind from ``leaves`` with leading batch shape ``batch``."""
+        return self._build(leaves, batch, device)
+
+
+def _mismatch(path: PathKey, expected: str, data: Any) -> TypeError:
+    return TypeError(
+        f"data does not match the stored structure at {_key_repr(path)}: expected {expected}, "
+        f"got {type(data).__name__}."
+    )
+
+
+def _check_keys(node: _Node, path: PathKey, given: Any) -> None:
+    """Raise the KeyError that names the missing and extra (full, nested) keys."""
+    expected = set(node.keys)
+    missing: list[PathKey] = []
+    for key, child in zip(node.keys, node.children, strict=True):
+        if key not in given:
+            _collect_paths(child, (*path, key), missing)
+    extra = [(*path, key) for key in given if key not in expected]
+    leaves: list[PathKey] = []
+    _collect_paths(node, path, leaves)
+
+    def show(paths: list[PathKey]) -> list[Any]:
+        return [p[0] if len(p) == 1 else p for p in paths]
+
+    raise KeyError(
+        f"data keys do not match the storage: missing {show(missing)}, extra {show(extra)}; "
+        f"expected keys {show(leaves)}."
+    )
+
+
+def _flatten(node: _Node, data: Any, path: PathKey, out: list[torch.Tensor]) -> None:
+    kind = node.kind
+    if kind == _LEAF:
+        if not isinstance(data, torch.Tensor):
+            raise _mismatch(path, "a tensor", data)
+        out.append(data)
+        return
+    if kind in (_TD, _DICT):
+        if kind == _TD and not isinstance(data, TensorDictBase):
+            raise _mismatch(path, "a TensorDict", data)
+        if kind == _DICT and (not isinstance(data, Mapping) or isinstance(data, TensorDictBase)):
+            raise _mismatch(path, "a dict", data)
+        items = dict(data.items())
+        keys = node.keys
+        if len(items) != len(keys) or any(k not in items for k in keys):
+            _check_keys(node, path, items)
+        for key, child in zip(keys, node.children, strict=True):
+            _flatten(child, items[key], (*path, key), out)
+        return
+    if not isinstance(data, tuple if kind == _TUPLE else list):
+        raise _mismatch(path, f"a {kind}", data)
+    if len(data) != len(node.children):
+        raise TypeError(
+            f"data does not match the stored structure at {_key_repr(path)}: expected a {kind} "
+            f"of {len(node.children)} elements, got {len(data)}."
+        )
+    for i, (value, child) in enumerate(zip(data, node.children, strict=True)):
+        _flatten(child, value, (*path, i), out)
+
+
+class _Mismatch(Exception):
+    """Raised by the fast flattener; the exact path then finds and reports the difference."""
+
+
+def _compile_flatten(node: _Node) -> Callable[[Any, list[torch.Tensor]], None]:
+    """Return a fast flattener of ``node``: appends the leaves, raises _Mismatch/KeyError."""
+    tensor = torch.Tensor
+    if node.kind == _LEAF:
+
+        def flatten_leaf(data: Any, out: list[torch.Tensor]) -> None:
+            if not isinstance(data, tensor):
+                raise _Mismatch
+            out.append(data)
+
+        return flatten_leaf
+    # children that are leaves are inlined (None) to save a call per leaf
+    subs = [None if c.kind == _LEAF else _compile_flatten(c) for c in node.children]
+    count = len(subs)
+    if node.kind in (_TD, _DICT):
+        pairs = list(zip(node.keys, subs, strict=True))
+        is_td = node.kind == _TD
+
+        def flatten_mapping(data: Any, out: list[torch.Tensor]) -> None:
+            if is_td and type(data) is TensorDict:
+                items = data._tensordict
+            elif isinstance(data, TensorDictBase if is_td else dict):
+                items = dict(data.items())
+            else:
+                raise _Mismatch
+            if len(items) != count:
+                raise _Mismatch
+            for key, sub in pairs:
+                value = items[key]
+                if sub is not None:
+                    sub(value, out)
+                elif isinstance(value, tensor):
+                    out.append(value)
+                else:
+                    raise _Mismatch
+
+        return flatten_mapping
+    container = tuple if node.kind == _TUPLE else list
+
+    def flatten_sequence(data: Any, out: list[torch.Tensor]) -> None:
+        if not isinstance(data, container) or len(data) != count:
+            raise _Mismatch
+        for value, sub in zip(data, subs, strict=True):
+            if sub is not None:
+                sub(value, out)
+            elif isinstance(value, tensor):
+                out.append(value)
+            else:
+                raise _Mismatch
+
+    return flatten_sequence
+
+
+def _compile(node: _Node, counter: Any) -> _Builder:
+    """Return a function building ``node`` from the leaves (leaf order = depth-first order)."""
+    kind = node.kind
+    if kind == _LEAF:
+        i = next(counter)
+        return lambda leaves, batch, device: leaves[i]
+    parts = [_compile(child, counter) for child in node.children]
+    if kind == _TD:
+        pairs = list(zip(node.keys, parts, strict=True))
+        extra = node.batch
+        new = TensorDict._new_unsafe
+
+        def build_td(leaves: list[torch.Tensor], batch: torch.Size, device: torch.device) -> Any:
+            source = {key: part(leaves, batch, device) for key, part in pairs}
+            size = batch if not extra else torch.Size((*batch, *extra))
+            return new(source, batch_size=size, device=device, nested=False)
+
+        return build_td
+    if kind == _DICT:
+        pairs = list(zip(node.keys, parts, strict=True))
+        return lambda leaves, batch, device: {k: p(leaves, batch, device) for k, p in pairs}
+    container = tuple if kind == _TUPLE else list
+    return lambda leaves, batch, device: container(p(leaves, batch, device) for p in parts)

@@ -1,0 +1,115 @@
+"""Checking a saved tensor-storage state against a storage before anything is written."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ._packed import _PackedLayout
+from ._pytree import _Structure
+
+
+def _parse_dtype(name: Any, key: str) -> torch.dtype:
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"saved spec of {key!r} names an unknown dtype {name!r}.")
+    return dtype
+
+
+def _mismatch(
+    storage: Any, structure: _Structure, layout: _PackedLayout, lead: tuple[int, ...]
+) -> str | None:
+    """Describe how a saved layout differs from an initialized storage's (None if it does not)."""
+    ours = dict(
+        zip(
+            storage._structure.names,
+            zip(storage._layout.dtypes, storage._layout.shapes, strict=True),
+            strict=True,
+        )
+    )
+    theirs = dict(zip(structure.names, zip(layout.dtypes, layout.shapes, strict=True), strict=True))
+    missing = [k for k in ours if k not in theirs]
+    extra = [k for k in theirs if k not in ours]
+    if missing or extra:
+        return f"saved keys lack {missing} and add {extra}; storage keys are {list(ours)}"
+    for key, (dtype, shape) in theirs.items():
+        if ours[key] != (dtype, shape):
+            return (
+                f"key {key!r} was saved with shape {list(shape)} and dtype {dtype}, the storage "
+                f"has shape {list(ours[key][1])} and dtype {ours[key][0]}"
+            )
+    if lead != storage._lead:
+        return f"saved leading cell shape {list(lead)}, the storage has {list(storage._lead)}"
+    if structure.state() != storage._structure.state():
+        return (
+            f"saved structure {structure.state()} differs from the storage's "
+            f"{storage._structure.state()}"
+        )
+    return None
+
+
+def _parse_state(
+    state_dict: dict[str, Any], storage: Any
+) -> tuple[_Structure, _PackedLayout, tuple[int, ...], int, list[torch.Tensor]] | None:
+    """Validate a tensor storage's saved state against ``storage``.
+
+    Returns:
+        ``None`` for the state of an uninitialized storage, else the structure,
+        layout, leading cell shape, filled cells and content leaves to write.
+
+    Raises:
+        ValueError: naming what does not match; nothing has been changed.
+    """
+    structure_state = state_dict.get("structure")
+    filled = state_dict.get("len", 0)
+    if structure_state is None:
+        if filled:
+            raise ValueError(f"saved state has len={filled} but no structure.")
+        return None
+    structure = _Structure.from_state(structure_state)
+    spec = state_dict.get("spec") or {}
+    content = state_dict.get("content") or {}
+    lead = tuple(int(x) for x in state_dict.get("lead", ()))
+    dtypes, shapes = [], []
+    for name in structure.names:
+        entry = spec.get(name)
+        if not isinstance(entry, dict) or "shape" not in entry or "dtype" not in entry:
+            raise ValueError(f"saved spec lacks key {name!r} (spec keys: {list(spec)}).")
+        dtypes.append(_parse_dtype(entry["dtype"], name))
+        shapes.append(tuple(int(x) for x in entry["shape"]))
+    layout = _PackedLayout(dtypes, shapes)
+    if len(lead) != storage.ndim - 1:
+        raise ValueError(
+            f"saved leading cell shape {list(lead)} does not fit an ndim={storage.ndim} storage."
+        )
+    cells = math.prod(lead)
+    if storage.initialized:
+        problem = _mismatch(storage, structure, layout, lead)
+        if problem is not None:
+            raise ValueError(f"saved storage does not match this storage: {problem}.")
+        capacity = storage._capacity
+    else:
+        capacity = storage.max_size // cells
+    if not isinstance(filled, int) or filled < 0 or filled % cells or filled // cells > capacity:
+        raise ValueError(
+            f"saved len {filled!r} does not fit: expected a multiple of {cells} up to "
+            f"{capacity * cells} cells."
+        )
+    leaves = []
+    for name, dtype, shape in zip(structure.names, dtypes, shapes, strict=True):
+        leaf = content.get(name)
+        expected = (filled, *shape)
+        if not isinstance(leaf, torch.Tensor) or leaf.dtype != dtype or leaf.shape != expected:
+            given = (
+                f"shape {list(leaf.shape)} and dtype {leaf.dtype}"
+                if isinstance(leaf, torch.Tensor)
+                else repr(type(leaf).__name__)
+            )
+            raise ValueError(
+                f"saved content of {name!r}: got {given}, expected shape {list(expected)} and "
+                f"dtype {dtype}."
+            )
+        leaves.append(leaf)
+    return structure, layout, lead, filled, leaves

@@ -1,0 +1,151 @@
+"""List storages: ListStorage (any object) and LazyStackStorage (TensorDicts of any shape)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import LazyStackedTensorDict, TensorDictBase
+
+from ._base import Index, Storage, _as_index, _get_index, _set_index
+
+
+class ListStorage(Storage):
+    """A storage of arbitrary Python objects, kept in a list.
+
+    Items are stored as given (no copy). ``get(int)`` returns one item,
+    ``get(LongTensor)`` a list of items (the buffer's ``collate_fn`` merges
+    them), ``storage[a:b]`` the list of filled items in that slice.
+
+    ``state_dict()`` returns ``{"len": int, "items": list}``: the items are the
+    stored objects themselves, so saving it needs pickle unless they are all
+    tensors or plain Python values (``torch.load(weights_only=True)`` refuses
+    arbitrary objects).
+
+    Args:
+        max_size: number of slots. Defaults to 1000.
+
+    Examples:
+        >>> import torch
+        >>> from rbdata.storages import ListStorage
+        >>> storage = ListStorage(max_size=100)
+        >>> storage.set(torch.arange(3), ["a", 1, None])
+        >>> storage.get(torch.tensor([1, 0])), storage[-1], len(storage)
+        ([1, 'a'], None, 3)
+    """
+
+    def __init__(self, max_size: int = 1000) -> None:
+        super().__init__(max_size)
+        self._items: list[Any] = []
+
+    @property
+    def initialized(self) -> bool:
+        """Always True: a list needs no allocation."""
+        return True
+
+    def _set(self, index: Index, data: Any) -> int:
+        index, stop = _set_index(index, self._len, self.max_size)
+        if isinstance(index, int):
+            positions, items = [index], [data]
+        else:
+            if isinstance(index, torch.Tensor):
+                positions = index.tolist()
+            elif isinstance(index, tuple):
+                positions = [*index[0], *index[1]]
+            else:
+                positions = list(index)
+            items = self._unbind(data)
+            if len(items) != len(positions):
+                raise ValueError(
+                    f"index selects {len(positions)} item(s) but data holds {len(items)}."
+                )
+        if positions:
+            missing = max(positions) + 1 - len(self._items)
+            if missing > 0:
+                self._items.extend([None] * missing)
+            for position, item in zip(positions, items, strict=True):
+                self._items[position] = item
+        return stop
+
+    def _unbind(self, data: Any) -> list[Any]:
+        """The items of a batch written at a slice or a tensor index."""
+        try:
+            return list(data)
+        except TypeError:
+            raise TypeError(
+                f"writing at a slice or tensor index needs a sequence of items, got "
+                f"{type(data).__name__}."
+            ) from None
+
+    def _get(self, index: Index) -> Any:
+        index = _as_index(index)
+        if isinstance(index, slice):
+            return self._collect([self._items[i] for i in range(*index.indices(self._len))])
+        index = _get_index(index, self._len)
+        if isinstance(index, int):
+            return self._items[index]
+        return self._gather(index.tolist())
+
+    def _gather(self, positions: list[Any]) -> Any:
+        return self._collect(
+            [self._gather(p) if isinstance(p, list) else self._items[p] for p in positions]
+        )
+
+    def _collect(self, items: list[Any]) -> Any:
+        """Turn a list of items into what ``get`` returns for several items."""
+        return items
+
+    def _empty(self) -> None:
+        self._items = []
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"len": filled slots, "items": the stored objects}`` (may need pickle to save)."""
+        return {"len": self._len, "items": list(self._items[: self._len])}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the items of :meth:`state_dict`; ValueError (storage unchanged) if too many."""
+        items = list(state_dict.get("items", []))
+        length = state_dict.get("len", len(items))
+        if len(items) > self.max_size or length != len(items):
+            raise ValueError(
+                f"saved state holds {len(items)} items with len={length}; expected len equal to "
+                f"the item count and at most max_size={self.max_size}."
+            )
+        self._items = items
+        self._len = length
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(max_size={self.max_size}, len={len(self)})"
+
+
+class LazyStackStorage(ListStorage):
+    """A list storage of TensorDicts whose shapes may differ from item to item.
+
+    A batched TensorDict written at a slice or a tensor index is stored row by
+    row (``td.unbind(0)``); reading several items returns them lazily stacked
+    (a ``LazyStackedTensorDict``), so heterogeneous shapes are kept.
+
+    Args:
+        max_size: number of slots. Defaults to 1000.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rbdata.storages import LazyStackStorage
+        >>> storage = LazyStackStorage(max_size=10)
+        >>> storage.set(0, TensorDict({"obs": torch.zeros(2)}))
+        >>> storage.set(1, TensorDict({"obs": torch.ones(5)}))
+        >>> batch = storage.get(torch.tensor([0, 1]))
+        >>> type(batch).__name__, batch[1]["obs"].shape
+        ('LazyStackedTensorDict', torch.Size([5]))
+    """
+
+    def _unbind(self, data: Any) -> list[Any]:
+        if isinstance(data, TensorDictBase):
+            return list(data.unbind(0))
+        return super()._unbind(data)
+
+    def _collect(self, items: list[Any]) -> Any:
+        if not items:
+            raise IndexError("cannot lazily stack zero items: the index selects nothing.")
+        return LazyStackedTensorDict.lazy_stack(items, 0)

@@ -1,0 +1,505 @@
+"""Tensor storages: TensorStorage (wraps given data) and LazyTensorStorage (allocates lazily).
+
+Every item is one packed byte row (see ``_packed.py``); the stored data may be
+a Tensor, a TensorDict or a PyTree of tensors, and samples come back as the
+same kind with a leading batch dimension.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, NamedTuple
+
+import torch
+
+from ._base import Index, Storage, _as_index, _get_index, _set_index
+from ._packed import _PackedLayout, _PackedRows
+from ._pytree import _Structure
+from ._state import _parse_state
+
+_SCALAR = torch.Size([])
+
+
+class _Plan(NamedTuple):
+    """What a first write allocates: structure, row layout and leading cell shape."""
+
+    structure: _Structure
+    layout: _PackedLayout
+    lead: tuple[int, ...]
+    leaves: list[torch.Tensor]
+    n: int
+
+
+class TensorStorage(Storage):
+    """A storage of tensors, wrapping pre-allocated data.
+
+    The data (a Tensor, a TensorDict or a PyTree of tensors: dicts with str or
+    int keys, lists, tuples) is copied into packed rows (one contiguous byte
+    row per item holding all its leaves), so that sampling a batch costs one
+    gather. The storage is full: ``len(storage) == max_size``. Later writes
+    must match the keys, per-item shapes and dtypes exactly (nothing is cast).
+
+    Reads return copies: ``get(LongTensor[B])`` gives data of the stored kind
+    with a leading batch dim ``B`` (a ``TensorDict`` with ``batch_size=[B]``
+    for TensorDict data); ``get(int)`` one item; ``storage[a:b]`` the filled
+    items in that slice. The leaves of a batch are views of one freshly
+    gathered block of rows: they are not contiguous (``.contiguous()`` them
+    before a ``.view`` that merges the batch dim).
+
+    Args:
+        storage: the data; its first dim is the number of items.
+        max_size: number of items; defaults to (and must equal) the data's first dim.
+        device: where the packed rows live. Defaults to ``"cpu"``.
+        ndim: number of storage dims (see :class:`LazyTensorStorage`). Defaults to 1.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rbdata.storages import TensorStorage
+        >>> done = torch.zeros(10, 1, dtype=torch.bool)
+        >>> data = TensorDict({"obs": torch.arange(10.0), "next": {"done": done}}, [10])
+        >>> storage = TensorStorage(data)
+        >>> len(storage), storage.max_size
+        (10, 10)
+        >>> sample = storage.get(torch.tensor([3, 7]))
+        >>> sample["obs"], sample["next", "done"].shape
+        (tensor([3., 7.]), torch.Size([2, 1]))
+    """
+
+    def __init__(
+        self,
+        storage: Any,
+        max_size: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        ndim: int = 1,
+    ) -> None:
+        _check_ndim(ndim)
+        _, leaves = _Structure.infer(storage, ndim)
+        first = leaves[0]
+        if first.ndim < ndim:
+            raise ValueError(
+                f"storage data needs {ndim} leading storage dim(s); got a leaf of shape "
+                f"{list(first.shape)}."
+            )
+        cells = math.prod(first.shape[:ndim])
+        if max_size is not None and max_size != cells:
+            raise ValueError(
+                f"max_size must equal the number of items in storage ({cells}), got {max_size}."
+            )
+        self._setup(cells, device, ndim)
+        self.set(slice(0, first.shape[0]), storage)
+
+    def _setup(self, max_size: int, device: torch.device | str, ndim: int) -> None:
+        Storage.__init__(self, max_size)
+        _check_ndim(ndim)
+        self.ndim = ndim
+        self._device = torch.device(device)
+        self._structure: _Structure | None = None
+        self._layout: _PackedLayout | None = None
+        self._rows: _PackedRows | None = None
+        self._lead: tuple[int, ...] = ()
+        self._cells = 1
+        self._capacity = max_size
+        self._tails: list[torch.Size] = []
+        self._batch_shapes: dict[int, list[torch.Size]] = {}
+        self._owner_pid: int | None = None
+        self._out_device = self._device
+
+    # ----------------------------------------------------------- properties
+    @property
+    def initialized(self) -> bool:
+        """Whether the packed rows are allocated."""
+        return self._rows is not None
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the samples."""
+        return self._device
+
+    @property
+    def shape(self) -> torch.Size:
+        """``[max_size]``, or ``[items, *lead]`` for ``ndim > 1`` (known after the first write)."""
+        if self.ndim == 1:
+            return torch.Size([self.max_size])
+        if self._rows is None:
+            raise RuntimeError(
+                f"the shape of an ndim={self.ndim} storage is known after its first write."
+            )
+        return torch.Size([self._capacity, *self._lead])
+
+    @property
+    def _is_tensordict(self) -> bool:
+        return self._structure is not None and self._structure.is_tensordict
+
+    @property
+    def _max_size_along_dim0(self) -> int:
+        """Capacity in items (along the first storage dim); writers wrap around at it."""
+        return self._capacity
+
+    @property
+    def _len_along_dim0(self) -> int:
+        return self._len
+
+    def __len__(self) -> int:
+        return self._len * self._cells
+
+    def leaf_keys(self) -> list[Any]:
+        """Stored leaf keys: ``"obs"``, ``("next", "obs")``, ``()`` for a single tensor."""
+        return [] if self._structure is None else self._structure.leaf_keys()
+
+    def get_leaf(self, key: Any) -> torch.Tensor:
+        """A writable view ``[capacity, *shape]`` of one leaf over the whole storage."""
+        if self._rows is None:
+            raise RuntimeError("get_leaf needs an initialized storage (write data first).")
+        return self._rows.views[self._structure.leaf_index(key)]
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(max_size={self.max_size}, len={len(self)}, "
+            f"device={self._device}, ndim={self.ndim}, keys={self.leaf_keys()})"
+        )
+
+    # ----------------------------------------------------------- validation
+    def validate(self, data: Any, batched: bool) -> None:
+        """Check ``data`` against the storage; raise KeyError/TypeError/ValueError if it differs.
+
+        Args:
+            data: a batch (``batched=True``: leading dim = number of items) or one item.
+            batched: whether ``data`` has the leading items dim.
+        """
+        if self._rows is None:
+            self._plan(data, batched)
+        else:
+            self._leaves(data, batched)
+
+    def _plan(self, data: Any, batched: bool) -> _Plan:
+        storage_dims = self.ndim if batched else self.ndim - 1
+        structure, leaves = _Structure.infer(data, storage_dims)
+        first = leaves[0]
+        if first.ndim < storage_dims:
+            raise ValueError(
+                f"{structure.key_repr(0)}: expected {storage_dims} leading storage dim(s), got "
+                f"shape {list(first.shape)}."
+            )
+        lead = tuple(first.shape[storage_dims - self.ndim + 1 : storage_dims])
+        layout = _PackedLayout(
+            [t.dtype for t in leaves], [tuple(t.shape[storage_dims:]) for t in leaves]
+        )
+        n = _check_leaves(structure, leaves, layout.dtypes, _tails(layout, lead), batched)
+        return _Plan(structure, layout, lead, leaves, n)
+
+    def _leaves(self, data: Any, batched: bool) -> tuple[list[torch.Tensor], int]:
+        leaves = self._structure.flatten(data)
+        if [t.dtype for t in leaves] == self._layout.dtypes:
+            shapes = [t.shape for t in leaves]
+            if not batched:
+                if shapes == self._tails:
+                    return leaves, 1
+            elif shapes[0]:
+                n = shapes[0][0]
+                expected = self._batch_shapes.get(n)
+                if expected is None:
+                    if len(self._batch_shapes) >= 64:
+                        self._batch_shapes.clear()
+                    expected = [torch.Size((n, *tail)) for tail in self._tails]
+                    self._batch_shapes[n] = expected
+                if shapes == expected:
+                    return leaves, n
+        return leaves, _check_leaves(
+            self._structure, leaves, self._layout.dtypes, self._tails, batched
+        )
+
+    # ---------------------------------------------------------------- write
+    def _set(self, index: Index, data: Any) -> int:
+        index = _as_index(index)
+        batched = not isinstance(index, int)
+        plan = None
+        if self._rows is None:
+            plan = self._plan(data, batched)
+            leaves, n = plan.leaves, plan.n
+            capacity = self.max_size // math.prod(plan.lead)
+            if capacity == 0:
+                raise ValueError(
+                    f"max_size={self.max_size} cannot hold one item of {list(plan.lead)} cells."
+                )
+        else:
+            leaves, n = self._leaves(data, batched)
+            capacity = self._capacity
+        index, stop = _set_index(index, self._len, capacity)
+        count = (
+            1
+            if isinstance(index, int)
+            else len(index[0]) + len(index[1])
+            if isinstance(index, tuple)
+            else len(index)
+        )
+        if count != n:
+            raise ValueError(f"index selects {count} item(s) but data holds {n}.")
+        if plan is not None:
+            self._allocate(plan.structure, plan.layout, plan.lead)
+        self._write(index, leaves, batched)
+        return stop
+
+    def _write(
+        self,
+        index: int | range | tuple[range, range] | torch.Tensor,
+        leaves: list[torch.Tensor],
+        batched: bool,
+    ) -> None:
+        rows, cells = self._rows, self._cells
+        if cells != 1:
+            leaves = [
+                t.reshape(-1, *shape) for t, shape in zip(leaves, self._layout.shapes, strict=True)
+            ]
+        elif not batched:
+            leaves = [t.unsqueeze(0) for t in leaves]
+        if isinstance(index, int):
+            rows.write_range(index * cells, leaves)
+        elif isinstance(index, torch.Tensor):
+            rows.write_index(self._to_cells(index), leaves)
+        elif isinstance(index, tuple):
+            head = len(index[0]) * cells
+            rows.write_range(index[0].start * cells, [t[:head] for t in leaves])
+            rows.write_range(0, [t[head:] for t in leaves])
+        elif index.step == 1:
+            if len(index):
+                rows.write_range(index.start * cells, leaves)
+        else:
+            rows.write_index(
+                self._to_cells(torch.arange(index.start, index.stop, index.step)), leaves
+            )
+
+    def _to_cells(self, index: torch.Tensor) -> torch.Tensor:
+        if self._cells == 1:
+            return index
+        offsets = torch.arange(self._cells, device=index.device)
+        return (index.unsqueeze(1) * self._cells + offsets).reshape(-1)
+
+    # ----------------------------------------------------------------- read
+    def _get(self, index: Index) -> Any:
+        index = _as_index(index)
+        if isinstance(index, slice):
+            return self._get_items(range(*index.indices(self._len)))
+        index = _get_index(index, len(self))
+        rows = self._rows
+        if isinstance(index, int):
+            leaves = rows.split(rows.read_range(index, index + 1), _SCALAR)
+            return self._structure.build(leaves, _SCALAR, self._out_device)
+        batch = index.shape
+        flat = index if index.ndim == 1 else index.reshape(-1)
+        leaves = rows.split(rows.read_index(flat), batch)
+        return self._structure.build(leaves, batch, self._out_device)
+
+    def _get_items(self, items: range) -> Any:
+        if self._rows is None:
+            raise RuntimeError("the storage is not initialized: nothing to read.")
+        rows, cells, n = self._rows, self._cells, len(items)
+        if items.step == 1 or n <= 1:
+            start = items.start * cells if n else 0
+            packed = rows.read_range(start, start + n * cells)
+        else:
+            packed = rows.read_index(
+                self._to_cells(torch.arange(items.start, items.stop, items.step))
+            )
+        if cells == 1:
+            batch = torch.Size([n])
+            return self._structure.build(rows.split(packed, batch), batch, self._out_device)
+        lead = self._lead
+        leaves = [t.movedim(0, len(lead)) for t in rows.split(packed, torch.Size([n, *lead]))]
+        return self._structure.build(leaves, torch.Size([*lead, n]), self._out_device)
+
+    # ------------------------------------------------------------ lifecycle
+    def _allocate(
+        self, structure: _Structure, layout: _PackedLayout, lead: tuple[int, ...]
+    ) -> None:
+        if self._owner_pid is not None and os.getpid() != self._owner_pid:
+            raise RuntimeError(
+                "this shared storage was sent to another process before its first write: "
+                "write to it (initialize it) in the process that called share_memory_() "
+                "before sharing it."
+            )
+        cells = math.prod(lead)
+        capacity = self.max_size // cells
+        packed = self._new_packed(capacity * cells, layout.row_bytes)
+        self._structure, self._layout, self._lead = structure, layout, lead
+        self._cells, self._capacity = cells, capacity
+        self._tails = _tails(layout, lead)
+        self._batch_shapes = {}
+        self._set_rows(packed)
+
+    def _new_packed(self, rows: int, row_bytes: int) -> torch.Tensor:
+        packed = torch.zeros((rows, row_bytes), dtype=torch.uint8, device=self._device)
+        if self._owner_pid is not None and packed.device.type == "cpu":
+            packed.share_memory_()
+        return packed
+
+    def _set_rows(self, packed: torch.Tensor) -> None:
+        out_device = None if packed.device == self._device else self._device
+        self._rows = _PackedRows(self._layout, packed, out_device)
+        self._out_device = self._device
+
+    def _empty(self) -> None:
+        """Forget the items; the rows stay allocated."""
+
+    def share_memory_(self) -> TensorStorage:
+        """Move the rows and the length to shared memory, for ``torch.multiprocessing``.
+
+        A storage that is not yet initialized allocates its rows in shared memory
+        at its first write, which must happen in this process before the storage
+        is sent to another one (a child writing first raises ``RuntimeError``).
+
+        Returns:
+            the storage itself.
+        """
+        if self._len_shared is None:
+            self._len_shared = torch.tensor([self._len_value], dtype=torch.int64).share_memory_()
+        if self._owner_pid is None:
+            self._owner_pid = os.getpid()
+        rows = self._rows
+        if rows is not None and rows.packed.device.type == "cpu" and not rows.packed.is_shared():
+            self._set_rows(rows.packed.share_memory_())
+        return self
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        rows = state.pop("_rows")
+        state["_packed"] = None if rows is None else self._packed_to_pickle(rows.packed)
+        if self._structure is not None:
+            state["_structure"] = self._structure.state()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        packed = state.pop("_packed")
+        self.__dict__.update(state)
+        self._rows = None
+        if self._structure is not None:
+            self._structure = _Structure.from_state(self._structure)
+        if packed is not None:
+            self._set_rows(self._packed_from_pickle(packed))
+
+    def _packed_to_pickle(self, packed: torch.Tensor) -> Any:
+        return packed
+
+    def _packed_from_pickle(self, obj: Any) -> torch.Tensor:
+        return obj
+
+    # ----------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """Content and layout as tensors and plain values (``torch.load(weights_only=True)``-safe).
+
+        Returns:
+            ``{"len": filled cells, "content": {flat key: leaf[:len]}, "spec": {flat key:
+            {"shape": per-item shape, "dtype": name}}, "structure": container description,
+            "lead": leading cell shape (ndim > 1)}``.
+        """
+        if self._rows is None:
+            return {"len": 0, "content": {}, "spec": {}, "structure": None, "lead": []}
+        filled = len(self)
+        names = self._structure.names
+        return {
+            "len": filled,
+            "content": {
+                n: v[:filled].clone() for n, v in zip(names, self._rows.views, strict=True)
+            },
+            "spec": _spec(names, self._layout),
+            "structure": self._structure.state(),
+            "lead": list(self._lead),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` content; on mismatch ValueError, storage unchanged."""
+        parsed = _parse_state(state_dict, self)
+        if parsed is None:
+            self.empty()
+            return
+        structure, layout, lead, filled, leaves = parsed
+        if self._rows is None:
+            self._allocate(structure, layout, lead)
+        if filled:
+            self._rows.write_range(0, leaves)
+        self._len = filled // self._cells
+
+
+class LazyTensorStorage(TensorStorage):
+    """A tensor storage allocated at its first write, from the first data's structure.
+
+    Holds a Tensor, a TensorDict or a PyTree of tensors, in packed rows (see
+    :class:`TensorStorage`). With ``ndim > 1`` the first write fixes the
+    leading shape ``lead`` of each item (e.g. ``data[n, 3, ...]`` with
+    ``ndim=2`` gives ``lead=[3]``): cells are stored flat (``len`` counts
+    cells, ``get(LongTensor)`` takes flat cell indices, the capacity is
+    ``max_size // prod(lead)`` items) and ``storage[:]`` returns the items
+    shaped ``[*lead, n_items]``.
+
+    Args:
+        max_size: number of slots (cells).
+        device: where the rows live. Defaults to ``"cpu"``.
+        ndim: number of storage dims. Defaults to 1.
+
+    Examples:
+        >>> import torch
+        >>> from rbdata.storages import LazyTensorStorage
+        >>> storage = LazyTensorStorage(100)
+        >>> storage.set(slice(0, 3), {"a": torch.ones(3, 2), "b": (torch.arange(3),)})
+        >>> sample = storage.get(torch.tensor([0, 2]))
+        >>> sample["a"].shape, sample["b"][0]
+        (torch.Size([2, 2]), tensor([0, 2]))
+        >>> grid = LazyTensorStorage(12, ndim=2)
+        >>> grid.set(slice(0, 4), torch.zeros(4, 3))
+        >>> len(grid), grid[:].shape
+        (12, torch.Size([3, 4]))
+    """
+
+    def __init__(self, max_size: int, *, device: torch.device | str = "cpu", ndim: int = 1) -> None:
+        self._setup(max_size, device, ndim)
+
+
+# --------------------------------------------------------------- helpers
+def _check_ndim(ndim: int) -> None:
+    if not isinstance(ndim, int) or isinstance(ndim, bool) or ndim < 1:
+        raise ValueError(f"ndim must be a positive int, got {ndim!r}.")
+
+
+def _tails(layout: _PackedLayout, lead: tuple[int, ...]) -> list[torch.Size]:
+    """Expected shape of each leaf after its leading items dim."""
+    return [torch.Size((*lead, *shape)) for shape in layout.shapes]
+
+
+def _check_leaves(
+    structure: _Structure,
+    leaves: list[torch.Tensor],
+    dtypes: list[torch.dtype],
+    tails: list[torch.Size],
+    batched: bool,
+) -> int:
+    """Check every leaf's dtype and shape; return the number of items."""
+    n = -1 if batched else 1
+    for i, (leaf, dtype, tail) in enumerate(zip(leaves, dtypes, tails, strict=True)):
+        if leaf.dtype != dtype:
+            raise TypeError(
+                f"{structure.key_repr(i)}: got dtype {leaf.dtype}, expected {dtype} "
+                "(the storage does not cast)."
+            )
+        shape = leaf.shape
+        if batched:
+            if n < 0 and shape:
+                n = shape[0]
+            ok = len(shape) == len(tail) + 1 and shape[0] == n and shape[1:] == tail
+            expected = str([n if n >= 0 else "n", *tail])
+        else:
+            ok = shape == tail
+            expected = str(list(tail))
+        if not ok:
+            raise ValueError(
+                f"{structure.key_repr(i)}: got shape {list(shape)}, expected {expected}."
+            )
+    return n
+
+
+def _spec(names: list[str], layout: _PackedLayout) -> dict[str, dict[str, Any]]:
+    return {
+        name: {"shape": list(shape), "dtype": str(dtype).removeprefix("torch.")}
+        for name, shape, dtype in zip(names, layout.shapes, layout.dtypes, strict=True)
+    }

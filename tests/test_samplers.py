@@ -1,0 +1,455 @@
+"""Tests of the non-slice samplers and the consume-after-n live set."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rbdata.samplers import (
+    PrioritizedSampler,
+    RandomSampler,
+    Sampler,
+    SamplerWithoutReplacement,
+)
+from rbdata.samplers._live import _LiveSet, first_unique
+
+
+class Slots:
+    """The only part of a storage samplers read."""
+
+    def __init__(self, n: int, max_size: int | None = None) -> None:
+        self.n = n
+        self.max_size = max_size or max(n, 1)
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def _roundtrip(state: dict) -> dict:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)
+
+
+def _written(sampler: Sampler, n: int) -> Sampler:
+    sampler.extend(torch.arange(n))
+    return sampler
+
+
+ALL = [
+    lambda: RandomSampler(),
+    lambda: SamplerWithoutReplacement(),
+    lambda: PrioritizedSampler(64, alpha=0.7, beta=0.5),
+]
+IDS = ["random", "without_replacement", "prioritized"]
+
+
+# ---------------------------------------------------------------- base behaviour
+@pytest.mark.parametrize("make", ALL, ids=IDS)
+@pytest.mark.parametrize("bad", [0, -3, 2.0, True, None])
+def test_batch_size_must_be_positive_int(make, bad):
+    with pytest.raises(ValueError, match="batch_size"):
+        _written(make(), 8).sample(Slots(8), bad)
+
+
+@pytest.mark.parametrize("make", ALL, ids=IDS)
+def test_empty_storage_raises(make):
+    with pytest.raises(RuntimeError, match="cannot sample from an empty buffer.*max_size=64"):
+        make().sample(Slots(0, 64), 4)
+    assert make().exhausted(Slots(0, 64))
+
+
+@pytest.mark.parametrize("make", ALL[:2], ids=IDS[:2])
+def test_not_prioritized(make):
+    with pytest.raises(RuntimeError, match="not prioritized"):
+        make().update_priority(torch.tensor([0]), torch.tensor([1.0]))
+
+
+def test_set_rng_type():
+    with pytest.raises(TypeError, match="generator"):
+        RandomSampler().set_rng(0)
+
+
+@pytest.mark.parametrize("make", ALL, ids=IDS)
+def test_generator_reproducible_and_global_rng_untouched(make):
+    outs = []
+    for _ in range(2):
+        sampler = _written(make(), 50)
+        sampler.set_rng(torch.Generator().manual_seed(7))
+        before = torch.random.get_rng_state()
+        outs.append([sampler.sample(Slots(50), 16)[0] for _ in range(6)])
+        assert torch.equal(before, torch.random.get_rng_state())
+    for a, b in zip(*outs, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("make", ALL, ids=IDS)
+def test_state_dict_tolerates_unknown_and_missing_keys(make):
+    sampler = _written(make(), 10)
+    state = _roundtrip(sampler.state_dict())
+    state["from_the_future"] = 1
+    other = _written(make(), 10)
+    other.load_state_dict(state)
+    other.load_state_dict({})
+    assert other.sample(Slots(10), 3)[0].numel() == 3
+
+
+# ---------------------------------------------------------------- RandomSampler
+def test_random_sampler_matches_reference_doc_values():
+    torch.manual_seed(0)
+    sampler, slots = RandomSampler(), Slots(10, 1000)
+    assert sampler.sample(slots, 5)[0].tolist() == [4, 9, 3, 0, 3]
+    assert sampler.sample(slots, 3)[0].tolist() == [9, 7, 3]
+    assert sampler.sample(slots, 5)[0].tolist() == [7, 3, 1, 6, 6]
+    assert not sampler.ran_out
+
+
+def test_random_sampler_uniform():
+    sampler = RandomSampler()
+    sampler.set_rng(torch.Generator().manual_seed(0))
+    index = torch.cat([sampler.sample(Slots(10), 1000)[0] for _ in range(20)])
+    freq = torch.bincount(index, minlength=10) / index.numel()
+    torch.testing.assert_close(freq, torch.full((10,), 0.1), atol=0.01, rtol=0)
+
+
+# ---------------------------------------------------------------- consume-after-n
+@pytest.mark.parametrize("make", ALL, ids=IDS)
+@pytest.mark.parametrize("n", [1, 3])
+def test_consume_after_n_returns_each_item_n_times(make, n):
+    sampler = make()
+    sampler.set_consume_after_n(n)
+    sampler.set_rng(torch.Generator().manual_seed(n))
+    slots = Slots(20, 64)
+    _written(sampler, 20)
+    seen: Counter[int] = Counter()
+    while not sampler.exhausted(slots):
+        index, _ = sampler.sample(slots, 6)
+        assert 0 < index.numel() <= 6
+        assert index.unique().numel() == index.numel()
+        seen.update(index.tolist())
+    assert seen == Counter({i: n for i in range(20)})
+    with pytest.raises(RuntimeError, match="every item was consumed"):
+        sampler.sample(slots, 6)
+    sampler.extend(torch.tensor([4, 9]))
+    assert not sampler.exhausted(slots)
+    assert sorted(sampler.sample(slots, 6)[0].tolist()) == [4, 9]
+
+
+@pytest.mark.parametrize("make", ALL, ids=IDS)
+def test_consume_after_n_set_after_writes_seeds_from_storage(make):
+    sampler = _written(make(), 5)
+    sampler.set_consume_after_n(1)
+    slots = Slots(5, 64)
+    assert sorted(sampler.sample(slots, 10)[0].tolist()) == [0, 1, 2, 3, 4]
+    assert sampler.exhausted(slots)
+    sampler.set_consume_after_n(None)
+    assert sampler.sample(slots, 3)[0].numel() == 3
+
+
+@pytest.mark.parametrize("make", ALL, ids=IDS)
+def test_consume_state_dict_resumes(make):
+    sampler = _written(make(), 12)
+    sampler.set_consume_after_n(2)
+    slots = Slots(12, 64)
+    sampler.set_rng(torch.Generator().manual_seed(3))
+    sampler.sample(slots, 5)
+    state = _roundtrip(sampler.state_dict())
+    gen_state = sampler._rng.get_state()
+    rest = [sampler.sample(slots, 5)[0] for _ in range(3)]
+    other = make()
+    other.load_state_dict(state)
+    other.set_rng(torch.Generator().manual_seed(0))
+    other._rng.set_state(gen_state)
+    for expected in rest:
+        assert torch.equal(other.sample(slots, 5)[0], expected)
+
+
+def test_live_set_validation():
+    with pytest.raises(ValueError, match="consume_after_n"):
+        _LiveSet(0)
+    with pytest.raises(ValueError, match="consume_after_n"):
+        RandomSampler().set_consume_after_n(-1)
+
+
+live_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.lists(st.integers(0, 60), max_size=12)),
+        st.tuples(st.just("consume"), st.integers(1, 12)),
+        st.tuples(st.just("remove"), st.lists(st.integers(0, 70), max_size=8)),
+    ),
+    max_size=40,
+)
+
+
+@given(n=st.integers(1, 4), ops=live_ops, seed=st.integers(0, 1000))
+def test_live_set_invariants(n, ops, seed):
+    live = _LiveSet(n)
+    gen = torch.Generator().manual_seed(seed)
+    counts: dict[int, int] = {}
+    alive: set[int] = set()
+    for op, arg in ops:
+        if op == "add":
+            live.add(torch.tensor(arg, dtype=torch.long))
+            for i in arg:
+                counts[i] = 0
+                alive.add(i)
+        elif op == "remove":
+            live.remove(torch.tensor(arg, dtype=torch.long))
+            alive -= set(arg)
+        else:
+            drawn = live.draw_distinct(arg, gen)
+            assert drawn.numel() == min(arg, len(alive))
+            assert set(drawn.tolist()) <= alive
+            live.consume(drawn)
+            for i in drawn.tolist():
+                counts[i] += 1
+                if counts[i] >= n:
+                    alive.discard(i)
+        arr = live.live.tolist()
+        assert len(arr) == len(set(arr)) == len(live)
+        assert set(arr) == alive
+        assert all(live._pos[i] == p for p, i in enumerate(arr))
+        assert bool((live._pos >= 0).sum() == len(live))
+    # drain: every live item comes out exactly n - count more times
+    remaining = {i: n - counts[i] for i in alive}
+    drained: Counter[int] = Counter()
+    while len(live):
+        drawn = live.draw_distinct(5, gen)
+        live.consume(drawn)
+        drained.update(drawn.tolist())
+    assert drained == Counter(remaining)
+
+
+def test_live_set_draw_is_uniform():
+    live = _LiveSet(10**6)
+    live.add(torch.arange(100))
+    gen = torch.Generator().manual_seed(0)
+    counts = torch.zeros(100)
+    for _ in range(400):
+        counts += torch.bincount(live.draw_distinct(10, gen), minlength=100)
+    assert counts.sum() == 4000
+    assert counts.min() > 20 and counts.max() < 65  # mean 40
+
+
+def test_live_set_state_roundtrip():
+    live = _LiveSet(3)
+    live.add(torch.arange(10))
+    live.consume(torch.tensor([1, 2, 3]))
+    live.consume(torch.tensor([2, 3]))
+    live.consume(torch.tensor([3]))
+    other = _LiveSet(1)
+    other.load_state_dict(_roundtrip(live.state_dict()))
+    assert other.n == 3
+    assert sorted(other.live.tolist()) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+    assert other.counts[:4].tolist() == [0, 1, 2, 3]
+
+
+def test_first_unique_keeps_first_occurrence_order():
+    assert first_unique(torch.tensor([5, 3, 5, 1, 3, 9])).tolist() == [5, 3, 1, 9]
+
+
+# ---------------------------------------------------------------- without replacement
+def test_without_replacement_pass_covers_each_item_once():
+    sampler = SamplerWithoutReplacement()
+    sampler.set_rng(torch.Generator().manual_seed(0))
+    slots = Slots(10)
+    batches = []
+    while not sampler.ran_out:
+        batches.append(sampler.sample(slots, 4)[0])
+    assert [b.numel() for b in batches] == [4, 4, 2]
+    assert sorted(torch.cat(batches).tolist()) == list(range(10))
+    assert sampler.sample(slots, 4)[0].numel() == 4
+    assert not sampler.ran_out
+
+
+def test_without_replacement_drop_last_and_order():
+    sampler = SamplerWithoutReplacement(drop_last=True, shuffle=False)
+    slots = Slots(10)
+    assert sampler.sample(slots, 4)[0].tolist() == [0, 1, 2, 3]
+    assert not sampler.ran_out
+    assert sampler.sample(slots, 4)[0].tolist() == [4, 5, 6, 7]
+    assert sampler.ran_out
+    assert sampler.sample(slots, 4)[0].tolist() == [0, 1, 2, 3]
+    with pytest.raises(RuntimeError, match="drop_last=True needs at least batch_size=20"):
+        SamplerWithoutReplacement(drop_last=True).sample(slots, 20)
+
+
+def test_without_replacement_new_items_join_next_pass():
+    sampler = SamplerWithoutReplacement(shuffle=False)
+    assert sampler.sample(Slots(4), 3)[0].tolist() == [0, 1, 2]
+    assert sampler.sample(Slots(6), 3)[0].tolist() == [3]
+    assert sampler.ran_out
+    assert sampler.sample(Slots(6), 3)[0].tolist() == [0, 1, 2]
+    assert sampler.sample(Slots(6), 3)[0].tolist() == [3, 4, 5]
+
+
+def test_without_replacement_resume_mid_pass():
+    sampler = SamplerWithoutReplacement()
+    sampler.set_rng(torch.Generator().manual_seed(0))
+    slots = Slots(23)
+    sampler.sample(slots, 5)
+    state = _roundtrip(sampler.state_dict())
+    rest = [sampler.sample(slots, 5)[0] for _ in range(4)]
+    assert sampler.ran_out
+    resumed = SamplerWithoutReplacement()
+    resumed.load_state_dict(state)
+    for expected in rest:
+        assert torch.equal(resumed.sample(slots, 5)[0], expected)
+    assert resumed.ran_out
+
+
+def test_without_replacement_empty_resets_pass():
+    sampler = SamplerWithoutReplacement(shuffle=False)
+    sampler.sample(Slots(10), 3)
+    sampler._empty()
+    assert sampler.sample(Slots(10), 3)[0].tolist() == [0, 1, 2]
+
+
+# ---------------------------------------------------------------- prioritized
+def _prioritized(priorities, alpha=0.7, beta=0.5, **kwargs) -> PrioritizedSampler:
+    n = len(priorities)
+    sampler = PrioritizedSampler(n, alpha=alpha, beta=beta, **kwargs)
+    sampler.extend(torch.arange(n))
+    sampler.update_priority(torch.arange(n), torch.tensor(priorities))
+    sampler.set_rng(torch.Generator().manual_seed(0))
+    return sampler
+
+
+def test_prioritized_frequencies_and_weights():
+    priorities = [0.5, 1.0, 2.0, 4.0, 8.0]
+    alpha, beta = 0.7, 0.5
+    sampler = _prioritized(priorities, alpha, beta)
+    p = (torch.tensor(priorities, dtype=torch.float64) + 1e-8) ** alpha
+    expected_w = (p / p.min()) ** (-beta)
+    counts = torch.zeros(5)
+    for _ in range(40):
+        index, info = sampler.sample(Slots(5), 250)
+        counts += torch.bincount(index, minlength=5)
+        torch.testing.assert_close(info["_weight"].double(), expected_w[index], rtol=1e-5, atol=0)
+        assert info["_weight"].dtype == torch.float
+    torch.testing.assert_close(counts / counts.sum(), (p / p.sum()).float(), atol=0.01, rtol=0)
+    sampler.update_priority(torch.tensor([0]), torch.tensor([1000.0]))
+    index = torch.cat([sampler.sample(Slots(5), 250)[0] for _ in range(8)])
+    share = (index == 0).float().mean()
+    expected = 1000.0**alpha / (1000.0**alpha + float(p[1:].sum()))
+    assert abs(float(share) - expected) < 0.02
+
+
+def test_prioritized_new_items_get_max_priority_and_updates_apply():
+    sampler = PrioritizedSampler(8, alpha=1.0, beta=1.0, eps=0.0)
+    sampler.extend(torch.arange(4))
+    assert sampler._tree.leaves[:4].tolist() == [1.0] * 4
+    sampler.update_priority(torch.tensor([0, 1]), torch.tensor([5.0, 0.0]))
+    sampler.extend(torch.tensor([4]))
+    assert sampler._tree.leaves[:5].tolist() == [5.0, 0.0, 1.0, 1.0, 5.0]
+    index, _ = sampler.sample(Slots(5, 8), 200)
+    assert 1 not in index.tolist()
+    sampler.update_priority(torch.tensor([0, 2, 3, 4]), 0.0)
+    assert sampler.exhausted(Slots(5, 8))
+    with pytest.raises(RuntimeError, match="every priority is 0"):
+        sampler.sample(Slots(5, 8), 4)
+
+
+def test_prioritized_max_priority_within_buffer():
+    sampler = PrioritizedSampler(8, alpha=1.0, beta=1.0, eps=0.0, max_priority_within_buffer=True)
+    sampler.extend(torch.arange(3))
+    sampler.update_priority(torch.tensor([0, 1, 2]), torch.tensor([9.0, 2.0, 3.0]))
+    sampler.update_priority(torch.tensor([0]), torch.tensor([1.0]))
+    sampler.extend(torch.tensor([3]))
+    assert float(sampler._tree.leaves[3]) == 3.0
+    ever = PrioritizedSampler(8, alpha=1.0, beta=1.0, eps=0.0)
+    ever.extend(torch.arange(3))
+    ever.update_priority(torch.tensor([0, 1, 2]), torch.tensor([9.0, 2.0, 3.0]))
+    ever.update_priority(torch.tensor([0]), torch.tensor([1.0]))
+    ever.extend(torch.tensor([3]))
+    assert float(ever._tree.leaves[3]) == 9.0
+
+
+@pytest.mark.parametrize(
+    ("reduction", "expected"), [("max", 4.0), ("min", 1.0), ("sum", 7.0), ("mean", 7.0 / 3)]
+)
+def test_prioritized_duplicate_reduction(reduction, expected):
+    sampler = PrioritizedSampler(4, alpha=1.0, beta=1.0, eps=0.0, reduction=reduction)
+    sampler.extend(torch.arange(4))
+    sampler.update_priority(torch.tensor([2, 0, 2, 2]), torch.tensor([1.0, 5.0, 4.0, 2.0]))
+    assert float(sampler._tree.leaves[2]) == pytest.approx(expected)
+    assert float(sampler._tree.leaves[0]) == 5.0
+    assert sampler._tree.total == pytest.approx(2.0 + 5.0 + expected)
+
+
+@pytest.mark.parametrize(
+    ("index", "priority", "match"),
+    [
+        (torch.tensor([0, 1]), torch.tensor([1.0, float("nan")]), r"finite and >= 0.*\[1\]=nan"),
+        (torch.tensor([0, 1]), torch.tensor([float("inf"), 1.0]), r"finite.*\[0\]=inf"),
+        (torch.tensor([0, 1]), torch.tensor([1.0, -0.5]), r">= 0.*\[1\]=-0.5"),
+        (torch.tensor([0, 9]), torch.tensor([1.0, 1.0]), r"index must lie in \[0, 8\).*\[1\]=9"),
+        (torch.tensor([-1]), torch.tensor([1.0]), r"index must lie in \[0, 8\)"),
+        (torch.tensor([0, 1, 2]), torch.tensor([1.0, 2.0]), r"priority has shape \(2,\).*\(3,\)"),
+        (torch.tensor([0.0]), torch.tensor([1.0]), r"index must hold integers"),
+    ],
+)
+def test_prioritized_invalid_update_changes_nothing(index, priority, match):
+    sampler = _prioritized([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
+    before = sampler.state_dict()
+    with pytest.raises(ValueError, match=match):
+        sampler.update_priority(index, priority)
+    after = sampler.state_dict()
+    assert torch.equal(before["leaves"], after["leaves"])
+    assert before["max_priority"] == after["max_priority"]
+    assert sampler._tree.total == pytest.approx(float(after["leaves"].sum()))
+
+
+def test_prioritized_update_bounded_by_storage():
+    sampler = _prioritized([1.0] * 8)
+    with pytest.raises(ValueError, match=r"\[0, 3\)"):
+        sampler.update_priority(torch.tensor([5]), torch.tensor([1.0]), storage=Slots(3, 8))
+    sampler.update_priority(2, 3.0, storage=Slots(3, 8))
+    assert float(sampler._tree.leaves[2]) == pytest.approx((3.0 + 1e-8) ** 0.7)
+
+
+def test_prioritized_constructor_validation():
+    with pytest.raises(ValueError, match="max_capacity"):
+        PrioritizedSampler(0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="alpha"):
+        PrioritizedSampler(4, 0.0, 1.0)
+    with pytest.raises(ValueError, match="beta"):
+        PrioritizedSampler(4, 1.0, -1.0)
+    with pytest.raises(ValueError, match="reduction"):
+        PrioritizedSampler(4, 1.0, 1.0, reduction="median")
+    with pytest.raises(ValueError, match="index must lie"):
+        PrioritizedSampler(4, 1.0, 1.0).extend(torch.tensor([4]))
+
+
+def test_prioritized_consume_zeroes_and_rewrite_restores():
+    sampler = _prioritized([1.0, 2.0, 3.0, 4.0], alpha=1.0, eps=0.0)
+    sampler.set_consume_after_n(1)
+    index, info = sampler.sample(Slots(4), 2)
+    assert index.unique().numel() == 2 and info["_weight"].shape == (2,)
+    assert sampler._tree.leaves[index].tolist() == [0.0, 0.0]
+    sampler.update_priority(index, torch.tensor([10.0, 10.0]))
+    assert sampler._tree.leaves[index].tolist() == [0.0, 0.0]
+    sampler.extend(index[:1])  # a rewrite: live again, with the max priority seen (4.0)
+    assert float(sampler._tree.leaves[index[0]]) == 4.0
+
+
+def test_prioritized_state_dict_roundtrip_and_empty():
+    sampler = _prioritized([1.0, 2.0, 3.0, 0.5])
+    state = _roundtrip(sampler.state_dict())
+    other = PrioritizedSampler(4, alpha=0.7, beta=0.5)
+    other.load_state_dict(state)
+    assert torch.equal(other._tree.leaves, sampler._tree.leaves)
+    assert other._tree.min == sampler._tree.min and other.default_priority == pytest.approx(
+        sampler.default_priority
+    )
+    with pytest.raises(ValueError, match=r"leaves.*\(4,\)"):
+        PrioritizedSampler(5, 0.7, 0.5).load_state_dict(state)
+    other._empty()
+    assert other._tree.total == 0 and other.exhausted(Slots(4))
+    assert other.default_priority == pytest.approx((1 + 1e-8) ** 0.7)
