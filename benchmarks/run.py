@@ -49,7 +49,9 @@ def row_extend(lib: ModuleType) -> Row:
     return {"unit": "items/s", "lib": 1000 / t_lib, "limit": 1000 / t_lim}
 
 
-def _sample_row(lib: ModuleType, storage: object, cap: int, make: Callable, batch: int = 256) -> Row:
+def _sample_row(
+    lib: ModuleType, storage: object, cap: int, make: Callable, batch: int = 256
+) -> Row:
     rb = lib.ReplayBuffer(storage=storage)
     fill(rb, cap, make)
     lim = Limit(cap, make(1), batch)
@@ -105,7 +107,9 @@ def row_consume(lib: ModuleType) -> Row:
         rb = lib.ReplayBuffer(storage=lib.LazyTensorStorage(cap), consume_after_n_samples=1)
         rb.extend(data)
 
-    t_lib = max(timeit(drain_lib, min_time=2, repeats=3) - timeit(extend_only, min_time=1, repeats=3), 1e-9)
+    t_lib = max(
+        timeit(drain_lib, min_time=2, repeats=3) - timeit(extend_only, min_time=1, repeats=3), 1e-9
+    )
     t_lim = timeit(drain_limit, min_time=1, repeats=3)
     return {"unit": "items/s", "lib": cap / t_lib, "limit": cap / t_lim}
 
@@ -254,7 +258,9 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(results))
         return
     theirs = _torchrl_rows(names) if args.vs_torchrl else {}
-    print(f"{'row':<10}{'unit':>9}{'rbdata':>13}{'limit':>13}{'ratio':>8}{'torchrl':>13}{'ratio':>8}")
+    print(
+        f"{'row':<10}{'unit':>9}{'rbdata':>13}{'limit':>13}{'ratio':>8}{'torchrl':>13}{'ratio':>8}"
+    )
     for name, row in results.items():
         if "error" in row:
             print(f"{name:<10} ERROR {row['error']}")
@@ -264,8 +270,10 @@ def main(argv: list[str] | None = None) -> None:
         t_val = t.get("lib")
         t_ratio = f"{t_val / row['limit']:>8.3f}" if t_val and "limit" in row else f"{'-':>8}"
         label = f" (limit: {row['limit_name']})" if "limit_name" in row else ""
-        print(f"{name:<10}{row['unit']:>9}{_fmt(row['lib'])}{_fmt(row.get('limit'))}{ratio:>8.3f}"
-              f"{_fmt(t_val)}{t_ratio}{label}")
+        print(
+            f"{name:<10}{row['unit']:>9}{_fmt(row['lib'])}{_fmt(row.get('limit'))}{ratio:>8.3f}"
+            f"{_fmt(t_val)}{t_ratio}{label}"
+        )
         if "sec_per_batch" in row:
             print(f"{'':<10}{'':>9}  ({row['sec_per_batch'] * 1e3:.3f} ms per batch)")
     if "loader" in names:

@@ -278,43 +278,39 @@ def linear(start: float, end: float, steps: int) -> Any:
     return lambda n: end + (start - end) * max(0.0, 1.0 - n / max(1, steps))
 
 
-# ------------------------------------------------------------------ main
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = parse_args(argv)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(args.threads)
-    try:
-        return _main(args)
-    finally:
-        torch.set_num_threads(threads)
+# ------------------------------------------------------------------ phases
+class Logger:
+    """Prints progress lines stamped with the time since the start."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def __call__(self, msg: str) -> None:
+        print(f"[{self.elapsed():6.1f}s] {msg}", flush=True)
 
 
-def _main(args: argparse.Namespace) -> dict[str, Any]:
-    start = time.perf_counter()
-    torch.manual_seed(args.seed)
-    generator = torch.Generator().manual_seed(args.seed)
-    results: dict[str, Any] = {}
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - start:6.1f}s] {msg}", flush=True)
-
-    # 1. the offline dataset
+def build_offline_buffer(args: argparse.Namespace, generator: torch.Generator,
+                         log: Logger) -> tuple[TensorDictReplayBuffer, float]:
+    """Step 1: collect, save as HDF5, load back, wrap in a read-only buffer."""
     arrays, behaviour_return = collect_offline(args.offline_transitions, args.seed)
     with tempfile.TemporaryDirectory() as tmpdir:
         offline_td, how = load_offline(arrays, tmpdir)
+    # Both parts of the mixture hold the same entries: the online data is stamped with the
+    # learner's policy version, the offline data with OFFLINE_VERSION.
     offline_td["policy_version"] = torch.full((offline_td.shape[0],), OFFLINE_VERSION)
     log(f"offline dataset: {offline_td.shape[0]} transitions of the scripted policy ({how}); "
         f"its average return: {behaviour_return:.1f}")
-    offline = TensorDictReplayBuffer(storage=TensorStorage(offline_td),
-                                     writer=ImmutableDatasetWriter(), generator=generator)
+    buffer = TensorDictReplayBuffer(storage=TensorStorage(offline_td),
+                                    writer=ImmutableDatasetWriter(), generator=generator)
+    return buffer, behaviour_return
 
-    agent = DoubleDQN()
-    results["random"] = evaluate(None, args.eval_episodes, seed=10_000)
-    results["before_pretraining"] = evaluate(agent.q, args.eval_episodes, seed=10_000)
-    log(f"eval return: random policy {results['random']:.1f}, untrained Q-network "
-        f"{results['before_pretraining']:.1f}")
 
-    # 2. offline pretraining: a plain loop over a ReplayDataset (2 batches sampled ahead)
+def pretrain(agent: DoubleDQN, offline: TensorDictReplayBuffer, args: argparse.Namespace,
+             log: Logger) -> None:
+    """Step 2: a plain PyTorch loop over a ReplayDataset (2 batches sampled ahead)."""
     dataset = ReplayDataset(offline, batch_size=args.batch_size,
                             num_batches=args.pretrain_updates, prefetch=2)
     with dataset:
@@ -322,27 +318,31 @@ def _main(args: argparse.Namespace) -> dict[str, Any]:
             loss = agent.update(batch)
             if i % max(1, args.pretrain_updates // 4) == 0:
                 log(f"pretraining {i}/{args.pretrain_updates}: loss {loss:.3f}")
-    results["after_pretraining"] = evaluate(agent.q, args.eval_episodes, seed=10_000)
-    log(f"eval return after offline pretraining: {results['after_pretraining']:.1f}")
 
-    # 3. online fine-tuning
+
+def finetune(
+    agent: DoubleDQN, offline: TensorDictReplayBuffer, args: argparse.Namespace,
+    generator: torch.Generator, log: Logger,
+) -> tuple[OfflineToOnlineReplayBuffer, int, int]:
+    """Step 3: learn from mixed batches while a collector thread feeds the online part.
+
+    Returns the buffer, the number of environment steps and the final policy version.
+    """
     updates = args.online_updates
     rb = OfflineToOnlineReplayBuffer(offline, online_capacity=50_000,
                                      offline_fraction=linear(0.5, 0.25, updates),
                                      batch_size=args.batch_size, generator=generator)
-    warmup = 4 * args.batch_size
     limiter = SampleToInsertRatio(args.batch_size * args.updates_per_step,
-                                  min_size_to_sample=warmup)
+                                  min_size_to_sample=4 * args.batch_size)
     limiter.attach(rb.online)
     version = PolicyVersion()
     collector = Collector(rb, agent.q, version, limiter, seed=args.seed + 1,
                           epsilon=linear(0.2, 0.02, int(updates / args.updates_per_step) // 2))
     lr = agent.optim.param_groups[0]["lr"]
     collector.start()
-    lag = 0.0
     try:
         for i in range(1, updates + 1):
-            while not rb.wait_for_data(lambda: limiter.can_sample(), timeout=1.0):
+            while not rb.wait_for_data(limiter.can_sample, timeout=1.0):
                 if collector.error is not None or not collector.is_alive():
                     raise RuntimeError("the collector thread stopped") from collector.error
             batch = rb.sample()
@@ -354,35 +354,64 @@ def _main(args: argparse.Namespace) -> dict[str, Any]:
                 collector.publish(agent.q)
             if i % max(1, updates // 8) == 0:
                 online = ~batch["is_offline"]
-                lag = float((version() - batch["policy_version"][online]).float().mean())
+                age = float((version() - batch["policy_version"][online]).float().mean())
                 recent = collector.returns[-10:]
                 log(f"online {i}/{updates}: loss {loss:.3f}, env steps {collector.steps}, "
-                    f"offline share {1 - online.float().mean():.2f}, online rows {lag:.0f} policy "
+                    f"offline share {1 - online.float().mean():.2f}, online rows {age:.0f} policy "
                     f"versions old on average, collector return (last 10) "
                     f"{np.mean(recent) if recent else float('nan'):.1f}")
     finally:
         collector.stop.set()
         collector.join()
-    results["after_finetuning"] = evaluate(agent.q, args.eval_episodes, seed=10_000)
-    results["stats"] = rb.stats()
-    results["env_steps"] = collector.steps
-    results["seconds"] = time.perf_counter() - start
+    return rb, collector.steps, version()
 
-    # 4. summary
-    stats = results["stats"]
+
+def _main(args: argparse.Namespace) -> dict[str, Any]:
+    log = Logger()
+    torch.manual_seed(args.seed)
+    generator = torch.Generator().manual_seed(args.seed)
+    offline, behaviour_return = build_offline_buffer(args, generator, log)
+
+    agent = DoubleDQN()
+    results: dict[str, Any] = {"behaviour": behaviour_return}
+    results["random"] = evaluate(None, args.eval_episodes, seed=10_000)
+    results["before_pretraining"] = evaluate(agent.q, args.eval_episodes, seed=10_000)
+    log(f"eval return: random policy {results['random']:.1f}, untrained Q-network "
+        f"{results['before_pretraining']:.1f}")
+
+    pretrain(agent, offline, args, log)
+    results["after_pretraining"] = evaluate(agent.q, args.eval_episodes, seed=10_000)
+    log(f"eval return after offline pretraining: {results['after_pretraining']:.1f}")
+
+    rb, results["env_steps"], final_version = finetune(agent, offline, args, generator, log)
+    results["after_finetuning"] = evaluate(agent.q, args.eval_episodes, seed=10_000)
+    results["stats"] = stats = rb.stats()
+    results["seconds"] = log.elapsed()
+
     print("\n=== summary ===")
     print(f"behaviour (scripted) policy return       {behaviour_return:7.1f}")
     print(f"random policy return                     {results['random']:7.1f}")
     print(f"eval return before offline pretraining   {results['before_pretraining']:7.1f}")
     print(f"eval return after offline pretraining    {results['after_pretraining']:7.1f}")
     print(f"eval return after online fine-tuning     {results['after_finetuning']:7.1f}")
-    print(f"buffer: {stats['offline_size']} offline + {stats['online_size']} online transitions, "
-          f"{stats['batches_sampled']} mixed batches, final offline fraction "
-          f"{stats['offline_fraction']:.2f}, samples per insert "
+    print(f"buffer: {stats['offline_size']} offline + {stats['online_size']} online transitions "
+          f"({results['env_steps']} env steps), {stats['batches_sampled']} mixed batches, final "
+          f"offline fraction {stats['offline_fraction']:.2f}, sampled/inserted items "
           f"{stats.get('online_samples_per_insert', float('nan')):.1f}, policy version "
-          f"{version()}")
+          f"{final_version}")
     print(f"total time {results['seconds']:.1f}s")
     return results
+
+
+# ------------------------------------------------------------------ main
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        return _main(args)
+    finally:
+        torch.set_num_threads(threads)
 
 
 if __name__ == "__main__":

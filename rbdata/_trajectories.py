@@ -14,6 +14,7 @@ weights so that samplers draw a trajectory with one ``searchsorted``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +50,7 @@ def storage_keys(storage: Any) -> set[NestedKey]:
     """The nested keys of the items held by ``storage`` (a TensorDict layout is required)."""
     if hasattr(storage, "leaf_keys") and getattr(storage, "_is_tensordict", True):
         return {normalize_key(k) for k in storage.leaf_keys()}
-    item = storage.get(torch.zeros(1, dtype=torch.long)) if len(storage) else None
+    item = get_items(storage, torch.zeros(1, dtype=torch.long)) if len(storage) else None
     if isinstance(item, TensorDictBase):
         return {normalize_key(k) for k in item.keys(True, True)}
     raise TypeError(
@@ -58,11 +59,20 @@ def storage_keys(storage: Any) -> set[NestedKey]:
     )
 
 
+def get_items(storage: Any, slots: torch.Tensor) -> Any:
+    """The items at ``slots``, stacked when the storage returns a list of TensorDicts."""
+    data = storage.get(slots)
+    if isinstance(data, list) and data and all(isinstance(d, TensorDictBase) for d in data):
+        return torch.stack(data)
+    return data
+
+
 def read_leaf(storage: Any, key: NestedKey, slots: torch.Tensor) -> torch.Tensor:
     """Read the entry ``key`` of the items at ``slots`` (a 1-D LongTensor)."""
     if hasattr(storage, "get_leaf") and getattr(storage, "_is_tensordict", True):
-        return storage.get_leaf(key).index_select(0, slots)
-    return storage.get(slots).get(key)
+        leaf = storage.get_leaf(key)
+        return leaf.index_select(0, slots.to(leaf.device, non_blocking=True))
+    return get_items(storage, slots).get(key)
 
 
 @dataclass(frozen=True)
@@ -81,11 +91,11 @@ class Markers:
         """One marker per slot: the id (``"ids"``) or the end flag (``"ends"``)."""
         n = slots.numel()
         if self.kind == "ids":
-            return read_leaf(storage, self.keys[0], slots).reshape(n, -1)[:, 0]
+            return read_leaf(storage, self.keys[0], slots).reshape(n, -1)[:, 0].cpu()
         flags = read_leaf(storage, self.keys[0], slots).reshape(n, -1).any(1)
         for key in self.keys[1:]:
             flags |= read_leaf(storage, key, slots).reshape(n, -1).any(1)
-        return flags
+        return flags.cpu()
 
 
 def resolve_markers(
@@ -126,7 +136,7 @@ def resolve_markers(
     )
 
 
-def break_positions(marks: torch.Tensor, kind: str, prev: Any) -> torch.Tensor:
+def break_positions(marks: np.ndarray, kind: str, prev: Any) -> np.ndarray:
     """Positions in ``marks`` where a new trajectory starts.
 
     Args:
@@ -135,19 +145,19 @@ def break_positions(marks: torch.Tensor, kind: str, prev: Any) -> torch.Tensor:
         prev: the marker of the transition just before ``marks[0]``, or None
             when ``marks[0]`` cannot continue anything.
     """
-    brk = torch.empty(marks.shape, dtype=torch.bool)
     if kind == "ids":
-        brk[0] = prev is None or bool(marks[0] != prev)
-        torch.ne(marks[1:], marks[:-1], out=brk[1:])
+        inner = np.flatnonzero(marks[1:] != marks[:-1])
+        first = prev is None or marks[0] != prev
     else:
-        brk[0] = prev is None or bool(prev)
-        brk[1:] = marks[:-1]
-    return brk.nonzero().reshape(-1)
+        inner = np.flatnonzero(marks[:-1])
+        first = prev is None or bool(prev)
+    inner += 1
+    return np.concatenate([np.zeros(1, dtype=inner.dtype), inner]) if first else inner
 
 
-def segment_lengths(starts: torch.Tensor, total: int) -> torch.Tensor:
+def segment_lengths(starts: np.ndarray, total: int) -> np.ndarray:
     """Lengths of the runs starting at ``starts`` (sorted) in a sequence of ``total`` items."""
-    return torch.diff(starts, append=torch.tensor([total], dtype=starts.dtype))
+    return np.diff(starts, append=total)
 
 
 class TrajectoryIndex:
@@ -249,7 +259,7 @@ class TrajectoryIndex:
             not self._dirty
             and p < capacity
             and n == min(capacity, self.size + p)
-            and torch.equal(pending, torch.arange(old_end, old_end + p) % capacity)
+            and np.array_equal(pending.numpy(), np.arange(old_end, old_end + p) % capacity)
         ):
             self._append(storage, pending)
             return False, old_end
@@ -267,15 +277,15 @@ class TrajectoryIndex:
 
     def _append(self, storage: Any, slots: torch.Tensor) -> None:
         markers = self._markers_for(storage)
-        marks = markers.read(storage, slots)
+        marks = markers.read(storage, slots).numpy()
         p, v0 = slots.numel(), self.v_end
         new_size = min(self.modulus, self.size + p)
         self._drop_front(v0 + p - new_size)
         starts = break_positions(marks, markers.kind, self._prev if self.n else None)
-        first_new = int(starts[0]) if starts.numel() else p
+        first_new = int(starts[0]) if starts.size else p
         if first_new:
             self._grow_last(first_new)
-        if starts.numel():
+        if starts.size:
             self._push(starts + v0, segment_lengths(starts, p))
         self.v_end, self.size = v0 + p, new_size
         self._prev = marks[-1].item()
@@ -297,7 +307,7 @@ class TrajectoryIndex:
         v_begin = v_end - n
         order = torch.arange(v_begin, v_end) % capacity
         markers = self._markers_for(storage)
-        marks = markers.read(storage, order)
+        marks = markers.read(storage, order).numpy()
         starts = break_positions(marks, markers.kind, None)
         self._push(starts + v_begin, segment_lengths(starts, n))
         self.v_end, self.size, self._prev = v_end, n, marks[-1].item()
@@ -316,7 +326,7 @@ class TrajectoryIndex:
         last = marks.nonzero() if kind == "ends" else (marks != marks.roll(-1)).nonzero()
         oldest = (int(last[-1]) + 1) % n if last.numel() else 0
         order = torch.arange(oldest, oldest + n) % n
-        starts = break_positions(marks[order], kind, None)
+        starts = break_positions(marks[order].numpy(), kind, None)
         self._reset_deque()
         self._push(starts + oldest, segment_lengths(starts, n))
         self.modulus, self.v_end, self.size = n, oldest + n, n
@@ -333,7 +343,7 @@ class TrajectoryIndex:
         self.n = 0
         self.base = 0
         self.total_end = 0
-        self._views: dict[str, torch.Tensor] | None = None
+        self._views: dict[str, torch.Tensor] = {}
 
     def _ensure(self, extra: int) -> None:
         cap = self._np["starts"].size - 1
@@ -349,26 +359,26 @@ class TrajectoryIndex:
             extra_one = 1 if name == "shift" else 0
             self._np[name][: self.n + extra_one] = arrays[name][lo : hi + extra_one].copy()
         self.first = 0
-        self._views = None
+        self._views = {}
 
-    def _push(self, starts: torch.Tensor, lengths: torch.Tensor) -> None:
-        m = starts.numel()
+    def _push(self, starts: np.ndarray, lengths: np.ndarray) -> None:
+        m = starts.size
         self._ensure(m)
         j = self.first + self.n
-        t = self._t
-        t["starts"][j : j + m] = starts
-        t["lengths"][j : j + m] = lengths
+        a = self._np
+        a["starts"][j : j + m] = starts
+        a["lengths"][j : j + m] = lengths
         if self.weight is not None:
             w = self.weight.many(lengths)
-            cum = torch.cumsum(w, 0)
+            cum = np.cumsum(w)
             excl = cum - w + self.total_end
-            t["excl"][j : j + m] = excl
-            t["shift"][j + 1 : j + m + 1] = starts - excl
+            a["excl"][j : j + m] = excl
+            a["shift"][j + 1 : j + m + 1] = starts - excl
             if self.n == 0:
                 self.base = self.total_end
             self.total_end += int(cum[-1])
         self.n += m
-        self._views = None
+        self._views = {}
 
     def _grow_last(self, extra: int) -> None:
         j = self.first + self.n - 1
@@ -382,7 +392,8 @@ class TrajectoryIndex:
         a = self._np
         if self.n == 0 or v_begin <= a["starts"][self.first]:
             return
-        k = int(torch.searchsorted(self.view("starts"), v_begin, right=True)) - 1
+        live = a["starts"][self.first : self.first + self.n]
+        k = int(np.searchsorted(live, v_begin, side="right")) - 1
         self.first += k
         self.n -= k
         j = self.first
@@ -394,7 +405,7 @@ class TrajectoryIndex:
             a["excl"][j] += self.weight.one(old) - self.weight.one(old - delta)
             a["shift"][j + 1] = a["starts"][j] - a["excl"][j]
             self.base = int(a["excl"][j])
-        self._views = None
+        self._views = {}
 
     # ------------------------------------------------------------ reading
     def view(self, name: str) -> torch.Tensor:
@@ -404,11 +415,12 @@ class TrajectoryIndex:
         ``shift[searchsorted(excl, x, right=True)]`` is the shift of the trajectory
         holding ``x``.
         """
-        if self._views is None:
+        view = self._views.get(name)
+        if view is None:
             lo, hi = self.first, self.first + self.n
-            self._views = {k: v[lo:hi] for k, v in self._t.items() if k != "shift"}
-            self._views["shift"] = self._t["shift"][lo : hi + 1]
-        return self._views[name]
+            view = self._t[name][lo : hi + 1 if name == "shift" else hi]
+            self._views[name] = view
+        return view
 
     @property
     def total_weight(self) -> int:
@@ -452,21 +464,40 @@ class TrajectoryIndex:
 _COLUMNS = ("starts", "lengths", "excl", "shift")
 
 
-def chronological_order(n: int, capacity: int, cursor: int) -> torch.Tensor:
-    """Slots of a ring storage holding ``n`` items, oldest first (``cursor``: next write)."""
-    oldest = cursor % capacity if n >= capacity else 0
-    return torch.arange(oldest, oldest + n) % capacity
+def chronological_order(storage: Any, cursor: int) -> tuple[torch.Tensor, int]:
+    """Slots of a ring storage, oldest first (``cursor``: the next item written).
+
+    For a storage with ``ndim > 1`` (items of several cells, e.g. one per
+    environment) the cells are grouped by coordinate, each group in time order.
+
+    Returns:
+        ``(order, group)``: the slots, and the number of slots per coordinate.
+    """
+    n = len(storage)
+    if getattr(storage, "ndim", 1) == 1:
+        capacity, cells = storage.max_size, 1
+    else:
+        capacity, cells = storage.shape[0], math.prod(storage.shape[1:])
+    items = n // cells
+    oldest = cursor % capacity if items >= capacity else 0
+    order = torch.arange(oldest, oldest + items) % capacity
+    if cells > 1:
+        order = (torch.arange(cells).unsqueeze(1) + order * cells).reshape(-1)
+    return order, items
 
 
 def split_storage(
-    storage: Any, order: torch.Tensor, markers: Markers
+    storage: Any, order: torch.Tensor, markers: Markers, group: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Split the items at ``order`` (time order) into trajectories, from scratch.
+    """Split the items at ``order`` (time order, in groups of ``group``) into trajectories.
 
     Returns:
         ``(starts, lengths)``: positions in ``order`` where each trajectory
         starts, and their lengths.
     """
-    marks = markers.read(storage, order)
+    marks = markers.read(storage, order).numpy()
     starts = break_positions(marks, markers.kind, None)
-    return starts, segment_lengths(starts, order.numel())
+    if group < order.numel():
+        starts = np.union1d(starts, np.arange(0, order.numel(), group))
+    lengths = segment_lengths(starts, order.numel())
+    return torch.from_numpy(starts), torch.from_numpy(lengths)

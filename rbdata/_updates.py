@@ -133,21 +133,23 @@ def conditional_update(
         if vkey is not None and key == vkey:
             raise ValueError(f"version_key {vkey!r} may not appear in patch.")
         if key not in known:
-            raise KeyError(f"patch key {key!r} is not stored; stored keys are {sorted(map(str, known))}.")
+            raise KeyError(
+                f"patch key {key!r} is not stored; stored keys are {sorted(map(str, known))}."
+            )
         leaf = storage.get_leaf(key)
         value = torch.as_tensor(value)
         expected = (n, *leaf.shape[1:])
         if tuple(value.shape) != expected:
-            raise ValueError(
-                f"patch[{key!r}] has shape {tuple(value.shape)}, expected {expected}."
-            )
+            raise ValueError(f"patch[{key!r}] has shape {tuple(value.shape)}, expected {expected}.")
         if value.dtype != leaf.dtype:
             raise ValueError(f"patch[{key!r}] has dtype {value.dtype}, expected {leaf.dtype}.")
         leaves.append((leaf, value))
     version_leaf = None
     if vkey is not None:
         if vkey not in known:
-            raise KeyError(f"version_key {vkey!r} is not stored; stored keys are {sorted(map(str, known))}.")
+            raise KeyError(
+                f"version_key {vkey!r} is not stored; stored keys are {sorted(map(str, known))}."
+            )
         version_leaf = storage.get_leaf(vkey)
         if version_leaf[0].numel() != 1:
             raise ValueError(

@@ -16,6 +16,7 @@ from rbdata._trajectories import (
     QUERY_TRAJ_KEYS,
     NestedKey,
     chronological_order,
+    get_items,
     normalize_key,
     read_leaf,
     resolve_markers,
@@ -101,7 +102,7 @@ def _transform_keys(transform: Any, keys: set[NestedKey]) -> set[NestedKey]:
 def _read(storage: Any, slots: torch.Tensor, keys: set[NestedKey] | None) -> TensorDictBase:
     """The entries ``keys`` (None: all) of the items at ``slots``, as a TensorDict."""
     if keys is None:
-        data = storage.get(slots)
+        data = get_items(storage, slots)
         if not isinstance(data, TensorDictBase):
             raise TypeError(f"query needs TensorDict items, got {type(data).__name__}.")
         return data
@@ -149,7 +150,7 @@ def _extract(
     which = torch.repeat_interleave(sel_lengths)
     shift = starts.index_select(0, selected) - (torch.cumsum(sel_lengths, 0) - sel_lengths)
     rows = torch.arange(which.numel()) + shift[which]
-    data, kept = _apply(transform, storage.get(order.index_select(0, rows)), rows)
+    data, kept = _apply(transform, _read(storage, order.index_select(0, rows), None), rows)
     if kept is not rows:
         which = torch.searchsorted(starts, kept, right=True).sub_(1)
         which = torch.searchsorted(selected, which)
@@ -188,9 +189,10 @@ def run_query(
     transform drops are left out; trajectories left empty are not returned).
 
     Args:
-        storage: a storage of TensorDict items (``ndim=1``).
+        storage: a storage of TensorDict items; with ``ndim > 1`` trajectories are
+            recovered per batch coordinate and grouped by coordinate.
         transform: applied to the data read (None or an empty Compose: none).
-        cursor: the writer's cursor (the next slot it writes).
+        cursor: the writer's cursor (the next item it writes).
         predicate: a TrajectoryPredicate, a callable ``Trajectory -> bool``, or
             None for every trajectory.
         trajectory_key: entry holding per-transition trajectory ids.
@@ -220,8 +222,6 @@ def run_query(
     n = len(storage)
     if n == 0:
         return []
-    if getattr(storage, "ndim", 1) != 1:
-        raise ValueError(f"query needs a storage with ndim=1, got ndim={storage.ndim}.")
     if transform is not None and hasattr(transform, "__len__") and len(transform) == 0:
         transform = None
     keys = storage_keys(storage)
@@ -231,8 +231,8 @@ def run_query(
         end_key=None,
         traj_candidates=QUERY_TRAJ_KEYS,
     )
-    order = chronological_order(n, storage.max_size, cursor)
-    starts, lengths = split_storage(storage, order, markers)
+    order, group = chronological_order(storage, cursor)
+    starts, lengths = split_storage(storage, order, markers, group)
     if predicate is None:
         return _extract(storage, order, starts, lengths, torch.arange(starts.numel()), transform)
     if not isinstance(predicate, TrajectoryPredicate):
@@ -241,7 +241,7 @@ def run_query(
     fetch = {_resolve(key, fallback, keys) for key, fallback in predicate._fields()}
     if transform is not None:
         fetch |= _transform_keys(transform, keys)
-    data, rows = _apply(transform, _read(storage, order, fetch), torch.arange(n))
+    data, rows = _apply(transform, _read(storage, order, fetch), torch.arange(order.numel()))
     segment = torch.searchsorted(starts, rows, right=True).sub_(1)
     ctx = _Context(data, segment, starts.numel())
     selected = (predicate._evaluate(ctx) & (ctx.lengths > 0)).nonzero().reshape(-1)

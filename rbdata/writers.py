@@ -42,6 +42,9 @@ class Writer:
         track_generations: keep a per-slot generation counter.
     """
 
+    #: whether ``extend`` may drop items (their returned index is -1)
+    _drops_items: bool = False
+
     def __init__(self, *, track_generations: bool = False) -> None:
         self.track_generations = bool(track_generations)
         self._storage: Storage | None = None
@@ -67,7 +70,9 @@ class Writer:
 
     def share_memory_(self) -> Writer:
         """Move the cursor, counters and generations to shared memory (for child processes)."""
-        self._counters = torch.tensor([int(c) for c in self._counters], dtype=torch.long).share_memory_()
+        self._counters = torch.tensor(
+            [int(c) for c in self._counters], dtype=torch.long
+        ).share_memory_()
         if self._generations is not None:
             self._generations.share_memory_()
         return self
@@ -82,7 +87,9 @@ class Writer:
     def storage(self) -> Storage:
         """The storage registered with :meth:`register_storage`."""
         if self._storage is None:
-            raise RuntimeError(f"{type(self).__name__} has no storage: call register_storage first.")
+            raise RuntimeError(
+                f"{type(self).__name__} has no storage: call register_storage first."
+            )
         return self._storage
 
     @property
@@ -185,7 +192,9 @@ class RoundRobinWriter(Writer):
             return torch.cat([self.extend(data[:1]), self.extend(data[1:])])
         max_size = self._capacity()
         start = self._cursor
-        index = torch.arange(start, start + n) % max_size
+        index = torch.arange(start, start + n)
+        if start + n > max_size:
+            index %= max_size
         if n == 0:
             return index
         if n > max_size:  # only the last max_size items survive: write just those
@@ -259,6 +268,7 @@ class TensorDictMaxValueWriter(Writer):
     """
 
     _REDUCTIONS = ("sum", "mean", "max", "min")
+    _drops_items = True
 
     def __init__(
         self, rank_key: Any = None, reduction: str = "sum", *, track_generations: bool = False
@@ -290,8 +300,10 @@ class TensorDictMaxValueWriter(Writer):
                 f"{sorted(map(str, data.keys(True, True)))}."
             )
         rank = rank.reshape(rank.shape[0], -1).to(torch.float64)
-        return getattr(rank, self._reduction)(-1) if self._reduction in ("sum", "mean") else (
-            getattr(rank, self._reduction)(-1).values
+        return (
+            getattr(rank, self._reduction)(-1)
+            if self._reduction in ("sum", "mean")
+            else (getattr(rank, self._reduction)(-1).values)
         )
 
     def add(self, data: TensorDictBase) -> int:

@@ -118,7 +118,7 @@ class TestBadInputLeavesBufferUnchanged:
         with pytest.raises(ValueError, match="service_backend"):
             ReplayBuffer(service_backend="grpc")
         with pytest.raises(TypeError, match="transform"):
-            ReplayBuffer(transform=lambda x: x, transform_factory=lambda: (lambda x: x))
+            ReplayBuffer(transform=lambda x: x, transform_factory=lambda: lambda x: x)
 
 
 def _tensors(obj):
@@ -164,8 +164,13 @@ def test_empty_resets_cursor_and_write_count():
 def test_consume_after_n_every_sampler_and_prefetch():
     for sampler in (RandomSampler(), SamplerWithoutReplacement(), PrioritizedSampler(50, 0.7, 0.5)):
         for prefetch in (None, 2):
-            rb = ReplayBuffer(storage=LazyTensorStorage(50), sampler=sampler, batch_size=8,
-                              consume_after_n_samples=2, prefetch=prefetch)
+            rb = ReplayBuffer(
+                storage=LazyTensorStorage(50),
+                sampler=sampler,
+                batch_size=8,
+                consume_after_n_samples=2,
+                prefetch=prefetch,
+            )
             rb.extend(torch.arange(50))
             counts = torch.zeros(50, dtype=torch.long)
             for _ in range(100):
@@ -175,13 +180,17 @@ def test_consume_after_n_every_sampler_and_prefetch():
                 counts.index_add_(0, batch, torch.ones_like(batch))
             assert (counts == 2).all(), (type(sampler).__name__, prefetch, counts)
             rb.shutdown()
-            sampler = type(sampler)() if not isinstance(sampler, PrioritizedSampler) else (
-                PrioritizedSampler(50, 0.7, 0.5))
+            sampler = (
+                type(sampler)()
+                if not isinstance(sampler, PrioritizedSampler)
+                else (PrioritizedSampler(50, 0.7, 0.5))
+            )
 
 
 def test_iteration_ends_with_without_replacement_pass():
-    rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=SamplerWithoutReplacement(),
-                      batch_size=3)
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(10), sampler=SamplerWithoutReplacement(), batch_size=3
+    )
     rb.extend(torch.arange(10))
     batches = list(rb)
     assert sorted(torch.cat(batches).tolist()) == list(range(10))
@@ -249,8 +258,11 @@ def test_compilable_writer_in_compiled_step():
 
 def test_prioritized_weights_and_generation_guarded_updates():
     rb = TensorDictPrioritizedReplayBuffer(
-        alpha=1.0, beta=1.0, storage=LazyTensorStorage(4),
-        writer=TensorDictRoundRobinWriter(track_generations=True), batch_size=4,
+        alpha=1.0,
+        beta=1.0,
+        storage=LazyTensorStorage(4),
+        writer=TensorDictRoundRobinWriter(track_generations=True),
+        batch_size=4,
     )
     rb.extend(td(4))
     batch = rb.sample()
@@ -294,8 +306,9 @@ def test_set_update_read_write_all():
 
 
 def test_max_value_writer_keeps_top_items():
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(3),
-                                writer=TensorDictMaxValueWriter(rank_key="r"))
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(3), writer=TensorDictMaxValueWriter(rank_key="r")
+    )
     rb.extend(TensorDict({"r": torch.tensor([1.0, 9.0, 3.0, 7.0, 0.0, 8.0])}, [6]))
     assert sorted(rb[:]["r"].tolist()) == [7.0, 8.0, 9.0]
     with pytest.raises(KeyError, match="rank_key"):
@@ -321,7 +334,7 @@ def test_set_components_return_previous():
 
 
 def test_delayed_init_and_stats_before_init():
-    rb = ReplayBuffer(storage=LazyTensorStorage(10), transform_factory=lambda: (lambda x: x + 1))
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), transform_factory=lambda: lambda x: x + 1)
     assert not rb.initialized
     st = rb.stats()
     assert st["initialized"] is False and st["capacity"] == 10 and not rb.initialized
@@ -340,15 +353,22 @@ def test_lifecycle_methods():
 class TestDumpsLoads:
     def test_round_trip_and_resume_sampling(self, tmp_path):
         g = torch.Generator().manual_seed(0)
-        rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(50), generator=g, batch_size=5,
-                                    sampler=SamplerWithoutReplacement())
+        rb = TensorDictReplayBuffer(
+            storage=LazyMemmapStorage(50),
+            generator=g,
+            batch_size=5,
+            sampler=SamplerWithoutReplacement(),
+        )
         rb.extend(td(30))
         rb.sample()
         rb.dumps(tmp_path / "d")
         expected = [rb.sample()["index"].tolist() for _ in range(3)]
-        rb2 = TensorDictReplayBuffer(storage=LazyMemmapStorage(50),
-                                     generator=torch.Generator(), batch_size=5,
-                                     sampler=SamplerWithoutReplacement())
+        rb2 = TensorDictReplayBuffer(
+            storage=LazyMemmapStorage(50),
+            generator=torch.Generator(),
+            batch_size=5,
+            sampler=SamplerWithoutReplacement(),
+        )
         rb2.load(tmp_path / "d")
         assert [rb2.sample()["index"].tolist() for _ in range(3)] == expected
         assert rb2.write_count == 30
@@ -375,8 +395,9 @@ class TestDumpsLoads:
         other.dumps(tmp_path / "other")
         with pytest.raises(ValueError, match="max_size"):
             rb.loads(tmp_path / "other")
-        other2 = TensorDictReplayBuffer(storage=LazyTensorStorage(10),
-                                        sampler=SamplerWithoutReplacement())
+        other2 = TensorDictReplayBuffer(
+            storage=LazyTensorStorage(10), sampler=SamplerWithoutReplacement()
+        )
         other2.extend(td(2))
         other2.dumps(tmp_path / "other2")
         with pytest.raises(ValueError, match="sampler"):
@@ -406,3 +427,16 @@ class TestDumpsLoads:
         rb2.loads(tmp_path / "d")
         assert len(rb2) == 3
         assert [p.name for p in tmp_path.iterdir()] == ["d"]
+
+
+def test_cli_inspect_and_verify(tmp_path, capsys):
+    from rbdata.cli import main
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+    rb.extend(td(4))
+    rb.dumps(tmp_path / "d")
+    assert main(["inspect", str(tmp_path / "d")]) == 0
+    assert '"length": 4' in capsys.readouterr().out
+    assert main(["verify", str(tmp_path / "d")]) == 0
+    assert main(["verify", str(tmp_path / "missing")]) == 2
+    assert "not found" in capsys.readouterr().err

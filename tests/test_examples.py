@@ -46,3 +46,18 @@ def test_offline_to_online_quick_run(capsys: pytest.CaptureFixture[str]) -> None
     assert stats["offline_fraction"] == pytest.approx(0.25)
     assert 0 < stats["online_size"] == stats["write_count"] <= results["env_steps"]
     assert stats["size"] == stats["offline_size"] + stats["online_size"]
+
+
+def test_offline_to_online_hdf5_and_in_memory_layouts_agree(tmp_path: Path) -> None:
+    pytest.importorskip("gymnasium", reason="the example needs the 'examples' extra")
+    pytest.importorskip("h5py")
+    example = _load("offline_to_online")
+    arrays, _ = example.collect_offline(300, seed=0)
+    from_file, how = example.load_offline(arrays, str(tmp_path))
+    assert "read back" in how
+    in_memory = example.to_ted(arrays)
+    assert set(from_file.keys(True, True)) == set(in_memory.keys(True, True))
+    for key in in_memory.keys(True, True):
+        assert from_file[key].dtype == in_memory[key].dtype, key
+        assert torch.equal(from_file[key], in_memory[key]), key
+    assert bool(in_memory["next", "done"].any())  # episodes end within 300 steps

@@ -26,9 +26,12 @@ N_ITEMS = 64
 
 
 def make_data(n=N_ITEMS, start=0):
+    """``n`` items with ids ``start...``; their content depends on ``start`` only."""
     ids = torch.arange(start, start + n)
+    gen = torch.Generator().manual_seed(start)
     return TensorDict(
-        {"observation": torch.randn(n, 4), "reward": torch.randn(n), "id": ids,
+        {"observation": torch.randn(n, 4, generator=gen), "reward": torch.randn(n, generator=gen),
+         "id": ids,
          "policy_version": torch.zeros(n, dtype=torch.long)},
         batch_size=[n],
     )

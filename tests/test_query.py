@@ -10,7 +10,9 @@ from tensordict import TensorDict
 
 from rbdata import (
     Compose,
+    LazyStackStorage,
     LazyTensorStorage,
+    ListStorage,
     ReplayBuffer,
     TensorDictReplayBuffer,
     Trajectory,
@@ -252,3 +254,29 @@ def test_trajectory_view():
 
 def test_empty_storage():
     assert run_query(LazyTensorStorage(5), predicate=traj.length > 0) == []
+
+
+def test_multi_dimensional_storage_groups_by_coordinate():
+    storage = LazyTensorStorage(12, ndim=2)  # 4 steps of 3 environments
+    episode = torch.tensor([[0, 10, 20], [0, 10, 21], [1, 10, 21], [1, 11, 21]])
+    step = torch.arange(4).unsqueeze(1).expand(4, 3)
+    storage.set(slice(0, 4), TensorDict({"episode": episode, "step": step}, [4, 3]))
+    found = run_query(storage)
+    assert [t.episode.tolist() for t in found] == [
+        [0, 0],
+        [1, 1],
+        [10, 10, 10],
+        [11],
+        [20],
+        [21, 21, 21],
+    ]
+    assert [t.step.tolist() for t in found][2] == [0, 1, 2]
+    assert found[2].index.tolist() == [1, 4, 7]
+
+
+@pytest.mark.parametrize("storage", [ListStorage(20), LazyStackStorage(20)])
+def test_list_storages(storage):
+    rb = ReplayBuffer(storage=storage)
+    rb.extend(TensorDict({"episode": torch.tensor([0, 0, 1, 1, 1]), "r": torch.arange(5.0)}, [5]))
+    found = rb.query(traj.r.sum() > 2)
+    assert [t.r.tolist() for t in found] == [[2.0, 3.0, 4.0]]

@@ -101,8 +101,11 @@ def test_dumps_loads_prioritized_example():
     rb = TensorDictReplayBuffer(storage=storage, sampler=sampler)
     for _ in range(5):
         td = TensorDict(
-            {"obs": torch.randn(100, 3, 4), "next": {"obs": torch.randn(100, 3, 4)},
-             "td_error": torch.rand(100)},
+            {
+                "obs": torch.randn(100, 3, 4),
+                "next": {"obs": torch.randn(100, 3, 4)},
+                "td_error": torch.rand(100),
+            },
             [100],
         )
         rb.extend(td)
@@ -136,7 +139,8 @@ def test_update_if_present_examples():
     rb.extend(TensorDict({"obs": torch.zeros(10, 3)}, batch_size=[10]))
     sample = rb.sample()
     result = rb.update_if_present(
-        index=sample["index"], generation=sample["index_generation"],
+        index=sample["index"],
+        generation=sample["index_generation"],
         patch={"obs": torch.ones(4, 3)},
     )
     assert (result.updated_count, result.stale_count) == (4, 0)
@@ -147,14 +151,20 @@ def test_update_if_present_examples():
         writer=TensorDictRoundRobinWriter(track_generations=True),
         batch_size=4,
     )
-    rb.extend(TensorDict(
-        {"obs": torch.zeros(10, 3), "v": torch.full((10,), 5, dtype=torch.int64)},
-        batch_size=[10],
-    ))
+    rb.extend(
+        TensorDict(
+            {"obs": torch.zeros(10, 3), "v": torch.full((10,), 5, dtype=torch.int64)},
+            batch_size=[10],
+        )
+    )
     sample = rb.sample()
     result = rb.update_if_present(
-        index=sample["index"], generation=sample["index_generation"],
-        patch={"obs": torch.ones(4, 3)}, version_key="v", version=4, require_newer=True,
+        index=sample["index"],
+        generation=sample["index_generation"],
+        patch={"obs": torch.ones(4, 3)},
+        version_key="v",
+        version=4,
+        require_newer=True,
     )
     assert (result.updated_count, result.version_rejected_count) == (0, 4)
     assert (rb[:]["obs"] == 0).all()
@@ -187,8 +197,11 @@ def test_query_example():
     ends = torch.cumsum(torch.tensor([60, 40, 80, 55]), 0) - 1
     done[ends] = True
     td = TensorDict(
-        {"observation": torch.arange(len(episode)).float().unsqueeze(-1), "episode": episode,
-         "next": {"reward": torch.cat(rewards).unsqueeze(-1), "done": done}},
+        {
+            "observation": torch.arange(len(episode)).float().unsqueeze(-1),
+            "episode": episode,
+            "next": {"reward": torch.cat(rewards).unsqueeze(-1), "done": done},
+        },
         [len(episode)],
     )
     rb.extend(td)

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from rbdata import (
+    LazyStackStorage,
     LazyTensorStorage,
     PrioritizedSliceSampler,
     SliceSampler,
@@ -517,3 +518,55 @@ def test_through_the_buffer_with_wrap_around():
             assert (step.diff(dim=1) == 1).all()
             assert (batch["episode"].view(4, 8) == batch["episode"].view(4, 8)[:, :1]).all()
             assert batch["next", "truncated"].view(4, 8)[:, -1].all()
+
+
+def test_writes_at_the_cursor_are_processed_incrementally():
+    index = TrajectoryIndex(traj_key="episode")
+    ring = Ring(30, index)
+    ring.write(episodes(10, 5))
+    assert index.sync(ring.storage) == (False, 0)
+    for i in range(6):
+        ring.write(episodes(4, 3, first=2 + 2 * i))
+        assert index.sync(ring.storage)[0] is False
+    assert index.sync(ring.storage) is None
+    assert as_slots(index) == reference(ring.storage, ring.cursor, "ids")
+
+
+def test_list_storage():
+    storage = LazyStackStorage(20)
+    sampler = SliceSampler(slice_len=2)
+    storage.set(torch.arange(5), TensorDict({"episode": torch.tensor([0, 0, 1, 1, 1])}, [5]))
+    sampler.extend(torch.arange(5))
+    torch.manual_seed(0)
+    index, _ = sampler.sample(storage, 40)
+    assert set(index.view(-1, 2)[:, 0].tolist()) == {0, 2, 3}
+
+
+@given(write_plans(), st.integers(1, 4), st.booleans(), st.sampled_from([False, (False, True)]))
+def test_prioritized_valid_starts_kept_incrementally(plan, slice_len, strict, span):
+    capacity, writes = plan
+    sampler = PrioritizedSliceSampler(
+        capacity, 1.0, 1.0, slice_len=slice_len, strict_length=strict, span=span
+    )
+    ring = Ring(capacity, sampler)
+    sampler._shape(slice_len)
+    for n, values, sync in writes:
+        ring.write(torch.tensor(values[:n]))
+        if sync:
+            try:
+                sampler._sync(ring.storage)
+            except RuntimeError:  # no slice can be drawn yet
+                pass
+    try:
+        sampler._sync(ring.storage)
+    except RuntimeError:
+        pass
+    right = 0 if span is False else slice_len - 1
+    expected = torch.zeros(capacity, dtype=torch.bool)
+    for traj in reference(ring.storage, ring.cursor, "ids"):
+        if strict and len(traj) < slice_len:
+            continue
+        room = max(len(traj) - slice_len + 1 + right, 0 if strict else 1)
+        expected[traj[:room]] = True
+    assert torch.equal(sampler._valid, expected)
+    assert torch.equal(sampler._tree.leaves, sampler._raw * expected)

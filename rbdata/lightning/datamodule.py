@@ -173,6 +173,9 @@ class ReplayDataModule(pl.LightningDataModule):
         # Lightning fetches one batch ahead of the training step when the loader has no
         # length; checkpoints must count that batch as not handed out yet.
         self._dataset.held_back = 0 if self.batches_per_epoch is not None else 1
+        if not self.checkpoint_buffer:
+            # The buffer starts afresh on resume: a saved pass position would not fit it.
+            return _UncheckpointedDataLoader(self._dataset, batch_size=None)
         return self._dataset.dataloader()
 
     def teardown(self, stage: str) -> None:
@@ -231,6 +234,17 @@ class ReplayDataModule(pl.LightningDataModule):
         if self._dataset is not None:
             self._dataset.close()
             self._dataset = None
+
+
+class _UncheckpointedDataLoader(StatefulDataLoader):
+    """A StatefulDataLoader that keeps its state out of checkpoints (``checkpoint_buffer=False``)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing: a resumed run starts a fresh pass over its fresh buffer."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Ignore a saved state (see :meth:`state_dict`)."""
 
 
 def _set_rng(buffer: ReplayBuffer, generator: torch.Generator) -> None:

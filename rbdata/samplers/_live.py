@@ -99,16 +99,21 @@ class _LiveSet:
         """Remove ``indices`` from the live array (non-live ones are ignored)."""
         indices = torch.as_tensor(indices, dtype=torch.long).reshape(-1)
         indices = indices[self.is_live(indices)]
-        if indices.numel() == 0:
-            return
-        indices = torch.unique(indices)
+        if indices.numel():
+            self._remove_live(torch.unique(indices))
+
+    def _remove_live(self, indices: torch.Tensor) -> None:
+        """Swap-remove distinct live ``indices``: O(len(indices)), about ten torch ops."""
         m = indices.numel()
         positions = self._pos[indices]
-        self._pos[indices] = -1
         new_size = self._size - m
-        tail = self._live[new_size : self._size]
-        movers = tail[self._pos[tail] >= 0]
-        holes = positions[positions < new_size]
+        # Tail entries that stay live move into the holes left below new_size.
+        in_tail = positions >= new_size
+        stays = torch.ones(m, dtype=torch.bool)
+        stays[positions[in_tail] - new_size] = False
+        movers = self._live[new_size : self._size][stays]
+        holes = positions[~in_tail]
+        self._pos[indices] = -1
         self._live[holes] = movers
         self._pos[movers] = holes
         self._size = new_size
@@ -124,11 +129,16 @@ class _LiveSet:
         if 2 * k >= size:
             perm = torch.randperm(size, generator=generator)[:k]
             return self._live[perm]
-        positions = _EMPTY
-        while positions.numel() < k:
-            extra = torch.randint(size, (k + k // 2 + 8,), generator=generator)
-            positions = first_unique(torch.cat([positions, extra]))
-        return self._live[positions[:k]]
+        positions = torch.randint(size, (k,), generator=generator)
+        distinct = torch.unique(positions)
+        if distinct.numel() == k:  # the common case while k * k << size: no repeat drawn
+            return self._live[positions]
+        # Top up with fresh draws until k distinct: by symmetry the set is a
+        # uniform k-subset; a permutation makes the order uniform too.
+        while distinct.numel() < k:
+            extra = torch.randint(size, (k - distinct.numel(),), generator=generator)
+            distinct = torch.unique(torch.cat([distinct, extra]))
+        return self._live[distinct[torch.randperm(k, generator=generator)]]
 
     def consume(self, indices: torch.Tensor) -> torch.Tensor:
         """Count one more return for each of ``indices`` (distinct); those reaching n leave.
@@ -136,9 +146,15 @@ class _LiveSet:
         Returns:
             The slots that left the live set.
         """
-        self._counts[indices] += 1
-        done = indices[self._counts[indices] >= self.n]
-        self.remove(done)
+        if self.n == 1:
+            self._counts[indices] = 1
+            self._remove_live(indices)
+            return indices
+        counts = self._counts[indices] + 1
+        self._counts[indices] = counts
+        done = indices[counts >= self.n]
+        if done.numel():
+            self._remove_live(done)
         return done
 
     def clear(self) -> None:

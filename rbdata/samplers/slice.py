@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from rbdata._trajectories import (
@@ -31,7 +32,12 @@ class _SliceWeight:
             return 0
         return max(length + self._extra, self._floor)
 
-    def many(self, lengths: torch.Tensor) -> torch.Tensor:
+    def many(self, lengths: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:
+        if isinstance(lengths, np.ndarray):
+            w = np.maximum(lengths + self._extra, self._floor)
+            if self.strict:
+                w[lengths < self.slice_len] = 0
+            return w
         w = (lengths + self._extra).clamp_min_(self._floor)
         if self.strict:
             w.masked_fill_(lengths < self.slice_len, 0)

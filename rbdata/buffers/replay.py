@@ -1,67 +1,39 @@
-"""Replay buffers: thin orchestrators of storage, sampler, writer, sample unit and transforms."""
+"""ReplayBuffer: the thin orchestrator of storage, sampler, writer, sample unit and transforms."""
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from torch.utils._pytree import tree_map
-from torch.utils.data._utils.collate import default_collate
 
-from rbdata import _buffer_io
-from rbdata._updates import ConditionalUpdateResult, conditional_update, normalize_key
+from rbdata.buffers import _persistence
+from rbdata.buffers._helpers import (
+    _build,
+    _check_batch_size,
+    _check_init_args,
+    _collate_list,
+    _identity,
+    _is_empty,
+    _unsqueeze,
+)
+from rbdata.buffers._mutations import _BufferUpdates
+from rbdata.buffers._persistence import _BufferPersistence
 from rbdata.sample_units import SampleUnit, Transition
-from rbdata.samplers import PrioritizedSampler, RandomSampler, Sampler
+from rbdata.samplers import RandomSampler, Sampler
 from rbdata.storages import LazyStackStorage, ListStorage, Storage
 from rbdata.transforms import Compose, PolicyAgeFilter, Transform, as_transform
-from rbdata.writers import RoundRobinWriter, TensorDictRoundRobinWriter, Writer
+from rbdata.writers import RoundRobinWriter, Writer
 
-__all__ = [
-    "PrioritizedReplayBuffer",
-    "ReplayBuffer",
-    "TensorDictPrioritizedReplayBuffer",
-    "TensorDictReplayBuffer",
-]
-
-INFO_KEYS = ("index", "index_generation", "_weight")
+__all__ = ["ReplayBuffer"]
 
 
-def _build(obj: Any, kind: type, default: Callable[[], Any], argname: str) -> Any:
-    if obj is None:
-        return default()
-    if isinstance(obj, kind):
-        return obj
-    if callable(obj):
-        built = obj()
-        if isinstance(built, kind):
-            return built
-        raise TypeError(f"{argname} factory returned {type(built).__name__}, expected a {kind.__name__}.")
-    raise TypeError(f"{argname} must be a {kind.__name__} or a callable building one, got {type(obj).__name__}.")
-
-
-def _check_batch_size(batch_size: Any, argname: str = "batch_size") -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-        raise ValueError(f"{argname} must be a positive int, got {batch_size!r}.")
-    return batch_size
-
-
-def _identity(x: Any) -> Any:
-    return x
-
-
-def _unsqueeze(data: Any) -> Any:
-    if isinstance(data, (torch.Tensor, TensorDictBase)):
-        return data.unsqueeze(0)
-    return tree_map(lambda t: torch.as_tensor(t).unsqueeze(0), data)
-
-
-class ReplayBuffer:
+class ReplayBuffer(_BufferUpdates, _BufferPersistence):
     """A generic, composable replay buffer (torchrl's ``ReplayBuffer`` API).
 
     Keyword Args:
@@ -122,31 +94,21 @@ class ReplayBuffer:
         transport: str = "auto",
         transport_options: dict[str, Any] | None = None,
     ) -> None:
-        backend = "ray" if use_ray_service else (service_backend or "direct")
-        if backend == "ray":
-            raise NotImplementedError(
-                'service_backend="ray" is not available in this version of rbdata; use '
-                'service_backend="direct" (the default).'
-            )
-        if backend != "direct":
-            raise ValueError(f'service_backend must be "direct" or "ray", got {service_backend!r}.')
-        if transform is not None and transform_factory is not None:
-            raise TypeError("pass either transform or transform_factory, not both.")
-        if batch_size is not None:
-            _check_batch_size(batch_size)
-        if prefetch is not None and (not isinstance(prefetch, int) or prefetch < 0):
-            raise ValueError(f"prefetch must be an int >= 0 or None, got {prefetch!r}.")
-        if consume_after_n_samples is not None and (
-            not isinstance(consume_after_n_samples, int) or consume_after_n_samples <= 0
-        ):
-            raise ValueError(
-                f"consume_after_n_samples must be a positive int or None, got {consume_after_n_samples!r}."
-            )
-        if generator is not None and not isinstance(generator, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}.")
+        backend = _check_init_args(
+            service_backend="ray" if use_ray_service else service_backend,
+            transform=transform,
+            transform_factory=transform_factory,
+            batch_size=batch_size,
+            prefetch=prefetch,
+            consume_after_n_samples=consume_after_n_samples,
+            generator=generator,
+        )
         self._args = {
-            "storage": storage, "sampler": sampler, "writer": writer,
-            "transform": transform, "transform_factory": transform_factory,
+            "storage": storage,
+            "sampler": sampler,
+            "writer": writer,
+            "transform": transform,
+            "transform_factory": transform_factory,
         }
         self._sample_unit: SampleUnit = sample_unit if sample_unit is not None else Transition()
         self._collate_arg = collate_fn
@@ -179,19 +141,25 @@ class ReplayBuffer:
         if self._initialized:
             return
         args = self._args
-        self._storage: Storage = _build(args["storage"], Storage, lambda: ListStorage(1000), "storage")
+        self._storage: Storage = _build(
+            args["storage"], Storage, lambda: ListStorage(1000), "storage"
+        )
         self._sampler: Sampler = _build(args["sampler"], Sampler, RandomSampler, "sampler")
         self._writer: Writer = _build(args["writer"], Writer, self._make_writer, "writer")
         self._writer.register_storage(self._storage)
         self._sampler.set_rng(self._generator)
         self._sampler.set_consume_after_n(self._consume_after_n)
-        transform = args["transform"] if args["transform_factory"] is None else args["transform_factory"]()
-        self._transform = transform if isinstance(transform, Compose) else (
-            Compose() if transform is None else Compose(transform)
+        transform = (
+            args["transform"] if args["transform_factory"] is None else args["transform_factory"]()
+        )
+        self._transform = (
+            transform
+            if isinstance(transform, Compose)
+            else (Compose() if transform is None else Compose(transform))
         )
         self._collate_fn = self._collate_arg or self._default_collate()
         if self._shared:
-            _buffer_io.share(self)
+            _persistence.share(self)
         self._initialized = True
 
     def _make_writer(self) -> Writer:
@@ -292,7 +260,9 @@ class ReplayBuffer:
             writer.register_storage(self._storage)
             return prev
 
-    def append_transform(self, transform: Transform | Callable, *, invert: bool = False) -> ReplayBuffer:
+    def append_transform(
+        self, transform: Transform | Callable, *, invert: bool = False
+    ) -> ReplayBuffer:
         """Append a transform (``invert=True``: run it on writes, its inverse on reads)."""
         self.transform.append(as_transform(transform, invert=invert))
         return self
@@ -321,20 +291,29 @@ class ReplayBuffer:
         if isinstance(self.storage, ListStorage):
             return data if isinstance(data, (list, TensorDictBase, torch.Tensor)) else list(data)
         if isinstance(data, list):
-            data = torch.stack(data) if isinstance(data[0], (torch.Tensor, TensorDictBase)) else (
-                torch.as_tensor(data)
+            data = (
+                torch.stack(data)
+                if isinstance(data[0], (torch.Tensor, TensorDictBase))
+                else (torch.as_tensor(data))
             )
         if move_dim and self.dim_extend > 0:
-            data = data.movedim(self.dim_extend, 0) if isinstance(data, torch.Tensor) else (
-                data.transpose(self.dim_extend, 0) if isinstance(data, TensorDictBase) else
-                tree_map(lambda t: t.movedim(self.dim_extend, 0), data)
+            data = (
+                data.movedim(self.dim_extend, 0)
+                if isinstance(data, torch.Tensor)
+                else (
+                    data.transpose(self.dim_extend, 0)
+                    if isinstance(data, TensorDictBase)
+                    else tree_map(lambda t: t.movedim(self.dim_extend, 0), data)
+                )
             )
         return data
 
     def add(self, data: Any) -> int:
         """Add a single element and return the index where it lives."""
         self._init()
-        if isinstance(self._storage, ListStorage) and not isinstance(self._storage, LazyStackStorage):
+        if isinstance(self._storage, ListStorage) and not isinstance(
+            self._storage, LazyStackStorage
+        ):
             with self._cond:
                 data = self._transform.inv(data)
                 index = self._writer.add(data)
@@ -360,8 +339,7 @@ class ReplayBuffer:
             if _is_empty(data):
                 return torch.empty(0, dtype=torch.long)
             index = self._writer.extend(data)
-            written = index[index >= 0] if index.numel() else index
-            self._sampler.extend(written)
+            self._sampler.extend(index[index >= 0] if self._writer._drops_items else index)
             self._after_extend(data, index, update_priority)
             self._cond.notify_all()
         return index
@@ -376,8 +354,8 @@ class ReplayBuffer:
         with self._lock:
             if len(self._storage) == 0:
                 raise RuntimeError(
-                    f"cannot sample from an empty buffer (size 0, capacity {self._storage.max_size}); "
-                    "extend it first."
+                    "cannot sample from an empty buffer (size 0, capacity "
+                    f"{self._storage.max_size}); extend it first."
                 )
             if self._sampler.exhausted(self._storage):
                 return torch.empty(0, dtype=torch.long), {"index": torch.empty(0, dtype=torch.long)}
@@ -389,15 +367,21 @@ class ReplayBuffer:
             info["index"] = index
             return index, info
 
-    def _fetch(self, index: torch.Tensor, info: dict[str, Any], *, keep_info: bool | None = None) -> Any:
+    def _fetch(
+        self, index: torch.Tensor, info: dict[str, Any], *, keep_info: bool | None = None
+    ) -> Any:
         """Gather the records of ``index`` (a copy), attach ``info`` and run the transforms."""
         with self._lock:  # a write must not tear the rows being gathered
             data = self._storage.get(index.reshape(-1))
-        if isinstance(self._storage, ListStorage) and not isinstance(self._storage, LazyStackStorage):
+        if isinstance(self._storage, ListStorage) and not isinstance(
+            self._storage, LazyStackStorage
+        ):
             data = self._collate_fn(data)
         if index.ndim > 1 and isinstance(data, (torch.Tensor, TensorDictBase)):
-            data = data.reshape(*index.shape, *data.shape[1:]) if isinstance(data, torch.Tensor) else (
-                data.reshape(*index.shape)
+            data = (
+                data.reshape(*index.shape, *data.shape[1:])
+                if isinstance(data, torch.Tensor)
+                else (data.reshape(*index.shape))
             )
         keep = self._keeps_info if keep_info is None else keep_info
         if isinstance(data, TensorDictBase) and (keep or self._transform.filters_rows):
@@ -411,8 +395,10 @@ class ReplayBuffer:
         elif len(self._transform):
             data = self._transform(data)
         if self._pin_memory and torch.cuda.is_available():
-            data = data.pin_memory() if hasattr(data, "pin_memory") else tree_map(
-                lambda t: t.pin_memory(), data
+            data = (
+                data.pin_memory()
+                if hasattr(data, "pin_memory")
+                else tree_map(lambda t: t.pin_memory(), data)
             )
         return data
 
@@ -489,7 +475,11 @@ class ReplayBuffer:
 
     def __getitem__(self, index: Any) -> Any:
         data = self.storage.get(index)
-        if isinstance(self._storage, ListStorage) and not isinstance(index, int) and isinstance(data, list):
+        if (
+            isinstance(self._storage, ListStorage)
+            and not isinstance(index, int)
+            and isinstance(data, list)
+        ):
             data = self._collate_fn(data)
         return self._transform(data) if len(self._transform) else data
 
@@ -526,139 +516,32 @@ class ReplayBuffer:
             return self._cond.wait_for(predicate, timeout)
 
     # ------------------------------------------------------------ updating
-    def update_priority(
-        self, index: torch.Tensor | int, priority: torch.Tensor | float, *,
-        generation: torch.Tensor | None = None,
-    ) -> None:
-        """Update the priorities of ``index`` (skipping slots rewritten since ``generation``)."""
-        index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
-        priority = torch.as_tensor(priority, dtype=torch.float64).reshape(-1)
-        if priority.numel() == 1 and index.numel() != 1:
-            priority = priority.expand(index.numel())
-        if priority.numel() != index.numel():
-            raise ValueError(
-                f"priority has {priority.numel()} entries, expected one per index ({index.numel()})."
-            )
-        if not bool(torch.isfinite(priority).all()) or bool((priority < 0).any()):
-            bad = priority[~torch.isfinite(priority) | (priority < 0)][:5].tolist()
-            raise ValueError(f"priorities must be finite and >= 0, got {bad}.")
-        with self._lock:
-            if generation is not None and getattr(self.writer, "_generations", None) is not None:
-                live = self._writer.generation(index) == torch.as_tensor(generation).reshape(-1)
-                self._skipped_priority_updates += int((~live).sum())
-                index, priority = index[live], priority[live]
-            if not isinstance(self.sampler, _prioritized_types()):
-                return
-            self._sampler.update_priority(index, priority)
-
-    def update_if_present(
-        self, *, index: torch.Tensor, generation: torch.Tensor,
-        patch: Mapping[Any, torch.Tensor] | TensorDictBase,
-        version_key: Any = None, version: int | torch.Tensor | None = None,
-        require_newer: bool = False,
-    ) -> ConditionalUpdateResult:
-        """Patch the records whose (index, generation) is still live (see the reference doc)."""
-        with self._lock:
-            self._init()
-            return conditional_update(
-                self._storage, self._writer, index=index, generation=generation, patch=patch,
-                version_key=version_key, version=version, require_newer=require_newer,
-            )
-
-    def set_(self, key: Any, value: torch.Tensor) -> ReplayBuffer:
-        """Set the value of ``key`` across the whole buffer in place."""
-        with self._lock:
-            leaf = self._leaf(key)
-            leaf[: len(self._storage)] = torch.as_tensor(value).to(leaf.dtype)
-        return self
-
-    def set_at_(self, key: Any, value: torch.Tensor, index: Any) -> ReplayBuffer:
-        """Set the value of ``key`` at ``index`` in place."""
-        with self._lock:
-            leaf = self._leaf(key)
-            leaf[index] = torch.as_tensor(value).to(leaf.dtype)
-        return self
-
-    def update_(
-        self, input_dict_or_td: Mapping[Any, torch.Tensor] | TensorDictBase, clone: bool = False,
-        *, keys_to_update: Any = None,
-    ) -> ReplayBuffer:
-        """Update stored entries in place from a dict or TensorDict covering the buffer."""
-        src = input_dict_or_td
-        items = src.items(True, True) if isinstance(src, TensorDictBase) else src.items()
-        wanted = None if keys_to_update is None else {normalize_key(k, "keys_to_update") for k in keys_to_update}
-        for key, value in items:
-            if wanted is None or key in wanted:
-                self.set_(key, value.clone() if clone else value)
-        return self
-
-    def _leaf(self, key: Any) -> torch.Tensor:
-        self._init()
-        if not hasattr(self._storage, "get_leaf"):
-            raise RuntimeError(f"{type(self._storage).__name__} does not support per-key updates.")
-        key = normalize_key(key, "key")
-        if key not in set(self._storage.leaf_keys()):
-            raise KeyError(f"key {key!r} is not stored; stored keys are {self._storage.leaf_keys()}.")
-        return self._storage.get_leaf(key)
-
-    def query(self, predicate: Callable | None = None, *, trajectory_key: Any = None) -> list:
-        """Return the stored trajectories matching ``predicate``, oldest first."""
-        from rbdata.query import run_query
-
-        with self._lock:
-            self._init()
-            return run_query(
-                self._storage, transform=self._transform, cursor=getattr(self._writer, "cursor", 0),
-                predicate=predicate, trajectory_key=trajectory_key,
-            )
-
-    # ------------------------------------------------------- state and stats
     def stats(self) -> dict[str, int | float | bool]:
         """A cheap, serializable snapshot of the buffer's operational state."""
         if not self._initialized:
-            out: dict[str, Any] = {"size": 0, "write_count": 0, "prefetch_queue_size": 0, "initialized": False}
+            out: dict[str, Any] = {
+                "size": 0,
+                "write_count": 0,
+                "prefetch_queue_size": 0,
+                "initialized": False,
+            }
             storage = self._args["storage"]
             if isinstance(storage, Storage):
                 out.update(capacity=storage.max_size, utilization=0.0)
             return out
         size = len(self._storage)
         out = {
-            "size": size, "write_count": self._writer.write_count,
-            "prefetch_queue_size": len(self._futures), "initialized": True,
-            "capacity": self._storage.max_size, "utilization": size / self._storage.max_size,
+            "size": size,
+            "write_count": self._writer.write_count,
+            "prefetch_queue_size": len(self._futures),
+            "initialized": True,
+            "capacity": self._storage.max_size,
+            "utilization": size / self._storage.max_size,
             "skipped_priority_updates": self._skipped_priority_updates,
         }
         for source in list(self._stats_sources):
             out.update(source())
         return out
-
-    def state_dict(self) -> dict[str, Any]:
-        """The buffer's full state (content included) under fixed keys."""
-        return _buffer_io.state_dict(self)
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output (validated first; unchanged on error)."""
-        _buffer_io.load_state_dict(self, state_dict)
-
-    def dumps(self, path: str | os.PathLike) -> None:
-        """Save the buffer atomically in the directory ``path``."""
-        _buffer_io.dumps(self, path)
-
-    def loads(self, path: str | os.PathLike) -> None:
-        """Load a buffer saved with :meth:`dumps` (validated; unchanged on error)."""
-        _buffer_io.loads(self, path)
-
-    def dump(self, *args: Any, **kwargs: Any) -> None:
-        """Alias for :meth:`dumps`."""
-        self.dumps(*args, **kwargs)
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        """Alias for :meth:`dumps`."""
-        self.dumps(*args, **kwargs)
-
-    def load(self, *args: Any, **kwargs: Any) -> None:
-        """Alias for :meth:`loads`."""
-        self.loads(*args, **kwargs)
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> ReplayBuffer:
@@ -690,12 +573,6 @@ class ReplayBuffer:
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
 
-    def __getstate__(self) -> dict[str, Any]:
-        return _buffer_io.getstate(self)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        _buffer_io.setstate(self, state)
-
     @classmethod
     def as_remote(cls, remote_config: dict[str, Any] | None = None) -> Any:
         """Create a Ray remote class of this buffer (needs the ``ray`` extra)."""
@@ -711,153 +588,6 @@ class ReplayBuffer:
         return (
             f"{type(self).__name__}(storage={type(self._storage).__name__}(max_size="
             f"{self._storage.max_size}), sampler={type(self._sampler).__name__}, writer="
-            f"{type(self._writer).__name__}, size={len(self._storage)}, batch_size={self._batch_size})"
+            f"{type(self._writer).__name__}, size={len(self._storage)}, "
+            f"batch_size={self._batch_size})"
         )
-
-
-def _prioritized_types() -> tuple[type, ...]:
-    from rbdata.samplers import PrioritizedSliceSampler
-
-    return (PrioritizedSampler, PrioritizedSliceSampler)
-
-
-def _is_empty(data: Any) -> bool:
-    if isinstance(data, (torch.Tensor, TensorDictBase)):
-        return data.shape[0] == 0 if data.ndim else False
-    if isinstance(data, list):
-        return len(data) == 0
-    return False
-
-
-def _collate_list(items: list[Any]) -> Any:
-    if items and isinstance(items[0], TensorDictBase):
-        return torch.stack(items)
-    return default_collate(items)
-
-
-class TensorDictReplayBuffer(ReplayBuffer):
-    """A replay buffer of TensorDicts whose samples carry ``index`` (and generations).
-
-    Keyword Args:
-        priority_key: the entry holding new priorities (used by prioritized subclasses).
-        **kwargs: the :class:`ReplayBuffer` arguments; the default writer is
-            :class:`TensorDictRoundRobinWriter`.
-
-    Examples:
-        >>> import torch
-        >>> from tensordict import TensorDict
-        >>> from rbdata import LazyTensorStorage, TensorDictReplayBuffer
-        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), batch_size=4)
-        >>> _ = rb.extend(TensorDict({"obs": torch.zeros(10, 3)}, batch_size=[10]))
-        >>> sorted(rb.sample().keys())
-        ['index', 'obs']
-    """
-
-    _default_writer = TensorDictRoundRobinWriter
-    _keeps_info = True
-
-    def __init__(self, *, priority_key: Any = "td_error", **kwargs: Any) -> None:
-        self.priority_key = priority_key
-        super().__init__(**kwargs)
-
-    def _prepare(self, data: Any) -> Any:
-        data = super()._prepare(data)
-        if isinstance(data, TensorDictBase):
-            stale = [k for k in INFO_KEYS if k in data.keys()]
-            if stale:
-                data = data.exclude(*stale)
-        return data
-
-    def update_tensordict_priority(self, data: TensorDictBase) -> None:
-        """Update priorities from a sampled batch (``index``, ``priority_key``, generations)."""
-        priority = data.get(self.priority_key, None)
-        if priority is None:
-            raise KeyError(
-                f"priority_key {self.priority_key!r} not found in the batch; keys are "
-                f"{sorted(map(str, data.keys(True, True)))}."
-            )
-        index = data.get("index")
-        if priority.ndim > index.ndim:
-            priority = priority.reshape(*index.shape, -1).amax(-1)
-        self.update_priority(index, priority, generation=data.get("index_generation", None))
-
-
-class PrioritizedReplayBuffer(ReplayBuffer):
-    """A replay buffer with proportional prioritized sampling.
-
-    Keyword Args:
-        alpha: the priority exponent (probability ∝ priority**alpha).
-        beta: the importance-weight exponent.
-        eps: added to priorities.
-        dtype: dtype of the priority tree.
-        **kwargs: the :class:`ReplayBuffer` arguments (except ``sampler``).
-
-    Examples:
-        >>> import torch
-        >>> from rbdata import LazyTensorStorage, PrioritizedReplayBuffer
-        >>> rb = PrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(10))
-        >>> _ = rb.extend(torch.arange(10))
-        >>> sample, info = rb.sample(4, return_info=True)
-        >>> rb.update_priority(info["index"], torch.ones(4))
-    """
-
-    def __init__(
-        self, *, alpha: float, beta: float, eps: float = 1e-8, dtype: torch.dtype = torch.float,
-        storage: Storage | None = None, **kwargs: Any,
-    ) -> None:
-        if "sampler" in kwargs:
-            raise TypeError(f"{type(self).__name__} builds its own PrioritizedSampler; do not pass sampler.")
-        storage = storage if storage is not None else ListStorage(1000)
-        kwargs["sampler"] = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype)
-        super().__init__(storage=storage, **kwargs)
-
-
-class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
-    """A prioritized buffer of TensorDicts; samples carry ``index`` and ``_weight``.
-
-    Keyword Args:
-        alpha: the priority exponent.
-        beta: the importance-weight exponent.
-        priority_key: entry read by ``extend`` and :meth:`update_tensordict_priority`.
-        eps: added to priorities.
-        dtype: dtype of the priority tree.
-        reduction: how duplicate indices in one priority update combine.
-        **kwargs: the :class:`ReplayBuffer` arguments (except ``sampler``).
-
-    Examples:
-        >>> import torch
-        >>> from tensordict import TensorDict
-        >>> from rbdata import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
-        >>> rb = TensorDictPrioritizedReplayBuffer(alpha=0.7, beta=0.5,
-        ...     storage=LazyTensorStorage(10), batch_size=4)
-        >>> _ = rb.extend(TensorDict({"obs": torch.zeros(10, 3)}, [10]))
-        >>> batch = rb.sample()
-        >>> batch.set("td_error", torch.rand(4)).get("_weight").shape
-        torch.Size([4])
-        >>> rb.update_tensordict_priority(batch)
-    """
-
-    def __init__(
-        self, *, alpha: float, beta: float, priority_key: Any = "td_error", eps: float = 1e-8,
-        dtype: torch.dtype = torch.float, storage: Storage | None = None, reduction: str = "max",
-        **kwargs: Any,
-    ) -> None:
-        if "sampler" in kwargs:
-            raise TypeError(f"{type(self).__name__} builds its own PrioritizedSampler; do not pass sampler.")
-        storage = storage if storage is not None else ListStorage(1000)
-        kwargs["sampler"] = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype, reduction=reduction)
-        super().__init__(priority_key=priority_key, storage=storage, **kwargs)
-
-    def _after_extend(self, data: Any, index: torch.Tensor, update_priority: bool | None) -> None:
-        if update_priority is False or not isinstance(data, TensorDictBase):
-            return
-        priority = data.get(self.priority_key, None)
-        if priority is None:
-            return
-        if priority.ndim > 1:
-            priority = priority.reshape(priority.shape[0], -1).amax(-1)
-        keep = index >= 0
-        self.update_priority(index[keep], priority[keep])
-
-
-_ = TensorDict  # re-exported type used in docstrings

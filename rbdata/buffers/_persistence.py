@@ -1,4 +1,4 @@
-"""Saving, loading, sharing and pickling a replay buffer (kept out of buffers.py)."""
+"""Saving, loading, sharing and pickling a replay buffer (mixed into ReplayBuffer)."""
 
 from __future__ import annotations
 
@@ -6,18 +6,17 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-import torch
 import torch.multiprocessing as mp
 
 from rbdata.checkpoint import CheckpointError, read_dump, write_dump
 
 if TYPE_CHECKING:
-    from rbdata.buffers import ReplayBuffer
+    from rbdata.buffers.replay import ReplayBuffer
 
 _TRANSIENT = ("_executor", "_futures", "_iterator", "_stats_sources")
 
 
-def state_dict(rb: ReplayBuffer) -> dict[str, Any]:
+def _state_dict(rb: ReplayBuffer) -> dict[str, Any]:
     """The buffer's state under fixed keys: storage, sampler, writer, rng, counters."""
     rb._init()
     with rb._lock:
@@ -30,7 +29,7 @@ def state_dict(rb: ReplayBuffer) -> dict[str, Any]:
         }
 
 
-def load_state_dict(rb: ReplayBuffer, sd: dict[str, Any]) -> None:
+def _load_state_dict(rb: ReplayBuffer, sd: dict[str, Any]) -> None:
     """Load ``sd`` into ``rb``; on any error the buffer is left as it was."""
     rb._init()
     with rb._lock:
@@ -64,9 +63,9 @@ def _components(rb: ReplayBuffer) -> dict[str, str]:
     }
 
 
-def dumps(rb: ReplayBuffer, path: str | os.PathLike) -> None:
+def _dumps(rb: ReplayBuffer, path: str | os.PathLike) -> None:
     """Write ``rb`` atomically to the directory ``path`` (see :mod:`rbdata.checkpoint`)."""
-    sd = state_dict(rb)
+    sd = _state_dict(rb)
     storage_sd = sd["storage"]
     for hook in rb._storage._save_hooks:
         storage_sd = hook(storage_sd)
@@ -86,7 +85,7 @@ def dumps(rb: ReplayBuffer, path: str | os.PathLike) -> None:
     write_dump(path, manifest, sd, objects)
 
 
-def loads(rb: ReplayBuffer, path: str | os.PathLike) -> None:
+def _loads(rb: ReplayBuffer, path: str | os.PathLike) -> None:
     """Read a dump into ``rb`` after checking it matches the buffer's components."""
     rb._init()
     manifest, sd, objects = read_dump(path)
@@ -109,7 +108,7 @@ def loads(rb: ReplayBuffer, path: str | os.PathLike) -> None:
     for hook in rb._storage._load_hooks:
         storage_sd = hook(storage_sd)
     sd["storage"] = storage_sd
-    load_state_dict(rb, sd)
+    _load_state_dict(rb, sd)
 
 
 def share(rb: ReplayBuffer) -> None:
@@ -127,7 +126,7 @@ def share(rb: ReplayBuffer) -> None:
     rb._cond = mp.Condition(lock)
 
 
-def getstate(rb: ReplayBuffer) -> dict[str, Any]:
+def _getstate(rb: ReplayBuffer) -> dict[str, Any]:
     """Pickle state: drop threads and queues; keep process-safe locks of shared buffers."""
     state = {k: v for k, v in rb.__dict__.items() if k not in _TRANSIENT}
     if not rb._shared:
@@ -136,7 +135,7 @@ def getstate(rb: ReplayBuffer) -> dict[str, Any]:
     return state
 
 
-def setstate(rb: ReplayBuffer, state: dict[str, Any]) -> None:
+def _setstate(rb: ReplayBuffer, state: dict[str, Any]) -> None:
     """Rebuild what :func:`getstate` dropped."""
     from collections import deque
 
@@ -150,6 +149,39 @@ def setstate(rb: ReplayBuffer, state: dict[str, Any]) -> None:
     rb._stats_sources = []
 
 
-__all__ = ["dumps", "getstate", "load_state_dict", "loads", "setstate", "share", "state_dict"]
+class _BufferPersistence:
+    """state_dict / dumps / loads (and their aliases) and pickling of a buffer."""
 
-_ = torch
+    def state_dict(self) -> dict[str, Any]:
+        """The buffer's full state (content included) under fixed keys."""
+        return _state_dict(self)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (validated first; unchanged on error)."""
+        _load_state_dict(self, state_dict)
+
+    def dumps(self, path: str | os.PathLike) -> None:
+        """Save the buffer atomically in the directory ``path``."""
+        _dumps(self, path)
+
+    def loads(self, path: str | os.PathLike) -> None:
+        """Load a buffer saved with :meth:`dumps` (validated; unchanged on error)."""
+        _loads(self, path)
+
+    def dump(self, *args: Any, **kwargs: Any) -> None:
+        """Alias for :meth:`dumps`."""
+        self.dumps(*args, **kwargs)
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Alias for :meth:`dumps`."""
+        self.dumps(*args, **kwargs)
+
+    def load(self, *args: Any, **kwargs: Any) -> None:
+        """Alias for :meth:`loads`."""
+        self.loads(*args, **kwargs)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return _getstate(self)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        _setstate(self, state)

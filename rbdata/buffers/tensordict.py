@@ -1,0 +1,122 @@
+"""TensorDict buffers: samples carry ``index`` (and generations, weights)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from rbdata.buffers._helpers import INFO_KEYS
+from rbdata.buffers.replay import ReplayBuffer
+from rbdata.samplers import PrioritizedSampler
+from rbdata.storages import ListStorage, Storage
+from rbdata.writers import TensorDictRoundRobinWriter
+
+__all__ = ["TensorDictPrioritizedReplayBuffer", "TensorDictReplayBuffer"]
+
+
+class TensorDictReplayBuffer(ReplayBuffer):
+    """A replay buffer of TensorDicts whose samples carry ``index`` (and generations).
+
+    Keyword Args:
+        priority_key: the entry holding new priorities (used by prioritized subclasses).
+        **kwargs: the :class:`ReplayBuffer` arguments; the default writer is
+            :class:`TensorDictRoundRobinWriter`.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rbdata import LazyTensorStorage, TensorDictReplayBuffer
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), batch_size=4)
+        >>> _ = rb.extend(TensorDict({"obs": torch.zeros(10, 3)}, batch_size=[10]))
+        >>> sorted(rb.sample().keys())
+        ['index', 'obs']
+    """
+
+    _default_writer = TensorDictRoundRobinWriter
+    _keeps_info = True
+
+    def __init__(self, *, priority_key: Any = "td_error", **kwargs: Any) -> None:
+        self.priority_key = priority_key
+        super().__init__(**kwargs)
+
+    def _prepare(self, data: Any, *, move_dim: bool = True) -> Any:
+        data = super()._prepare(data, move_dim=move_dim)
+        if isinstance(data, TensorDictBase):
+            stale = [k for k in INFO_KEYS if k in data.keys()]
+            if stale:
+                data = data.exclude(*stale)
+        return data
+
+    def update_tensordict_priority(self, data: TensorDictBase) -> None:
+        """Update priorities from a sampled batch (``index``, ``priority_key``, generations)."""
+        priority = data.get(self.priority_key, None)
+        if priority is None:
+            raise KeyError(
+                f"priority_key {self.priority_key!r} not found in the batch; keys are "
+                f"{sorted(map(str, data.keys(True, True)))}."
+            )
+        index = data.get("index")
+        if priority.ndim > index.ndim:
+            priority = priority.reshape(*index.shape, -1).amax(-1)
+        self.update_priority(index, priority, generation=data.get("index_generation", None))
+
+
+class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
+    """A prioritized buffer of TensorDicts; samples carry ``index`` and ``_weight``.
+
+    Keyword Args:
+        alpha: the priority exponent.
+        beta: the importance-weight exponent.
+        priority_key: entry read by ``extend`` and :meth:`update_tensordict_priority`.
+        eps: added to priorities.
+        dtype: dtype of the priority tree.
+        reduction: how duplicate indices in one priority update combine.
+        **kwargs: the :class:`ReplayBuffer` arguments (except ``sampler``).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rbdata import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
+        >>> rb = TensorDictPrioritizedReplayBuffer(alpha=0.7, beta=0.5,
+        ...     storage=LazyTensorStorage(10), batch_size=4)
+        >>> _ = rb.extend(TensorDict({"obs": torch.zeros(10, 3)}, [10]))
+        >>> batch = rb.sample()
+        >>> batch.set("td_error", torch.rand(4)).get("_weight").shape
+        torch.Size([4])
+        >>> rb.update_tensordict_priority(batch)
+    """
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        beta: float,
+        priority_key: Any = "td_error",
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        storage: Storage | None = None,
+        reduction: str = "max",
+        **kwargs: Any,
+    ) -> None:
+        if "sampler" in kwargs:
+            raise TypeError(
+                f"{type(self).__name__} builds its own PrioritizedSampler; do not pass sampler."
+            )
+        storage = storage if storage is not None else ListStorage(1000)
+        kwargs["sampler"] = PrioritizedSampler(
+            storage.max_size, alpha, beta, eps, dtype, reduction=reduction
+        )
+        super().__init__(priority_key=priority_key, storage=storage, **kwargs)
+
+    def _after_extend(self, data: Any, index: torch.Tensor, update_priority: bool | None) -> None:
+        if update_priority is False or not isinstance(data, TensorDictBase):
+            return
+        priority = data.get(self.priority_key, None)
+        if priority is None:
+            return
+        if priority.ndim > 1:
+            priority = priority.reshape(priority.shape[0], -1).amax(-1)
+        keep = index >= 0
+        self.update_priority(index[keep], priority[keep])
