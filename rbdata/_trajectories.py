@@ -174,7 +174,8 @@ class TrajectoryIndex:
         end_key: entry holding end-of-trajectory flags.
         traj_candidates: id entries tried, in order, when neither key is given.
         weight: maps trajectory lengths to sampling weights (``one(int)`` and
-            ``many(Tensor)``); enables :meth:`draw`'s prefix sums.
+            ``many(array)``); with it the index keeps running prefix sums of the
+            weights (the ``excl`` and ``shift`` columns) that samplers draw from.
         static: ``("ids" | "ends", tensor)`` fixed markers of a full storage
             (the last trajectory may wrap to the first slots); writes are ignored.
     """
@@ -193,12 +194,13 @@ class TrajectoryIndex:
         self._candidates = tuple(traj_candidates)
         self.weight = weight
         self._static = static
-        self.markers: Markers | None = None if static is None else Markers(static[0], ())
         self.clear()
 
     # ------------------------------------------------------------ writes
     def clear(self) -> None:
         """Forget every trajectory and pending write (the storage was emptied)."""
+        static = self._static
+        self.markers: Markers | None = None if static is None else Markers(static[0], ())
         self.modulus = 0
         self.v_end = 0
         self.size = 0

@@ -49,6 +49,7 @@ class PolicyVersion:
         self._lock = threading.Lock()
 
     def __call__(self) -> int:
+        """The current version."""
         return int(self._value.item())
 
     def __int__(self) -> int:

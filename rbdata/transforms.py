@@ -47,6 +47,7 @@ class Transform:
         return data
 
     def __call__(self, data: Any) -> Any:
+        """Apply :meth:`forward` (the sample path)."""
         return self.forward(data)
 
 
@@ -108,6 +109,7 @@ class Compose(Transform):
 
     @property
     def filters_rows(self) -> bool:  # type: ignore[override]
+        """Whether any transform of the chain may drop rows."""
         return any(t.filters_rows for t in self.transforms)
 
     def forward(self, data: Any) -> Any:

@@ -123,7 +123,11 @@ class Writer:
         return getattr(self.storage, "_max_size_along_dim0", self.storage.max_size)
 
     def _bump(self, index: torch.Tensor | int | slice) -> None:
-        if self._generations is not None:
+        if self._generations is None:
+            return
+        if isinstance(index, torch.Tensor):  # repeated slots count once per write
+            self._generations.index_add_(0, index, torch.ones_like(index))
+        else:
             self._generations[index] += 1
 
     def _empty(self) -> None:
@@ -210,7 +214,7 @@ class RoundRobinWriter(Writer):
             cut = max_size - first
             self.storage.set(slice(first, max_size), data[:cut])
             self.storage.set(slice(0, stop - max_size), data[cut:])
-        self._bump(index[skip:])
+        self._bump(index)
         self._cursor = (start + n) % max_size
         self._write_count += n
         return index
@@ -362,7 +366,9 @@ class ImmutableDatasetWriter(Writer):
     Examples:
         >>> import torch
         >>> from rbdata import ImmutableDatasetWriter, ReplayBuffer, TensorStorage
-        >>> rb = ReplayBuffer(storage=TensorStorage(torch.arange(5)), writer=ImmutableDatasetWriter())
+        >>> rb = ReplayBuffer(
+        ...     storage=TensorStorage(torch.arange(5)), writer=ImmutableDatasetWriter()
+        ... )
         >>> len(rb)
         5
     """

@@ -108,7 +108,7 @@ class TestBadInputLeavesBufferUnchanged:
             with pytest.raises(ValueError, match="finite"):
                 rb.update_priority(torch.tensor([1, 2]), torch.tensor([1.0, bad]))
         after = rb.sampler.state_dict()
-        assert all(torch.equal(a, b) for a, b in zip(_tensors(state), _tensors(after)))
+        assert all(torch.equal(a, b) for a, b in zip(_tensors(state), _tensors(after), strict=True))
 
     def test_bad_components(self):
         with pytest.raises(TypeError, match="storage"):

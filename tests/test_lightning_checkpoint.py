@@ -1,4 +1,4 @@
-"""Checkpointing the replay buffer with Lightning: dumps beside .ckpt files, exact resume, SIGKILL."""
+"""Checkpointing the buffer with Lightning: dumps beside .ckpt files, exact resume, SIGKILL."""
 
 import os
 import random
@@ -59,7 +59,7 @@ def test_batches_after_resume_equal_an_uninterrupted_run(tmp_path, batches_per_e
     fit(tmp_path / "run", 6, dm_kwargs=dm_kwargs, save_last=True)
     resumed, resumed_dm, trainer = fit(tmp_path / "run", 12, ckpt_path="last", dm_kwargs=dm_kwargs)
     assert trainer.global_step == 12 and len(resumed.batches) == 6
-    for a, b in zip(full.batches[6:], resumed.batches):
+    for a, b in zip(full.batches[6:], resumed.batches, strict=True):
         assert torch.equal(a, b)
     assert stored_ids(resumed_dm.buffer) == stored_ids(full_dm.buffer) == expected_ids(12)
 
@@ -183,21 +183,22 @@ def test_sigkill_mid_fit_resumes_from_the_last_complete_checkpoint(tmp_path):
     root = tmp_path / "ckpts"
     script = tmp_path / "run.py"
     script.write_text(KILL_SCRIPT.format(tests=str(TESTS_DIR), root=str(root)))
-    log = open(tmp_path / "log.txt", "w")
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 240
-        while not (root / "last.ckpt").exists():
-            assert proc.poll() is None, (tmp_path / "log.txt").read_text()
-            assert time.monotonic() < deadline, "no checkpoint was written in time"
-            time.sleep(0.05)
-        # Checkpoints (two dumps of ~3 MB each) take most of every step: a random moment
-        # often falls inside one.
-        time.sleep(random.uniform(0.0, 1.5))
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        log.close()
+    with open(tmp_path / "log.txt", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, str(script)], stdout=log, stderr=subprocess.STDOUT
+        )
+        try:
+            deadline = time.monotonic() + 240
+            while not (root / "last.ckpt").exists():
+                assert proc.poll() is None, (tmp_path / "log.txt").read_text()
+                assert time.monotonic() < deadline, "no checkpoint was written in time"
+                time.sleep(0.05)
+            # Checkpoints (two dumps of ~3 MB each) take most of every step: a random
+            # moment often falls inside one.
+            time.sleep(random.uniform(0.0, 1.5))
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
     assert proc.returncode == -signal.SIGKILL
 
     restored = {}
@@ -222,4 +223,6 @@ def test_sigkill_mid_fit_resumes_from_the_last_complete_checkpoint(tmp_path):
     assert restored["write_count"] == 50_000 + ADD_PER_STEP * step
     assert trainer.global_step == step + 2  # training completes
     assert len(dm.buffer) == 50_000 + ADD_PER_STEP * (step + 2)
-    assert len(dumps_in(root)) == 2  # leftovers of the killed save are gone
+    # Leftovers of the killed save are gone: one dump per checkpoint file, no other.
+    owners = [d.split(".buffer-")[0] for d in dumps_in(root)]
+    assert owners == sorted(p.name for p in root.glob("*.ckpt"))

@@ -44,6 +44,7 @@ def test_configured_from_yaml(tmp_path):
     config.write_text(textwrap.dedent(f"""
         seed_everything: 0
         trainer:
+          default_root_dir: {tmp_path}
           accelerator: cpu
           max_steps: 4
           logger: false
@@ -78,7 +79,10 @@ def test_configured_from_yaml(tmp_path):
           checkpoint_buffer: false
           seed: 3
     """))
-    cli = LightningCLI(RewardModel, ReplayDataModule, run=False, args=["--config", str(config)])
+    cli = LightningCLI(
+        RewardModel, ReplayDataModule, run=False, save_config_callback=None,
+        args=["--config", str(config)],
+    )
     dm = cli.datamodule
     assert isinstance(dm, ReplayDataModule)
     assert (dm.batch_size, dm.batches_per_epoch, dm.seed) == (8, 2, 3)

@@ -97,7 +97,7 @@ def test_setup_builds_the_buffer_once_and_loads_offline_data():
 
     dm = datamodule(factory)
     with pytest.raises(RuntimeError, match="built in setup"):
-        dm.buffer
+        _ = dm.buffer
     assert not calls  # the factory runs in setup, not before
     dm.setup("fit")
     dm.setup("validate")
@@ -209,7 +209,7 @@ def test_priorities_from_the_batch_when_the_output_has_none():
     model = WritesIntoBatch(return_priorities=False)
     trainer(max_steps=4, callbacks=[ReplayCallback()]).fit(model, datamodule=datamodule(buffer))
     assert len(updates) == 4
-    for (index, priority, generation), ids in zip(updates, model.batches):
+    for (index, priority, generation), ids in zip(updates, model.batches, strict=True):
         assert torch.equal(priority, torch.zeros(8))
         assert generation is not None and generation.shape == index.shape
         assert sorted(index.tolist()) == sorted(ids.tolist())  # offline ids equal slots here
@@ -357,7 +357,7 @@ def test_an_explicit_buffer_and_errors_on_bad_arguments():
     with pytest.raises(TypeError, match="policy_version"):
         ReplayCallback(policy_version=3)
     with pytest.raises(RuntimeError, match="no buffer yet"):
-        ReplayCallback().buffer
+        _ = ReplayCallback().buffer
     assert len(cb.buffer) == 0
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         trainer(callbacks=[ReplayCallback(policy_version="nope")]).fit(

@@ -13,6 +13,7 @@ from rbdata import (
     LazyStackStorage,
     LazyTensorStorage,
     ListStorage,
+    PolicyAgeFilter,
     ReplayBuffer,
     TensorDictReplayBuffer,
     Trajectory,
@@ -280,3 +281,16 @@ def test_list_storages(storage):
     rb.extend(TensorDict({"episode": torch.tensor([0, 0, 1, 1, 1]), "r": torch.arange(5.0)}, [5]))
     found = rb.query(traj.r.sum() > 2)
     assert [t.r.tolist() for t in found] == [[2.0, 3.0, 4.0]]
+
+
+def test_query_applies_the_buffer_transforms():
+    version = [1]
+    transform = PolicyAgeFilter(lambda: version[0], 1)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(50), transform=transform)
+    data = ted(episodes(3, 3), torch.ones(6))
+    data["policy_version"] = torch.tensor([1, 1, 1, 0, 1, 1])
+    rb.extend(data)
+    version[0] = 2  # the row of version 0 is now too old to be read
+    found = rb.query(traj.length >= 2)
+    assert [t.observation.tolist() for t in found] == [[0.0, 1.0, 2.0], [4.0, 5.0]]
+    assert [t.index.tolist() for t in found] == [[0, 1, 2], [4, 5]]

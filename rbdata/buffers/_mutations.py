@@ -60,7 +60,7 @@ class _BufferUpdates:
         """Patch the records whose (index, generation) is still live (see the reference doc)."""
         with self._lock:
             self._init()
-            return conditional_update(
+            result = conditional_update(
                 self._storage,
                 self._writer,
                 index=index,
@@ -70,12 +70,15 @@ class _BufferUpdates:
                 version=version,
                 require_newer=require_newer,
             )
+            self._mark_update(torch.as_tensor(index).reshape(-1)[result.updated])
+            return result
 
     def set_(self, key: Any, value: torch.Tensor) -> ReplayBuffer:
         """Set the value of ``key`` across the whole buffer in place."""
         with self._lock:
             leaf = self._leaf(key)
             leaf[: len(self._storage)] = torch.as_tensor(value).to(leaf.dtype)
+            self._mark_update(slice(0, len(self._storage)))
         return self
 
     def set_at_(self, key: Any, value: torch.Tensor, index: Any) -> ReplayBuffer:
@@ -83,6 +86,7 @@ class _BufferUpdates:
         with self._lock:
             leaf = self._leaf(key)
             leaf[index] = torch.as_tensor(value).to(leaf.dtype)
+            self._mark_update(index)
         return self
 
     def update_(

@@ -24,6 +24,7 @@ def _state_dict(rb: ReplayBuffer) -> dict[str, Any]:
             "storage": rb._storage.state_dict(),
             "sampler": rb._sampler.state_dict(),
             "writer": rb._writer.state_dict(),
+            "sample_unit": rb._sample_unit.state_dict(),
             "rng": None if rb._generator is None else rb._generator.get_state(),
             "skipped_priority_updates": rb._skipped_priority_updates,
         }
@@ -34,13 +35,19 @@ def _load_state_dict(rb: ReplayBuffer, sd: dict[str, Any]) -> None:
     rb._init()
     with rb._lock:
         rb._drain_prefetch()
-        saved = {"sampler": rb._sampler.state_dict(), "writer": rb._writer.state_dict()}
+        saved = {
+            "sampler": rb._sampler.state_dict(),
+            "writer": rb._writer.state_dict(),
+            "sample_unit": rb._sample_unit.state_dict(),
+        }
         saved_rng = None if rb._generator is None else rb._generator.get_state()
         try:
             if "writer" in sd:
                 rb._writer.load_state_dict(sd["writer"])
             if "sampler" in sd:
                 rb._sampler.load_state_dict(sd["sampler"])
+            if "sample_unit" in sd:
+                rb._sample_unit.load_state_dict(sd["sample_unit"])
             if sd.get("rng") is not None and rb._generator is not None:
                 rb._generator.set_state(sd["rng"])
             if "storage" in sd:
@@ -48,6 +55,7 @@ def _load_state_dict(rb: ReplayBuffer, sd: dict[str, Any]) -> None:
         except BaseException:
             rb._writer.load_state_dict(saved["writer"])
             rb._sampler.load_state_dict(saved["sampler"])
+            rb._sample_unit.load_state_dict(saved["sample_unit"])
             if saved_rng is not None:
                 rb._generator.set_state(saved_rng)
             raise

@@ -318,6 +318,7 @@ class ReplayBuffer(_BufferUpdates, _BufferPersistence):
                 data = self._transform.inv(data)
                 index = self._writer.add(data)
                 self._sampler.add(index)
+                self._sample_unit.add(index)
                 self._cond.notify_all()
             return index
         index = self._extend(self._prepare(_unsqueeze(data), move_dim=False), None)
@@ -339,7 +340,9 @@ class ReplayBuffer(_BufferUpdates, _BufferPersistence):
             if _is_empty(data):
                 return torch.empty(0, dtype=torch.long)
             index = self._writer.extend(data)
-            self._sampler.extend(index[index >= 0] if self._writer._drops_items else index)
+            written = index[index >= 0] if self._writer._drops_items else index
+            self._sampler.extend(written)
+            self._sample_unit.extend(written)
             self._after_extend(data, index, update_priority)
             self._cond.notify_all()
         return index
@@ -486,7 +489,19 @@ class ReplayBuffer(_BufferUpdates, _BufferPersistence):
     def __setitem__(self, index: Any, data: Any) -> None:
         with self._cond:
             self.storage.set(index, data)
+            self._mark_update(index)
             self._cond.notify_all()
+
+    def _mark_update(self, index: Any) -> None:
+        """Tell trajectory-aware components that slots were edited in place."""
+        hook = getattr(self._sampler, "mark_update", None)
+        if hook is None:
+            return
+        if isinstance(index, slice):
+            index = torch.arange(*index.indices(len(self._storage)))
+        elif isinstance(index, int):
+            index = torch.tensor([index])
+        hook(torch.as_tensor(index, dtype=torch.long).reshape(-1))
 
     def read_all_in_order(self, end: int | None = None) -> Any:
         """Read storage contents in physical order (``rb[:end]``)."""
@@ -508,6 +523,7 @@ class ReplayBuffer(_BufferUpdates, _BufferPersistence):
             self._writer._empty()
             self._writer._write_count = 0 if empty_write_count else write_count
             self._sampler._empty()
+            self._sample_unit._empty()
             self._cond.notify_all()
 
     def wait_for_data(self, predicate: Callable[[], bool], timeout: float | None) -> bool:

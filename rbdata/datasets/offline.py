@@ -67,7 +67,8 @@ def load_offline_data(
         )
     if not data.batch_dims:
         raise ValueError(
-            f"offline data must have a leading item dimension, got batch_size {list(data.batch_size)}."
+            "offline data must have a leading item dimension, got batch_size "
+            f"{list(data.batch_size)}."
         )
     return data
 

@@ -237,7 +237,7 @@ class ReplayDataModule(pl.LightningDataModule):
 
 
 class _UncheckpointedDataLoader(StatefulDataLoader):
-    """A StatefulDataLoader that keeps its state out of checkpoints (``checkpoint_buffer=False``)."""
+    """A StatefulDataLoader whose state stays out of checkpoints (``checkpoint_buffer=False``)."""
 
     def state_dict(self) -> dict[str, Any]:
         """Nothing: a resumed run starts a fresh pass over its fresh buffer."""

@@ -38,7 +38,9 @@ class _SumTree:
 
     An update writes the leaves, then recomputes each affected parent as the
     sum (min, max) of its children: no incremental drift. Sampling descends
-    every draw at once, one level per step.
+    every draw at once, one level per step. The prefix sums of the top level
+    and the minimum are computed once after a change and reused until the
+    next one (``exhausted`` checks and the following ``sample`` share them).
 
     The minimum ignores zero leaves (they are never sampled): :attr:`min` is
     the smallest positive leaf (``inf`` when none is positive).
@@ -61,21 +63,38 @@ class _SumTree:
         self._min = [torch.full((s,), float("inf"), dtype=dtype) for s in sizes]
         self._max = [torch.zeros(s, dtype=dtype) for s in sizes] if track_max else None
         self._inf = torch.tensor(float("inf"), dtype=dtype)
+        # Exclusive prefix sums of the top level: _prefix[i] = sum(top[:i]), length top + 1.
+        self._prefix = torch.zeros(sizes[0] + 1, dtype=dtype)
+        self._prefix_ok = True
+        self._min_value: float | None = None
 
     @property
     def leaves(self) -> torch.Tensor:
         """The leaf values (a view; change them with :meth:`update`)."""
         return self._sum[-1][: self.capacity]
 
+    def _top_prefix(self) -> torch.Tensor:
+        """The exclusive prefix sums of the top level (cached until the next change)."""
+        if not self._prefix_ok:
+            torch.cumsum(self._sum[0], 0, out=self._prefix[1:])
+            self._prefix_ok = True
+        return self._prefix
+
+    def _changed(self) -> None:
+        self._prefix_ok = False
+        self._min_value = None
+
     @property
     def total(self) -> float:
         """Sum of all leaves."""
-        return float(self._sum[0].sum())
+        return float(self._top_prefix()[-1])
 
     @property
     def min(self) -> float:
         """Smallest positive leaf (``inf`` when no leaf is positive)."""
-        return float(self._min[0].amin())
+        if self._min_value is None:
+            self._min_value = float(self._min[0].amin())
+        return self._min_value
 
     @property
     def max(self) -> float:
@@ -87,19 +106,42 @@ class _SumTree:
     def __getitem__(self, index: torch.Tensor) -> torch.Tensor:
         return self.leaves[index]
 
-    def update(self, index: torch.Tensor, values: torch.Tensor) -> None:
+    def update(
+        self,
+        index: torch.Tensor,
+        values: torch.Tensor,
+        reduce: str | None = None,
+        positive: bool = False,
+    ) -> None:
         """Set ``leaves[index] = values`` and refresh their ancestors.
 
         Args:
-            index: 1-D LongTensor of leaves in ``[0, capacity)``. Duplicates
-                are allowed when they carry the same value (reduce first).
+            index: 1-D LongTensor of leaves in ``[0, capacity)``.
             values: non-negative values, same length as ``index``.
+            reduce: None when duplicate indices carry the same value; else
+                ``"amax"`` or ``"amin"``: how the values of a repeated index
+                are merged (``torch.Tensor.scatter_reduce_``).
+            positive: the caller knows every value is > 0 (skips zero masking).
         """
         values = values.to(self.dtype)
-        self._sum[-1].index_copy_(0, index, values)
-        self._min[-1].index_copy_(0, index, torch.where(values > 0, values, self._inf))
+        leaves = self._sum[-1]
+        if reduce is None:
+            leaves.index_copy_(0, index, values)
+        else:
+            leaves.scatter_reduce_(0, index, values, reduce, include_self=False)
+            values = leaves.index_select(0, index)
         if self._max is not None:
             self._max[-1].index_copy_(0, index, values)
+        self._min[-1].index_copy_(0, index, values if positive else self._positive(values))
+        self._refresh(index)
+
+    def _positive(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` with zeros replaced by ``inf`` (what the minimum levels hold)."""
+        return torch.where(values > 0, values, self._inf)
+
+    def _refresh(self, index: torch.Tensor) -> None:
+        """Recompute the ancestors of the leaves ``index`` from their children."""
+        self._changed()
         node = index
         for depth in range(len(self._sum) - 1, 0, -1):
             node = node >> _SHIFT
@@ -114,10 +156,11 @@ class _SumTree:
     def set_leaves(self, values: torch.Tensor) -> None:
         """Replace every leaf with ``values`` (length ``capacity``) and rebuild the tree."""
         values = values.to(self.dtype)
+        self._changed()
         self._sum[-1].zero_()
         self._sum[-1][: self.capacity] = values
         self._min[-1].fill_(float("inf"))
-        self._min[-1][: self.capacity] = torch.where(values > 0, values, self._inf)
+        self._min[-1][: self.capacity] = self._positive(values)
         if self._max is not None:
             self._max[-1].copy_(self._sum[-1])
         for depth in range(len(self._sum) - 1, 0, -1):
@@ -127,7 +170,7 @@ class _SumTree:
             if self._max is not None:
                 self._max[depth - 1][:m] = self._max[depth].view(-1, _FANOUT).amax(1)
 
-    def find(self, mass: torch.Tensor, top_cumsum: torch.Tensor | None = None) -> torch.Tensor:
+    def find(self, mass: torch.Tensor) -> torch.Tensor:
         """Return, for each ``mass`` in ``[0, total)``, the leaf whose prefix-sum range holds it.
 
         Leaf ``i`` is returned when ``sum(leaves[:i]) <= mass < sum(leaves[:i+1])``,
@@ -136,27 +179,26 @@ class _SumTree:
 
         Args:
             mass: 1-D tensor of masses.
-            top_cumsum: ``cumsum`` of the top level, when the caller has it.
         """
+        prefix = self._top_prefix()
         top = self._sum[0]
-        cums = top.cumsum(0) if top_cumsum is None else top_cumsum
         mass = mass.to(self.dtype)
-        node = torch.searchsorted(cums, mass, right=True).clamp_max_(top.numel() - 1)
+        node = torch.searchsorted(prefix[1:], mass, right=True).clamp_max_(top.numel() - 1)
         last = len(self._sum) - 1
         if last == 0:
             return node
-        mass = (mass - cums.index_select(0, node)).add_(top.index_select(0, node)).unsqueeze(1)
-        node = node.unsqueeze(1)
+        # The mass left inside the chosen node, as a column for the row-wise searches below.
+        mass = torch.sub(mass, prefix.index_select(0, node)).unsqueeze_(1)
+        node = node.unsqueeze_(1)
         for depth in range(1, last + 1):
-            rows = self._sum[depth].view(-1, _FANOUT).index_select(0, node.squeeze(1))
-            rows = rows.cumsum_(1)
-            child = torch.searchsorted(rows, mass, right=True).clamp_max_(_FANOUT - 1)
+            level = self._sum[depth]
+            inclusive = level.view(-1, _FANOUT).index_select(0, node.squeeze(1)).cumsum_(1)
+            child = torch.searchsorted(inclusive, mass, right=True).clamp_max_(_FANOUT - 1)
             if depth < last:
-                inclusive = rows.gather(1, child)
+                mass = mass.sub_(inclusive.gather(1, child))
             node = child.add_(node, alpha=_FANOUT)
             if depth < last:
-                own = self._sum[depth].index_select(0, node.squeeze(1)).unsqueeze(1)
-                mass = (mass - inclusive).add_(own)
+                mass = mass.add_(level.index_select(0, node.squeeze(1)).unsqueeze_(1))
         return node.squeeze(1)
 
     def sample(self, k: int, generator: torch.Generator | None) -> torch.Tensor:
@@ -178,17 +220,16 @@ class _SumTree:
         Raises:
             RuntimeError: when every leaf is 0.
         """
-        cums = self._sum[0].cumsum(0)
-        total = cums[-1]
-        if not float(total) > 0:
+        total = self.total
+        if not total > 0:
             raise RuntimeError("cannot sample: every priority is 0 (nothing is sampleable).")
         mass = torch.randperm(k, generator=generator, dtype=self.dtype)
         mass.add_(torch.rand(k, generator=generator, dtype=self.dtype)).mul_(total / k)
-        index = self.find(mass, cums)
+        index = self.find(mass)
         values = self._sum[-1].index_select(0, index)
         while not bool(values.all()):
             stray = values == 0
             redraw = torch.rand(int(stray.sum()), generator=generator, dtype=self.dtype)
-            index[stray] = self.find(redraw.mul_(total), cums)
+            index[stray] = self.find(redraw.mul_(total))
             values = self._sum[-1].index_select(0, index)
         return index, values

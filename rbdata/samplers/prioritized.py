@@ -107,14 +107,14 @@ class PrioritizedSampler(Sampler):
         super().set_consume_after_n(n)
         if consumed.numel():
             values = torch.full(consumed.shape, self.default_priority, dtype=self.dtype)
-            self._tree.update(consumed, values)
+            self._tree.update(consumed, values, positive=True)
 
     def extend(self, index: torch.Tensor) -> None:
         """Give the (re)written slots ``index`` the default priority."""
         index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
         self._check_index(index, self.max_capacity)
         values = torch.full(index.shape, self.default_priority, dtype=self.dtype)
-        self._tree.update(index, values)
+        self._tree.update(index, values, positive=True)
         super().extend(index)
 
     def _check_index(self, index: torch.Tensor, bound: int) -> None:
@@ -163,17 +163,58 @@ class PrioritizedSampler(Sampler):
                 f"priority must be finite and >= 0, got {_describe_bad(priority, bad)}."
             )
         self._check_index(index, self.max_capacity if storage is None else len(storage))
-        index, priority = self._merge_duplicates(index, priority)
-        values = priority.add(self.eps).pow_(self.alpha)
+        self._set_priorities(index, priority, low, high)
+
+    def _update_priority_validated(self, index: torch.Tensor, priority: torch.Tensor) -> None:
+        """``update_priority`` for a caller that already validated the priorities.
+
+        The buffer's fast path: ``index`` is a 1-D LongTensor on the CPU and
+        ``priority`` a 1-D floating tensor on the CPU of the same length, whose
+        values are finite and >= 0. Indices are still checked against
+        ``max_capacity`` (nothing changes when one is out of range). A
+        subclass that overrides :meth:`update_priority` gets its own method
+        called, so its extra work is never skipped.
+
+        Args:
+            index: 1-D LongTensor of slots.
+            priority: 1-D floating tensor, one finite value >= 0 per index.
+        """
+        if type(self).update_priority is not PrioritizedSampler.update_priority:
+            self.update_priority(index, priority)
+            return
+        if index.numel() == 0:
+            return
+        self._check_index(index, self.max_capacity)
+        low, high = (float(x) for x in torch.aminmax(priority))
+        priority = priority.to(device="cpu", dtype=self.dtype)
+        self._set_priorities(index.to(device="cpu"), priority, low, high)
+
+    def _set_priorities(
+        self, index: torch.Tensor, priority: torch.Tensor, low: float, high: float
+    ) -> None:
+        """Store validated priorities (``low``/``high``: their smallest and largest value)."""
+        reduce = None
+        if self.reduction in ("max", "min"):
+            # The power is increasing, so the leaves merge duplicates themselves.
+            reduce = _REDUCTIONS[self.reduction]
+        else:
+            index, priority = self._merge_duplicates(index, priority)
+        values = priority + self.eps if self.eps else priority.clone()
+        if self.alpha != 1.0:
+            values.pow_(self.alpha)
+        positive = (low + self.eps) ** self.alpha > 0
         if self._live is not None:
-            values.masked_fill_(self._consumed(index), 0)
-        self._tree.update(index, values)
+            consumed = self._consumed(index)
+            if bool(consumed.any()):
+                values.masked_fill_(consumed, 0)
+                positive = False
+        self._tree.update(index, values, reduce=reduce, positive=positive)
         if self.max_priority_within_buffer:
             return
-        if self.reduction == "max" and self._live is None:
-            top = (high + self.eps) ** self.alpha  # the largest merged value, without a reduction
+        if self._live is None and self.reduction == "max":
+            top = (high + self.eps) ** self.alpha  # the largest stored value, without a reduction
         else:
-            top = float(values.max())
+            top = float(self._tree.leaves.index_select(0, index).max())
         self._max_seen = max(self._max_seen, top)
 
     def _merge_duplicates(

@@ -229,6 +229,10 @@ class SliceSampler(Sampler):
         """Note the written slots; boundaries are updated at the next sample."""
         self._index.extend(index)
 
+    def mark_update(self, index: torch.Tensor) -> None:
+        """Note slots edited in place (``set_``, ``update_``): boundaries are re-read."""
+        self._index.extend(index)
+
     def _empty(self) -> None:
         super()._empty()
         self._index.clear()

@@ -219,7 +219,8 @@ class TensorStorage(Storage):
         if self._rows is None:
             plan = self._plan(data, batched)
             leaves, n = plan.leaves, plan.n
-            capacity = self.max_size // math.prod(plan.lead)
+            cells = math.prod(plan.lead)
+            capacity = self.max_size // cells if cells else 0
             if capacity == 0:
                 raise ValueError(
                     f"max_size={self.max_size} cannot hold one item of {list(plan.lead)} cells."
@@ -228,13 +229,7 @@ class TensorStorage(Storage):
             leaves, n = self._leaves(data, batched)
             capacity = self._capacity
         index, stop = _set_index(index, self._len, capacity)
-        count = (
-            1
-            if isinstance(index, int)
-            else len(index[0]) + len(index[1])
-            if isinstance(index, tuple)
-            else len(index)
-        )
+        count = _count(index)
         if count != n:
             raise ValueError(f"index selects {count} item(s) but data holds {n}.")
         if plan is not None:
@@ -496,6 +491,15 @@ def _check_leaves(
                 f"{structure.key_repr(i)}: got shape {list(shape)}, expected {expected}."
             )
     return n
+
+
+def _count(index: int | range | tuple[range, range] | torch.Tensor) -> int:
+    """Number of items a normalized write index addresses."""
+    if isinstance(index, int):
+        return 1
+    if isinstance(index, tuple):
+        return len(index[0]) + len(index[1])
+    return len(index)
 
 
 def _spec(names: list[str], layout: _PackedLayout) -> dict[str, dict[str, Any]]:
