@@ -7,11 +7,12 @@ ReplayDataModule. The callback feeds the step's TD errors back as priorities
 (skipping slots rewritten since they were sampled) and keeps the buffer's
 PolicyAgeFilter in step with the learner.
 
-    python examples/dqn_cartpole.py                    # until the return target or --max-minutes
-    python examples/dqn_cartpole.py --steps 200        # a short smoke run
+    python examples/dqn_cartpole.py                # until the greedy return target, or time
+    python examples/dqn_cartpole.py --steps 200    # a short smoke run
 
-It prints the average return of the greedy policy over evaluation episodes
-(a random policy averages about 22).
+Every epoch (500 steps) ends with a greedy evaluation; training stops once it
+averages ``--stop-at-return``. The script then prints the average return of the
+greedy policy over 20 fresh episodes (a random policy averages about 22).
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class DQN(L.LightningModule):
         collect_every: int = 4,
         warmup_steps: int = 1000,
         eps_decay_steps: int = 6000,
-        eval_episodes: int = 5,
+        eval_episodes: int = 10,
     ) -> None:
         super().__init__()
         self.q = nn.Sequential(

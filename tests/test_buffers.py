@@ -440,3 +440,38 @@ def test_cli_inspect_and_verify(tmp_path, capsys):
     assert main(["verify", str(tmp_path / "d")]) == 0
     assert main(["verify", str(tmp_path / "missing")]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_policy_age_filter_with_prioritized_tensordict_buffer():
+    from rbdata import PolicyAgeFilter
+
+    version = {"v": 5}
+    rb = TensorDictPrioritizedReplayBuffer(
+        alpha=1.0, beta=1.0, storage=LazyTensorStorage(20), batch_size=64,
+        transform=PolicyAgeFilter(lambda: version["v"], max_policy_lag=1),
+    )
+    stamps = torch.tensor([5, 4, 3, 5] * 5)
+    rb.extend(td(20).set("policy_version", stamps))
+    assert len(rb) == 15  # version 3 dropped on write
+    version["v"] = 6  # now version 4 is stale too
+    batch, info = rb.sample(return_info=True)
+    assert (batch["policy_version"] >= 5).all()
+    assert batch["_weight"].shape == batch["index"].shape == (batch.shape[0],)
+    # the index still points at the rows that were kept
+    assert torch.equal(rb.storage[:]["policy_version"][batch["index"]], batch["policy_version"])
+    assert torch.equal(info["index"], batch["index"])
+
+
+def test_sequence_sample_unit_on_a_wrapped_buffer():
+    from rbdata import Sequence
+
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(50), sample_unit=Sequence(4), batch_size=8
+    )
+    for ep in range(6):
+        done = torch.zeros(20, 1, dtype=torch.bool)
+        done[-1] = True
+        rb.extend(TensorDict({"episode": torch.full((20,), ep), "next": {"done": done}}, [20]))
+    batch = rb.sample()
+    assert batch.shape == (8, 4)
+    assert "mask" in batch.keys()

@@ -6,7 +6,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensordict import MemoryMappedTensor, TensorDict
 
-from rbdata import LazyTensorStorage, ListStorage, ReplayBuffer, TensorDictReplayBuffer
+from rbdata import (
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    ListStorage,
+    ReplayBuffer,
+    TensorDictReplayBuffer,
+)
 from rbdata.datasets import hdf5 as hdf5_module
 from rbdata.datasets import load_d4rl_hdf5, load_offline_data
 
@@ -112,8 +118,9 @@ def test_load_offline_data_dispatches_on_the_source(tmp_path):
     )
 
 
-def test_load_offline_data_reads_a_dump_oldest_first(tmp_path):
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8))
+@pytest.mark.parametrize("storage", [LazyTensorStorage, LazyMemmapStorage])
+def test_load_offline_data_reads_a_dump_oldest_first(tmp_path, storage):
+    rb = TensorDictReplayBuffer(storage=storage(8))
     rb.extend(TensorDict({"x": torch.arange(11), ("next", "y"): -torch.arange(11.0)}, [11]))
     rb.dumps(tmp_path / "dump")
     td = load_offline_data(tmp_path / "dump")

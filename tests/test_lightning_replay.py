@@ -112,6 +112,20 @@ def test_setup_builds_the_buffer_once_and_loads_offline_data():
     dm.teardown("fit")
 
 
+def test_loader_options_reach_the_replay_dataset():
+    dm = datamodule(prefetch=2, min_size=10, samples_per_insert=4.0, timeout=0.5,
+                    batches_per_epoch=None, pin_memory=False)
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    ds = loader.dataset
+    assert (ds.batch_size, ds.num_batches, ds.prefetch, ds.min_size, ds.timeout) == (
+        8, None, 2, 10, 0.5
+    )
+    assert ds.rate_limiter is not None and ds.held_back == 0  # no Lightning look-ahead here
+    assert next(iter(loader))["observation"].shape == (8, 4)
+    dm.teardown("fit")
+
+
 def test_a_buffer_instance_is_used_as_is():
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100))
     dm = datamodule(rb, offline_data=None, batches_per_epoch=2)
@@ -161,14 +175,18 @@ def test_pin_memory_auto_follows_the_accelerator():
 
 
 def test_bad_arguments_are_rejected():
-    with pytest.raises(TypeError, match="buffer must be a ReplayBuffer"):
+    with pytest.raises(TypeError, match="buffer must be a replay buffer"):
         ReplayDataModule(3)
     with pytest.raises(ValueError, match="pin_memory"):
         ReplayDataModule(prioritized, pin_memory="yes")
     with pytest.raises(TypeError, match="seed"):
         ReplayDataModule(prioritized, seed=1.5)
+    with pytest.raises(ValueError, match="batches_per_epoch must be an int >= 1, got 0"):
+        ReplayDataModule(prioritized, batches_per_epoch=0)
+    with pytest.raises(ValueError, match="prefetch must be an int >= 0"):
+        ReplayDataModule(prioritized, prefetch=-1)
     dm = ReplayDataModule(lambda: "not a buffer")
-    with pytest.raises(TypeError, match="factory must return a ReplayBuffer, got str"):
+    with pytest.raises(TypeError, match="factory must return a replay buffer, got str"):
         dm.setup("fit")
 
 
@@ -373,3 +391,31 @@ def test_missing_priorities_warn_once_for_a_prioritized_buffer():
         )
     messages = [str(w.message) for w in caught if "priorities are not updated" in str(w.message)]
     assert len(messages) == 1
+
+
+class SavesBatches(TinyModule):
+    def __init__(self, out_dir):
+        super().__init__()
+        self.out_dir = out_dir
+
+    def on_train_end(self):
+        torch.save(torch.stack(self.batches), f"{self.out_dir}/rank{self.global_rank}.pt")
+
+
+def test_each_ddp_rank_samples_with_its_own_seed(tmp_path, monkeypatch):
+    monkeypatch.delenv("MASTER_PORT", raising=False)  # Lightning sets it: undone afterwards
+    # No priority updates: under DDP they follow the averaged gradients, not one rank's.
+    t = trainer(max_steps=3, strategy="ddp_fork", devices=2,
+                callbacks=[ReplayCallback(priority_key=None)])
+    t.fit(SavesBatches(tmp_path), datamodule=datamodule(seed=5, checkpoint_buffer=False))
+    rank0, rank1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
+    assert not torch.equal(rank0, rank1)
+
+    def alone(seed):  # what one process with that seed samples
+        model = TinyModule()
+        trainer(max_steps=3, callbacks=[ReplayCallback(priority_key=None)]).fit(
+            model, datamodule=datamodule(seed=seed, checkpoint_buffer=False)
+        )
+        return torch.stack(model.batches)
+
+    assert torch.equal(rank0, alone(5)) and torch.equal(rank1, alone(6))

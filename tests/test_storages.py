@@ -580,8 +580,10 @@ def test_share_memory_with_child_process(tmp_path):
     shared.share_memory_()
     shared.set(slice(0, 2), TensorDict({"x": torch.ones(2, 2)}, [2]))
     assert shared._rows.packed.is_shared()
-    memmap = LazyMemmapStorage(10, scratch_dir=tmp_path).share_memory_()
+    memmap = LazyMemmapStorage(10, scratch_dir=tmp_path)
     memmap.set(0, TensorDict({"x": torch.ones(2)}))
+    memmap.share_memory_()
+    assert memmap._rows.packed.data_ptr() == memmap._mmap.data_ptr(), "still the file"
     unallocated = LazyTensorStorage(10).share_memory_()
     # the storages travel through a queue, i.e. torch.multiprocessing's pickler
     ctx = mp.get_context("fork")
@@ -666,3 +668,30 @@ def test_writes_match_dict_of_tensors_model(ops, kind):
     sample = storage.get(probe)
     for key, value in model.items():
         assert torch.equal(sample[key], value[probe])
+
+
+def test_index_kinds_and_empty_writes():
+    import numpy as np
+
+    storage = LazyTensorStorage(6)
+    storage.set([0, 1, 2], torch.arange(3) * 10)
+    assert storage.get([2, 0]).tolist() == [20, 0]
+    assert int(storage[np.int64(1)]) == 10 and int(storage[torch.tensor(2)]) == 20
+    storage.set(torch.tensor([], dtype=torch.long), torch.zeros(0, dtype=torch.long))
+    assert len(storage) == 3
+    assert storage.get(torch.tensor([1], dtype=torch.int32)).tolist() == [10]
+    with pytest.raises(TypeError, match="index"):
+        storage.get("a")
+    with pytest.raises(ValueError, match="1-D"):
+        storage.set(torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long))
+
+
+def test_tensor_storage_ndim2_and_lazy_stack_state():
+    storage = TensorStorage(torch.arange(12).reshape(4, 3), ndim=2)
+    assert storage.max_size == 12 and len(storage) == 12 and storage.shape == torch.Size([4, 3])
+    assert torch.equal(storage[:], torch.arange(12).reshape(4, 3).T)
+    stack = LazyStackStorage(4)
+    stack.set(slice(0, 2), [TensorDict({"a": torch.zeros(1)}), TensorDict({"a": torch.ones(3)})])
+    fresh = LazyStackStorage(4)
+    fresh.load_state_dict(stack.state_dict())
+    assert len(fresh) == 2 and fresh[1]["a"].shape == (3,)

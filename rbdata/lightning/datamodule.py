@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -49,8 +50,9 @@ class ReplayDataModule(pl.LightningDataModule):
     those an uninterrupted run would have drawn.
 
     Args:
-        buffer: a replay buffer, or a callable with no argument returning one
-            (run in ``setup``).
+        buffer: a replay buffer (an rbdata ``ReplayBuffer`` or a composite one such
+            as ``OfflineToOnlineReplayBuffer``), or a callable with no argument
+            returning one (run in ``setup``, so each process builds its own).
         batch_size: items per batch; None uses the buffer's ``batch_size``.
         batches_per_epoch: batches per training epoch; None: one sampler pass.
         prefetch: batches sampled ahead on a background thread.
@@ -71,6 +73,18 @@ class ReplayDataModule(pl.LightningDataModule):
         seed: seed of the buffer's sampling generator (rank ``r`` uses
             ``seed + r``); None takes ``torch.initial_seed()``, which
             ``lightning.seed_everything`` sets.
+
+    Raises:
+        TypeError: if ``buffer`` is neither a buffer nor a callable, or ``seed``
+            is not an int.
+        ValueError: if a count is not an int in range or ``pin_memory`` is not
+            a bool or ``"auto"``.
+
+    Note:
+        Lightning writes checkpoints from global rank 0 only: under DDP with a
+        buffer per rank, a checkpoint holds rank 0's buffer and loader state, and
+        every rank resumes from it. A Ray-backed buffer shared by the ranks has
+        no such limit.
 
     Examples:
         >>> import torch
@@ -105,15 +119,23 @@ class ReplayDataModule(pl.LightningDataModule):
         seed: int | None = None,
     ) -> None:
         super().__init__()
-        if not (isinstance(buffer, ReplayBuffer) or callable(buffer)):
+        if not (_is_buffer(buffer) or callable(buffer)):
             raise TypeError(
-                "buffer must be a ReplayBuffer or a callable returning one, got "
+                "buffer must be a replay buffer or a callable returning one, got "
                 f"{type(buffer).__name__}."
             )
         if pin_memory != "auto" and not isinstance(pin_memory, bool):
             raise ValueError(f'pin_memory must be True, False or "auto", got {pin_memory!r}.')
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(f"seed must be an int or None, got {seed!r}.")
+        for name, value, minimum in (
+            ("batch_size", batch_size, 1), ("batches_per_epoch", batches_per_epoch, 1),
+            ("prefetch", prefetch, 0), ("min_size", min_size, 0),
+        ):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < minimum
+            ):
+                raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}.")
         self._buffer_arg = buffer
         self.batch_size = batch_size
         self.batches_per_epoch = batches_per_epoch
@@ -143,11 +165,11 @@ class ReplayDataModule(pl.LightningDataModule):
         """Build and seed the buffer and load ``offline_data`` into it (once)."""
         if self._buffer is None:
             buffer = self._buffer_arg
-            if not isinstance(buffer, ReplayBuffer):
+            if not _is_buffer(buffer):
                 buffer = buffer()
-                if not isinstance(buffer, ReplayBuffer):
+                if not _is_buffer(buffer):
                     raise TypeError(
-                        "the buffer factory must return a ReplayBuffer, got "
+                        "the buffer factory must return a replay buffer, got "
                         f"{type(buffer).__name__}."
                     )
             self._seed(buffer)
@@ -172,7 +194,8 @@ class ReplayDataModule(pl.LightningDataModule):
         )
         # Lightning fetches one batch ahead of the training step when the loader has no
         # length; checkpoints must count that batch as not handed out yet.
-        self._dataset.held_back = 0 if self.batches_per_epoch is not None else 1
+        lookahead = self.trainer is not None and self.batches_per_epoch is None
+        self._dataset.held_back = 1 if lookahead else 0
         if not self.checkpoint_buffer:
             # The buffer starts afresh on resume: a saved pass position would not fit it.
             return _UncheckpointedDataLoader(self._dataset, batch_size=None)
@@ -209,7 +232,7 @@ class ReplayDataModule(pl.LightningDataModule):
 
     # ------------------------------------------------------------ internals
     def _seed(self, buffer: ReplayBuffer) -> None:
-        if buffer.service_backend != "direct":
+        if getattr(buffer, "service_backend", "direct") != "direct":
             return  # one remote buffer shared by every rank: its sampling is its own
         rank = self.trainer.global_rank if self.trainer is not None else 0
         base = self.seed if self.seed is not None else torch.initial_seed()
@@ -247,15 +270,29 @@ class _UncheckpointedDataLoader(StatefulDataLoader):
         """Ignore a saved state (see :meth:`state_dict`)."""
 
 
+def _is_buffer(obj: object) -> bool:
+    """A replay buffer (a ReplayBuffer, or a composite one like OfflineToOnlineReplayBuffer)."""
+    return isinstance(obj, ReplayBuffer) or (
+        not isinstance(obj, type)
+        and all(hasattr(obj, name) for name in ("extend", "sample", "dumps", "loads"))
+    )
+
+
 def _set_rng(buffer: ReplayBuffer, generator: torch.Generator) -> None:
     """Make ``generator`` the buffer's sampling generator."""
     set_rng = getattr(buffer, "set_rng", None)
     if set_rng is not None:
         set_rng(generator)
-        return
-    buffer._generator = generator
-    if buffer.initialized:
-        buffer.sampler.set_rng(generator)
+    elif isinstance(buffer, ReplayBuffer):
+        buffer._generator = generator
+        if buffer.initialized:
+            buffer.sampler.set_rng(generator)
+    else:
+        warnings.warn(
+            f"ReplayDataModule cannot seed a {type(buffer).__name__} (it has no set_rng()); "
+            "its sampling is not reproducible across resumes.",
+            stacklevel=3,
+        )
 
 
 def _fill(buffer: ReplayBuffer, data: TensorDictBase) -> None:

@@ -98,14 +98,12 @@ class _PassEngine:
         while not stop.is_set():
             with self.lock:
                 if self._pass_fully_sampled():
-                    self.producer_done = True
-                    return None
+                    break
             if not self._wait_ready(stop):
                 break
             with self.lock:
                 if self._pass_fully_sampled():
-                    self.producer_done = True
-                    return None
+                    break
                 write_count = self.buffer.write_count
                 index, info = self._draw(ds.batch_size)
                 if index.numel():

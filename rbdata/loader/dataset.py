@@ -396,6 +396,8 @@ class _ReplayIterator:
                     break
                 if engine.pass_over or (engine.producer_done and not engine.pending):
                     raise StopIteration
+                if self._stop.is_set():  # closed from another thread
+                    raise StopIteration
                 engine.cond.wait()
         return engine.hand_out(record)
 

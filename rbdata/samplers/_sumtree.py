@@ -1,12 +1,16 @@
-"""A wide sum tree in plain torch, vectorized across the batch."""
+"""A wide sum tree over torch tensors, vectorized across the batch."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 _SHIFT = 5
 _FANOUT = 1 << _SHIFT
 _MAX_TOP = 32768
+# dtypes numpy can view without a copy; others are stored as float32.
+_NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)
+_AT = {"amax": np.maximum, "amin": np.minimum}
 
 
 def _level_sizes(capacity: int) -> list[int]:
@@ -32,22 +36,28 @@ class _SumTree:
     children ``32*i .. 32*i + 31`` in level ``d+1``, so
     ``_sum[d+1].view(-1, 32)[i]`` are its children. The top level is not
     reduced to a single root: it is kept flat (at most ``_MAX_TOP`` nodes) and
-    searched with one ``cumsum`` + ``searchsorted``, which costs less than
-    the extra descent steps it replaces. At 1M leaves there are two levels:
-    31,250 top nodes over 1M leaves.
+    searched through its prefix sums, which costs less than the extra descent
+    steps it replaces. At 1M leaves there are two levels: 31,250 top nodes
+    over 1M leaves.
 
     An update writes the leaves, then recomputes each affected parent as the
     sum (min, max) of its children: no incremental drift. Sampling descends
     every draw at once, one level per step. The prefix sums of the top level
     and the minimum are computed once after a change and reused until the
-    next one (``exhausted`` checks and the following ``sample`` share them).
+    next one (an ``exhausted`` check and the following ``sample`` share them).
+
+    The levels are torch tensors; the per-batch bookkeeping on a few hundred
+    entries (gathers, scatters, arithmetic) goes through numpy views of them,
+    which costs a fraction of a torch call each, while the row reductions,
+    cumulative sums and batched searches stay in torch.
 
     The minimum ignores zero leaves (they are never sampled): :attr:`min` is
     the smallest positive leaf (``inf`` when none is positive).
 
     Args:
         capacity: number of leaves.
-        dtype: floating dtype of the stored values.
+        dtype: floating dtype of the stored values (float16/32/64; other
+            floating dtypes are stored as float32).
         track_max: also maintain the maximum leaf (:attr:`max`).
     """
 
@@ -57,32 +67,38 @@ class _SumTree:
         if not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating dtype, got {dtype}.")
         self.capacity = capacity
-        self.dtype = dtype
+        self.dtype = dtype if dtype in _NUMPY_FLOATS else torch.float32
         sizes = _level_sizes(capacity)
-        self._sum = [torch.zeros(s, dtype=dtype) for s in sizes]
-        self._min = [torch.full((s,), float("inf"), dtype=dtype) for s in sizes]
-        self._max = [torch.zeros(s, dtype=dtype) for s in sizes] if track_max else None
-        self._inf = torch.tensor(float("inf"), dtype=dtype)
-        # Exclusive prefix sums of the top level: _prefix[i] = sum(top[:i]), length top + 1.
-        self._prefix = torch.zeros(sizes[0] + 1, dtype=dtype)
+        self._sum = [torch.zeros(s, dtype=self.dtype) for s in sizes]
+        self._min = [torch.full((s,), float("inf"), dtype=self.dtype) for s in sizes]
+        self._max = [torch.zeros(s, dtype=self.dtype) for s in sizes] if track_max else None
+        # numpy views sharing the tensors' memory, and the child rows of each parent level.
+        self._s = [t.numpy() for t in self._sum]
+        self._m = [t.numpy() for t in self._min]
+        self._x = [t.numpy() for t in self._max] if self._max is not None else None
+        self._leaves = self._sum[-1][:capacity]
+        # Exclusive prefix sums of the top level, prefix[i] = sum(top[:i]) (length top + 1),
+        # recomputed lazily after a change. Searching the inclusive sums but the last one
+        # (``_search``) lands in [0, top) without a clamp.
+        self._prefix = torch.zeros(sizes[0] + 1, dtype=self.dtype)
+        self._inclusive = self._prefix[1:]
+        self._p = self._prefix.numpy()
+        self._search = self._p[1:-1]
         self._prefix_ok = True
         self._min_value: float | None = None
 
+    # ------------------------------------------------------------ summaries
     @property
     def leaves(self) -> torch.Tensor:
         """The leaf values (a view; change them with :meth:`update`)."""
-        return self._sum[-1][: self.capacity]
+        return self._leaves
 
-    def _top_prefix(self) -> torch.Tensor:
+    def _top_prefix(self) -> np.ndarray:
         """The exclusive prefix sums of the top level (cached until the next change)."""
         if not self._prefix_ok:
-            torch.cumsum(self._sum[0], 0, out=self._prefix[1:])
+            torch.cumsum(self._sum[0], 0, out=self._inclusive)
             self._prefix_ok = True
-        return self._prefix
-
-    def _changed(self) -> None:
-        self._prefix_ok = False
-        self._min_value = None
+        return self._p
 
     @property
     def total(self) -> float:
@@ -93,19 +109,20 @@ class _SumTree:
     def min(self) -> float:
         """Smallest positive leaf (``inf`` when no leaf is positive)."""
         if self._min_value is None:
-            self._min_value = float(self._min[0].amin())
+            self._min_value = float(self._m[0].min())
         return self._min_value
 
     @property
     def max(self) -> float:
         """Largest leaf (needs ``track_max=True``)."""
-        if self._max is None:
+        if self._x is None:
             raise RuntimeError("this tree was built with track_max=False.")
-        return float(self._max[0].amax())
+        return float(self._x[0].max())
 
     def __getitem__(self, index: torch.Tensor) -> torch.Tensor:
-        return self.leaves[index]
+        return self._leaves[index]
 
+    # ------------------------------------------------------------ writes
     def update(
         self,
         index: torch.Tensor,
@@ -120,56 +137,61 @@ class _SumTree:
             values: non-negative values, same length as ``index``.
             reduce: None when duplicate indices carry the same value; else
                 ``"amax"`` or ``"amin"``: how the values of a repeated index
-                are merged (``torch.Tensor.scatter_reduce_``).
+                are merged.
             positive: the caller knows every value is > 0 (skips zero masking).
         """
-        values = values.to(self.dtype)
-        leaves = self._sum[-1]
-        if reduce is None:
-            leaves.index_copy_(0, index, values)
-        else:
-            leaves.scatter_reduce_(0, index, values, reduce, include_self=False)
-            values = leaves.index_select(0, index)
-        if self._max is not None:
-            self._max[-1].index_copy_(0, index, values)
-        self._min[-1].index_copy_(0, index, values if positive else self._positive(values))
+        values = torch.as_tensor(values, dtype=self.dtype).reshape(-1)
+        self.update_np(index.reshape(-1).numpy(), values.numpy(), reduce, positive)
+
+    def update_np(
+        self, index: np.ndarray, values: np.ndarray, reduce: str | None, positive: bool
+    ) -> None:
+        """:meth:`update` on numpy arrays (int64 index, values of the tree's dtype)."""
+        leaves = self._s[-1]
+        leaves[index] = values
+        if reduce is not None:
+            # Repeated indices: the assignment kept one of their values, the ufunc merges the rest.
+            _AT[reduce].at(leaves, index, values)
+            values = leaves.take(index)
+        if self._x is not None:
+            self._x[-1][index] = values
+        self._m[-1][index] = values if positive else np.where(values > 0, values, np.inf)
         self._refresh(index)
 
-    def _positive(self, values: torch.Tensor) -> torch.Tensor:
-        """``values`` with zeros replaced by ``inf`` (what the minimum levels hold)."""
-        return torch.where(values > 0, values, self._inf)
-
-    def _refresh(self, index: torch.Tensor) -> None:
+    def _refresh(self, index: np.ndarray) -> None:
         """Recompute the ancestors of the leaves ``index`` from their children."""
-        self._changed()
+        self._prefix_ok = False
+        self._min_value = None
         node = index
-        for depth in range(len(self._sum) - 1, 0, -1):
+        for depth in range(len(self._sum) - 2, -1, -1):
             node = node >> _SHIFT
-            kids = self._sum[depth].view(-1, _FANOUT).index_select(0, node)
-            self._sum[depth - 1].index_copy_(0, node, kids.sum(1))
-            kids = self._min[depth].view(-1, _FANOUT).index_select(0, node)
-            self._min[depth - 1].index_copy_(0, node, kids.amin(1))
-            if self._max is not None:
-                kids = self._max[depth].view(-1, _FANOUT).index_select(0, node)
-                self._max[depth - 1].index_copy_(0, node, kids.amax(1))
+            rows = self._s[depth + 1].reshape(-1, _FANOUT).take(node, axis=0)
+            self._s[depth][node] = torch.from_numpy(rows).sum(1).numpy()
+            rows = self._m[depth + 1].reshape(-1, _FANOUT).take(node, axis=0)
+            self._m[depth][node] = torch.from_numpy(rows).amin(1).numpy()
+            if self._x is not None:
+                rows = self._x[depth + 1].reshape(-1, _FANOUT).take(node, axis=0)
+                self._x[depth][node] = rows.max(1)
 
     def set_leaves(self, values: torch.Tensor) -> None:
         """Replace every leaf with ``values`` (length ``capacity``) and rebuild the tree."""
         values = values.to(self.dtype)
-        self._changed()
+        self._prefix_ok = False
+        self._min_value = None
         self._sum[-1].zero_()
-        self._sum[-1][: self.capacity] = values
+        self._leaves.copy_(values)
         self._min[-1].fill_(float("inf"))
-        self._min[-1][: self.capacity] = self._positive(values)
+        self._min[-1][: self.capacity] = torch.where(values > 0, values, float("inf"))
         if self._max is not None:
             self._max[-1].copy_(self._sum[-1])
-        for depth in range(len(self._sum) - 1, 0, -1):
-            m = self._sum[depth].numel() // _FANOUT
-            self._sum[depth - 1][:m] = self._sum[depth].view(-1, _FANOUT).sum(1)
-            self._min[depth - 1][:m] = self._min[depth].view(-1, _FANOUT).amin(1)
+        for depth in range(len(self._sum) - 2, -1, -1):
+            m = self._sum[depth + 1].numel() // _FANOUT
+            self._sum[depth][:m] = self._sum[depth + 1].view(-1, _FANOUT).sum(1)
+            self._min[depth][:m] = self._min[depth + 1].view(-1, _FANOUT).amin(1)
             if self._max is not None:
-                self._max[depth - 1][:m] = self._max[depth].view(-1, _FANOUT).amax(1)
+                self._max[depth][:m] = self._max[depth + 1].view(-1, _FANOUT).amax(1)
 
+    # ------------------------------------------------------------ sampling
     def find(self, mass: torch.Tensor) -> torch.Tensor:
         """Return, for each ``mass`` in ``[0, total)``, the leaf whose prefix-sum range holds it.
 
@@ -180,26 +202,28 @@ class _SumTree:
         Args:
             mass: 1-D tensor of masses.
         """
+        mass = torch.as_tensor(mass, dtype=self.dtype).reshape(-1)
+        return torch.from_numpy(self._find(mass.numpy()))
+
+    def _find(self, mass: np.ndarray) -> np.ndarray:
         prefix = self._top_prefix()
-        top = self._sum[0]
-        mass = mass.to(self.dtype)
-        node = torch.searchsorted(prefix[1:], mass, right=True).clamp_max_(top.numel() - 1)
+        node = np.searchsorted(self._search, mass, side="right")
         last = len(self._sum) - 1
         if last == 0:
             return node
-        # The mass left inside the chosen node, as a column for the row-wise searches below.
-        mass = torch.sub(mass, prefix.index_select(0, node)).unsqueeze_(1)
-        node = node.unsqueeze_(1)
+        mass = mass - prefix.take(node)  # the mass left inside the chosen node
         for depth in range(1, last + 1):
-            level = self._sum[depth]
-            inclusive = level.view(-1, _FANOUT).index_select(0, node.squeeze(1)).cumsum_(1)
-            child = torch.searchsorted(inclusive, mass, right=True).clamp_max_(_FANOUT - 1)
+            rows = self._s[depth].reshape(-1, _FANOUT).take(node, axis=0)
+            inclusive = torch.from_numpy(rows).cumsum_(1)
+            child = torch.searchsorted(inclusive, torch.from_numpy(mass[:, None]), right=True)
+            child = np.minimum(child.numpy().reshape(-1), _FANOUT - 1)
+            node = (node << _SHIFT) + child
             if depth < last:
-                mass = mass.sub_(inclusive.gather(1, child))
-            node = child.add_(node, alpha=_FANOUT)
-            if depth < last:
-                mass = mass.add_(level.index_select(0, node.squeeze(1)).unsqueeze_(1))
-        return node.squeeze(1)
+                # Left of the child inside it: its inclusive sum minus its own value.
+                flat = child + np.arange(0, child.size * _FANOUT, _FANOUT)
+                inclusive = inclusive.numpy().reshape(-1).take(flat)
+                mass = mass - inclusive + self._s[depth].take(node)
+        return node
 
     def sample(self, k: int, generator: torch.Generator | None) -> torch.Tensor:
         """Draw ``k`` leaves proportionally to their value (see :meth:`sample_with_values`)."""
@@ -220,16 +244,25 @@ class _SumTree:
         Raises:
             RuntimeError: when every leaf is 0.
         """
+        index, values = self.sample_np(k, generator)
+        return torch.from_numpy(index), torch.from_numpy(values)
+
+    def sample_np(
+        self, k: int, generator: torch.Generator | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`sample_with_values` returning numpy arrays."""
         total = self.total
         if not total > 0:
             raise RuntimeError("cannot sample: every priority is 0 (nothing is sampleable).")
-        mass = torch.randperm(k, generator=generator, dtype=self.dtype)
-        mass.add_(torch.rand(k, generator=generator, dtype=self.dtype)).mul_(total / k)
-        index = self.find(mass)
-        values = self._sum[-1].index_select(0, index)
-        while not bool(values.all()):
+        mass = torch.rand(k, generator=generator, dtype=self.dtype).numpy()
+        mass += torch.randperm(k, generator=generator, dtype=self.dtype).numpy()
+        mass *= total / k
+        index = self._find(mass)
+        leaves = self._s[-1]
+        values = leaves.take(index)
+        while not values.all():
             stray = values == 0
-            redraw = torch.rand(int(stray.sum()), generator=generator, dtype=self.dtype)
-            index[stray] = self.find(redraw.mul_(total))
-            values = self._sum[-1].index_select(0, index)
+            redraw = torch.rand(int(stray.sum()), generator=generator, dtype=self.dtype).numpy()
+            index[stray] = self._find(redraw * total)
+            values = leaves.take(index)
         return index, values

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from rbdata.samplers._base import Sampler
@@ -11,6 +12,9 @@ from rbdata.samplers._live import first_unique
 from rbdata.samplers._sumtree import _SumTree
 
 _REDUCTIONS = {"max": "amax", "min": "amin", "sum": "sum", "mean": "mean"}
+# Reductions that commute with the increasing (p + eps) ** alpha: the tree's leaves merge
+# duplicate indices themselves, no torch.unique needed.
+_LEAF_REDUCTIONS = {"max": "amax", "min": "amin"}
 
 
 def _describe_bad(values: torch.Tensor, bad: torch.Tensor, limit: int = 5) -> str:
@@ -120,8 +124,8 @@ class PrioritizedSampler(Sampler):
     def _check_index(self, index: torch.Tensor, bound: int) -> None:
         if not index.numel():
             return
-        low, high = (int(x) for x in torch.aminmax(index))
-        if low < 0 or high >= bound:
+        flat = index.numpy()
+        if flat.min() < 0 or flat.max() >= bound:
             bad = (index < 0) | (index >= bound)
             raise ValueError(
                 f"index must lie in [0, {bound}), got out-of-range entries "
@@ -144,26 +148,34 @@ class PrioritizedSampler(Sampler):
         index = torch.as_tensor(index)
         if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
             raise ValueError(f"index must hold integers, got dtype {index.dtype}.")
-        priority = torch.as_tensor(priority).detach().to(device="cpu", dtype=self.dtype)
-        if priority.numel() == 1:
-            priority = priority.reshape(()).expand(index.numel())
-        elif priority.numel() != index.numel():
+        if not index.is_cpu or index.dtype != torch.long:
+            index = index.to(device="cpu", dtype=torch.long)
+        priority = torch.as_tensor(priority).detach()
+        if not priority.is_cpu or priority.dtype != self._tree.dtype:
+            priority = priority.to(device="cpu", dtype=self._tree.dtype)
+        n = index.numel()
+        if priority.numel() == 1 and n != 1:
+            priority = priority.reshape(()).expand(n)
+        elif priority.numel() != n:
             raise ValueError(
                 f"priority has shape {tuple(priority.shape)} but index has shape "
                 f"{tuple(index.shape)}: expected one priority per index, or a scalar."
             )
-        index = index.to(device="cpu", dtype=torch.long).reshape(-1)
-        priority = priority.reshape(-1)
-        if index.numel() == 0:
+        if n == 0:
             return
-        low, high = (float(x) for x in torch.aminmax(priority))
+        if index.dim() != 1:
+            index = index.reshape(-1)
+        if priority.dim() != 1:
+            priority = priority.reshape(-1)
+        values = priority.numpy()
+        low, high = float(values.min()), float(values.max())
         if not (low >= 0 and high < float("inf")):
             bad = ~torch.isfinite(priority) | (priority < 0)
             raise ValueError(
                 f"priority must be finite and >= 0, got {_describe_bad(priority, bad)}."
             )
         self._check_index(index, self.max_capacity if storage is None else len(storage))
-        self._set_priorities(index, priority, low, high)
+        self._set_priorities(index.numpy(), values, low, high)
 
     def _update_priority_validated(self, index: torch.Tensor, priority: torch.Tensor) -> None:
         """``update_priority`` for a caller that already validated the priorities.
@@ -182,40 +194,46 @@ class PrioritizedSampler(Sampler):
         if type(self).update_priority is not PrioritizedSampler.update_priority:
             self.update_priority(index, priority)
             return
-        if index.numel() == 0:
+        if not index.numel():
             return
+        if not index.is_cpu:
+            index = index.cpu()
         self._check_index(index, self.max_capacity)
-        low, high = (float(x) for x in torch.aminmax(priority))
-        priority = priority.to(device="cpu", dtype=self.dtype)
-        self._set_priorities(index.to(device="cpu"), priority, low, high)
+        if priority.requires_grad:
+            priority = priority.detach()
+        if not priority.is_cpu or priority.dtype != self._tree.dtype:
+            priority = priority.to(device="cpu", dtype=self._tree.dtype)
+        values = priority.numpy()
+        self._set_priorities(index.numpy(), values, float(values.min()), float(values.max()))
 
     def _set_priorities(
-        self, index: torch.Tensor, priority: torch.Tensor, low: float, high: float
+        self, index: np.ndarray, priority: np.ndarray, low: float, high: float
     ) -> None:
         """Store validated priorities (``low``/``high``: their smallest and largest value)."""
-        reduce = None
-        if self.reduction in ("max", "min"):
-            # The power is increasing, so the leaves merge duplicates themselves.
-            reduce = _REDUCTIONS[self.reduction]
-        else:
-            index, priority = self._merge_duplicates(index, priority)
-        values = priority + self.eps if self.eps else priority.clone()
+        reduce = _LEAF_REDUCTIONS.get(self.reduction)
+        if reduce is None:
+            merged_index, merged = self._merge_duplicates(
+                torch.from_numpy(index), torch.from_numpy(priority)
+            )
+            index, priority = merged_index.numpy(), merged.numpy()
+        values = priority + self.eps  # a new array: the caller's priorities stay untouched
         if self.alpha != 1.0:
-            values.pow_(self.alpha)
+            np.power(values, self.alpha, out=values)
         positive = (low + self.eps) ** self.alpha > 0
         if self._live is not None:
-            consumed = self._consumed(index)
-            if bool(consumed.any()):
-                values.masked_fill_(consumed, 0)
+            consumed = self._consumed(torch.from_numpy(index)).numpy()
+            if consumed.any():
+                values[consumed] = 0
                 positive = False
-        self._tree.update(index, values, reduce=reduce, positive=positive)
+        self._tree.update_np(index, values, reduce, positive)
         if self.max_priority_within_buffer:
             return
         if self._live is None and self.reduction == "max":
             top = (high + self.eps) ** self.alpha  # the largest stored value, without a reduction
         else:
-            top = float(self._tree.leaves.index_select(0, index).max())
-        self._max_seen = max(self._max_seen, top)
+            top = float(self._tree._s[-1].take(index).max())
+        if top > self._max_seen:
+            self._max_seen = top
 
     def _merge_duplicates(
         self, index: torch.Tensor, priority: torch.Tensor
@@ -224,7 +242,7 @@ class PrioritizedSampler(Sampler):
         uniq, inverse = torch.unique(index, return_inverse=True)
         if uniq.numel() == index.numel():
             return index, priority
-        merged = torch.zeros(uniq.numel(), dtype=self.dtype)
+        merged = torch.zeros(uniq.numel(), dtype=priority.dtype)
         reduce = _REDUCTIONS[self.reduction]
         return uniq, merged.scatter_reduce_(0, inverse, priority, reduce, include_self=False)
 
@@ -244,15 +262,19 @@ class PrioritizedSampler(Sampler):
         self._check_storage(storage)
         live = self._live_set(storage)
         if live is None:
-            index, values = self._tree.sample_with_values(batch_size, self._rng)
+            index, values = self._tree.sample_np(batch_size, self._rng)
         else:
             self._check_live(live)
             index, values = self._sample_distinct(batch_size)
-        weight = values.div(self._tree.min).pow_(-self.beta)
+            index, values = index.numpy(), values.numpy()
+        # Importance weights (P(i) / P_min) ** -beta, i.e. (value / min) ** -beta.
+        weight = values / self._tree.min
+        np.power(weight, -self.beta, out=weight)
+        index = torch.from_numpy(index)
         if live is not None:
             done = live.consume(index)
             self._tree.update(done, torch.zeros(done.shape, dtype=self.dtype))
-        return index, {"_weight": weight}
+        return index, {"_weight": torch.from_numpy(weight)}
 
     def _sample_distinct(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw up to ``k`` distinct slots, removing drawn ones from the tree between rounds."""

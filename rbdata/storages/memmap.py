@@ -91,13 +91,8 @@ class LazyMemmapStorage(LazyTensorStorage):
         self.scratch_dir, self._cleanup = directory, cleanup
         return self._mmap.as_subclass(torch.Tensor)
 
-    def share_memory_(self) -> LazyMemmapStorage:
-        """Share the length between processes (the rows are a file, shared already).
-
-        Returns:
-            the storage itself.
-        """
-        return super().share_memory_()
+    def _share_rows(self) -> None:
+        """The rows are a file: every process mapping it shares them already."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()

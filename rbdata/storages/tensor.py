@@ -17,6 +17,7 @@ from ._base import Index, Storage, _as_index, _get_index, _set_index
 from ._packed import _PackedLayout, _PackedRows
 from ._pytree import _Structure
 from ._state import _parse_state
+from ._validate import _check_leaves, _check_ndim, _tails
 
 _SCALAR = torch.Size([])
 
@@ -352,10 +353,14 @@ class TensorStorage(Storage):
             self._len_shared = torch.tensor([self._len_value], dtype=torch.int64).share_memory_()
         if self._owner_pid is None:
             self._owner_pid = os.getpid()
-        rows = self._rows
-        if rows is not None and rows.packed.device.type == "cpu" and not rows.packed.is_shared():
-            self._set_rows(rows.packed.share_memory_())
+        if self._rows is not None:
+            self._share_rows()
         return self
+
+    def _share_rows(self) -> None:
+        packed = self._rows.packed
+        if packed.device.type == "cpu" and not packed.is_shared():
+            self._set_rows(packed.share_memory_())
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -452,47 +457,6 @@ class LazyTensorStorage(TensorStorage):
 
 
 # --------------------------------------------------------------- helpers
-def _check_ndim(ndim: int) -> None:
-    if not isinstance(ndim, int) or isinstance(ndim, bool) or ndim < 1:
-        raise ValueError(f"ndim must be a positive int, got {ndim!r}.")
-
-
-def _tails(layout: _PackedLayout, lead: tuple[int, ...]) -> list[torch.Size]:
-    """Expected shape of each leaf after its leading items dim."""
-    return [torch.Size((*lead, *shape)) for shape in layout.shapes]
-
-
-def _check_leaves(
-    structure: _Structure,
-    leaves: list[torch.Tensor],
-    dtypes: list[torch.dtype],
-    tails: list[torch.Size],
-    batched: bool,
-) -> int:
-    """Check every leaf's dtype and shape; return the number of items."""
-    n = -1 if batched else 1
-    for i, (leaf, dtype, tail) in enumerate(zip(leaves, dtypes, tails, strict=True)):
-        if leaf.dtype != dtype:
-            raise TypeError(
-                f"{structure.key_repr(i)}: got dtype {leaf.dtype}, expected {dtype} "
-                "(the storage does not cast)."
-            )
-        shape = leaf.shape
-        if batched:
-            if n < 0 and shape:
-                n = shape[0]
-            ok = len(shape) == len(tail) + 1 and shape[0] == n and shape[1:] == tail
-            expected = str([n if n >= 0 else "n", *tail])
-        else:
-            ok = shape == tail
-            expected = str(list(tail))
-        if not ok:
-            raise ValueError(
-                f"{structure.key_repr(i)}: got shape {list(shape)}, expected {expected}."
-            )
-    return n
-
-
 def _count(index: int | range | tuple[range, range] | torch.Tensor) -> int:
     """Number of items a normalized write index addresses."""
     if isinstance(index, int):
