@@ -77,14 +77,15 @@ def _calibrate(target_s: float) -> Callable[[object], None]:
     return _make_step(size)
 
 
-def _rate(loop: Callable[[], None]) -> float:
-    """Median steps/s of ``loop`` (which runs STEPS steps) over REPEATS rounds, wall clock."""
-    rates = []
+def _rates(loops: dict[str, Callable[[], None]]) -> dict[str, float]:
+    """Median steps/s of each loop (each runs STEPS steps), rounds interleaved, wall clock."""
+    runs: dict[str, list[float]] = {name: [] for name in loops}
     for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        loop()
-        rates.append(STEPS / (time.perf_counter() - t0))
-    return statistics.median(rates)
+        for name, loop in loops.items():
+            t0 = time.perf_counter()
+            loop()
+            runs[name].append(STEPS / (time.perf_counter() - t0))
+    return {name: statistics.median(rates) for name, rates in runs.items()}
 
 
 def _loops(rb: TensorDictReplayBuffer, step: Callable[[object], None]) -> dict[str, Callable]:
@@ -123,11 +124,13 @@ def bench_loader() -> list[Row]:
 
         base = _loops(rb, _calibrate(1e-3))
         base["raw"]()  # warm up
-        rates = {name: _rate(loop) for name, loop in base.items()}
+        rates = _rates(base)
         heavy = _loops(rb, _calibrate(max(1e-3, 2 * sample_s)))
-        heavy_alone, heavy_p2 = _rate(heavy["alone"]), _rate(heavy["p2"])
+        heavy_rates = _rates({"alone": heavy["alone"], "p2": heavy["p2"]})
+        heavy_alone, heavy_p2 = heavy_rates["alone"], heavy_rates["p2"]
         same = _loops(rb, _calibrate(sample_s))
-        raw_same, p2_same = _rate(same["raw"]), _rate(same["p2"])
+        same_rates = _rates({"raw": same["raw"], "p2": same["p2"]})
+        raw_same, p2_same = same_rates["raw"], same_rates["p2"]
     finally:
         torch.set_num_threads(threads)
     return [

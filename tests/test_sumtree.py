@@ -29,10 +29,12 @@ def _build(capacity: int, max_top: int, dtype=torch.float64, track_max=False) ->
 
 
 def _check_structure(tree: _SumTree) -> None:
+    """Every parent is recomputed from its children: sums up to the rounding of the summation
+    order (no drift accumulates), minima exactly."""
     for depth in range(len(tree._sum) - 1, 0, -1):
         m = tree._sum[depth].numel() // _FANOUT
         kids = tree._sum[depth].view(-1, _FANOUT)
-        assert torch.equal(tree._sum[depth - 1][:m], kids.sum(1))
+        torch.testing.assert_close(tree._sum[depth - 1][:m], kids.sum(1))
         assert torch.equal(tree._min[depth - 1][:m], tree._min[depth].view(-1, _FANOUT).amin(1))
 
 

@@ -252,6 +252,17 @@ class ReplayBuffer(_BufferUpdates, _BufferPersistence):
             sampler.set_consume_after_n(self._consume_after_n)
             return prev
 
+    def set_rng(self, generator: torch.Generator | None) -> None:
+        """Use ``generator`` for sampling from now on (None: torch's global RNG)."""
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(
+                f"generator must be a torch.Generator or None, got {type(generator).__name__}."
+            )
+        with self._lock:
+            self._generator = generator
+            if self._initialized:
+                self._sampler.set_rng(generator)
+
     def set_writer(self, writer: Writer) -> Writer:
         """Set a new writer and return the previous one."""
         with self._lock:

@@ -100,11 +100,12 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         reduction: str = "max",
         **kwargs: Any,
     ) -> None:
-        if "sampler" in kwargs:
+        if kwargs.get("sampler") is not None:
             raise TypeError(
                 f"{type(self).__name__} builds its own PrioritizedSampler; do not pass sampler."
             )
         storage = storage if storage is not None else ListStorage(1000)
+        kwargs.pop("sampler", None)
         kwargs["sampler"] = PrioritizedSampler(
             storage.max_size, alpha, beta, eps, dtype, reduction=reduction
         )

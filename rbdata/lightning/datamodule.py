@@ -281,18 +281,14 @@ def _is_buffer(obj: object) -> bool:
 def _set_rng(buffer: ReplayBuffer, generator: torch.Generator) -> None:
     """Make ``generator`` the buffer's sampling generator."""
     set_rng = getattr(buffer, "set_rng", None)
-    if set_rng is not None:
-        set_rng(generator)
-    elif isinstance(buffer, ReplayBuffer):
-        buffer._generator = generator
-        if buffer.initialized:
-            buffer.sampler.set_rng(generator)
-    else:
+    if set_rng is None:
         warnings.warn(
             f"ReplayDataModule cannot seed a {type(buffer).__name__} (it has no set_rng()); "
             "its sampling is not reproducible across resumes.",
             stacklevel=3,
         )
+        return
+    set_rng(generator)
 
 
 def _fill(buffer: ReplayBuffer, data: TensorDictBase) -> None:

@@ -76,6 +76,7 @@ class _SumTree:
         self._s = [t.numpy() for t in self._sum]
         self._m = [t.numpy() for t in self._min]
         self._x = [t.numpy() for t in self._max] if self._max is not None else None
+        self._ones = np.ones(_FANOUT, dtype=self._s[0].dtype)  # row sums as one BLAS call
         self._leaves = self._sum[-1][:capacity]
         # Exclusive prefix sums of the top level, prefix[i] = sum(top[:i]) (length top + 1),
         # recomputed lazily after a change. Searching the inclusive sums but the last one
@@ -86,6 +87,7 @@ class _SumTree:
         self._search = self._p[1:-1]
         self._prefix_ok = True
         self._min_value: float | None = None
+        self._strata_k = np.zeros(0, dtype=self._s[0].dtype)
 
     # ------------------------------------------------------------ summaries
     @property
@@ -109,7 +111,7 @@ class _SumTree:
     def min(self) -> float:
         """Smallest positive leaf (``inf`` when no leaf is positive)."""
         if self._min_value is None:
-            self._min_value = float(self._m[0].min())
+            self._min_value = float(np.minimum.reduce(self._m[0]))
         return self._min_value
 
     @property
@@ -166,7 +168,7 @@ class _SumTree:
         for depth in range(len(self._sum) - 2, -1, -1):
             node = node >> _SHIFT
             rows = self._s[depth + 1].reshape(-1, _FANOUT).take(node, axis=0)
-            self._s[depth][node] = torch.from_numpy(rows).sum(1).numpy()
+            self._s[depth][node] = rows @ self._ones
             rows = self._m[depth + 1].reshape(-1, _FANOUT).take(node, axis=0)
             self._m[depth][node] = torch.from_numpy(rows).amin(1).numpy()
             if self._x is not None:
@@ -186,7 +188,7 @@ class _SumTree:
             self._max[-1].copy_(self._sum[-1])
         for depth in range(len(self._sum) - 2, -1, -1):
             m = self._sum[depth + 1].numel() // _FANOUT
-            self._sum[depth][:m] = self._sum[depth + 1].view(-1, _FANOUT).sum(1)
+            self._s[depth][:m] = self._s[depth + 1].reshape(-1, _FANOUT) @ self._ones
             self._min[depth][:m] = self._min[depth + 1].view(-1, _FANOUT).amin(1)
             if self._max is not None:
                 self._max[depth][:m] = self._max[depth + 1].view(-1, _FANOUT).amax(1)
@@ -254,15 +256,23 @@ class _SumTree:
         total = self.total
         if not total > 0:
             raise RuntimeError("cannot sample: every priority is 0 (nothing is sampleable).")
+        # Strata in increasing order make the searches and the row gathers walk memory
+        # forward; the permutation afterwards hands the strata to the draws in random order.
         mass = torch.rand(k, generator=generator, dtype=self.dtype).numpy()
-        mass += torch.randperm(k, generator=generator, dtype=self.dtype).numpy()
+        mass += self._strata(k)
         mass *= total / k
-        index = self._find(mass)
+        index = self._find(mass).take(torch.randperm(k, generator=generator).numpy())
         leaves = self._s[-1]
         values = leaves.take(index)
-        while not values.all():
+        while np.count_nonzero(values) < k:
             stray = values == 0
             redraw = torch.rand(int(stray.sum()), generator=generator, dtype=self.dtype).numpy()
             index[stray] = self._find(redraw * total)
             values = leaves.take(index)
         return index, values
+
+    def _strata(self, k: int) -> np.ndarray:
+        """``0, 1, ..., k - 1`` in the tree's dtype (cached for the last ``k``)."""
+        if self._strata_k.size != k:
+            self._strata_k = np.arange(k, dtype=self._s[0].dtype)
+        return self._strata_k

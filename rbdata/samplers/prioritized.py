@@ -124,8 +124,8 @@ class PrioritizedSampler(Sampler):
     def _check_index(self, index: torch.Tensor, bound: int) -> None:
         if not index.numel():
             return
-        flat = index.numpy()
-        if flat.min() < 0 or flat.max() >= bound:
+        # Viewed as unsigned, a negative index is huge: one reduction checks both ends.
+        if int(np.maximum.reduce(index.numpy().view(np.uint64))) >= bound:
             bad = (index < 0) | (index >= bound)
             raise ValueError(
                 f"index must lie in [0, {bound}), got out-of-range entries "
@@ -196,15 +196,16 @@ class PrioritizedSampler(Sampler):
             return
         if not index.numel():
             return
-        if not index.is_cpu:
-            index = index.cpu()
+        if not index.is_cpu or index.dtype != torch.long:
+            index = index.to(device="cpu", dtype=torch.long)
         self._check_index(index, self.max_capacity)
         if priority.requires_grad:
             priority = priority.detach()
         if not priority.is_cpu or priority.dtype != self._tree.dtype:
             priority = priority.to(device="cpu", dtype=self._tree.dtype)
         values = priority.numpy()
-        self._set_priorities(index.numpy(), values, float(values.min()), float(values.max()))
+        low, high = np.minimum.reduce(values), np.maximum.reduce(values)
+        self._set_priorities(index.numpy(), values, float(low), float(high))
 
     def _set_priorities(
         self, index: np.ndarray, priority: np.ndarray, low: float, high: float
