@@ -25,7 +25,9 @@ def timeit(
     machine do not inflate single-threaded timings; pass ``time.perf_counter``
     for work that spans threads.
     """
-    fn()
+    warm_until = time.perf_counter() + min_time / 3  # steady state: caches, allocator
+    while time.perf_counter() < warm_until:
+        fn()
     t0 = clock()
     fn()
     once = max(clock() - t0, 1e-6)
@@ -37,6 +39,31 @@ def timeit(
             fn()
         rounds.append((clock() - t0) / per_round)
     return statistics.median(rounds)
+
+
+def timeit_pair(
+    a: Callable[[], object], b: Callable[[], object], *, min_time: float = 1.2, repeats: int = 7
+) -> tuple[float, float]:
+    """Median seconds per call of ``a`` and ``b``, measured in alternating rounds.
+
+    Alternating the two keeps a shared machine's load swings from favouring one side.
+    """
+    per_round = []
+    for fn in (a, b):
+        warm_until = time.perf_counter() + min_time / 6
+        while time.perf_counter() < warm_until:
+            fn()
+        t0 = time.thread_time()
+        fn()
+        per_round.append(max(1, int(min_time / 2 / repeats / max(time.thread_time() - t0, 1e-6))))
+    rounds: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        for side, fn in enumerate((a, b)):
+            t0 = time.thread_time()
+            for _ in range(per_round[side]):
+                fn()
+            rounds[side].append((time.thread_time() - t0) / per_round[side])
+    return statistics.median(rounds[0]), statistics.median(rounds[1])
 
 
 def transitions(n: int, obs: int = OBS) -> TensorDict:

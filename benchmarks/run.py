@@ -30,7 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Limit, fill, pixel_transitions, timeit, transitions  # noqa: E402
+from _common import Limit, fill, pixel_transitions, timeit, timeit_pair, transitions  # noqa: E402
 
 Row = dict[str, object]
 
@@ -44,8 +44,7 @@ def row_extend(lib: ModuleType) -> Row:
     cap, data = 1_000_000, transitions(1000)
     rb = lib.ReplayBuffer(storage=lib.LazyTensorStorage(cap))
     lim = Limit(cap, data, 256)
-    t_lib = timeit(lambda: rb.extend(data))
-    t_lim = timeit(lambda: lim.extend(data))
+    t_lib, t_lim = timeit_pair(lambda: rb.extend(data), lambda: lim.extend(data))
     return {"unit": "items/s", "lib": 1000 / t_lib, "limit": 1000 / t_lim}
 
 
@@ -56,8 +55,7 @@ def _sample_row(
     fill(rb, cap, make)
     lim = Limit(cap, make(1), batch)
     fill(lim, cap, make)
-    t_lib = timeit(lambda: rb.sample(batch))
-    t_lim = timeit(lim.sample)
+    t_lib, t_lim = timeit_pair(lambda: rb.sample(batch), lim.sample)
     return {"unit": "items/s", "lib": batch / t_lib, "limit": batch / t_lim}
 
 
@@ -178,8 +176,7 @@ def _slice_row(lib: ModuleType, n: int, obs: int, traj_len: int = 250) -> Row:
         s = starts[torch.randint(starts.numel(), (batch // slice_len,))]
         lim.gather((s.unsqueeze(-1) + offsets).reshape(-1))
 
-    t_lib = timeit(lambda: rb.sample())
-    t_lim = timeit(limit_step)
+    t_lib, t_lim = timeit_pair(lambda: rb.sample(), limit_step)
     return {"unit": "items/s", "lib": batch / t_lib, "limit": batch / t_lim, "sec_per_batch": t_lib}
 
 

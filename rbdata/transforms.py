@@ -254,7 +254,9 @@ class PolicyAgeFilter(Transform):
                 )
                 self._warned = True
             return None
-        stamped = stamped.reshape(*data.batch_size, -1)[..., 0]
+        batch_dims = len(data.batch_size)
+        if stamped.ndim > batch_dims:  # e.g. [N, 1]: one stamp per element
+            stamped = stamped.flatten(batch_dims)[..., 0]
         return (self.version() - stamped) <= self.max_policy_lag
 
     def _filter(self, data: TensorDictBase) -> TensorDictBase:

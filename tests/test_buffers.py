@@ -475,3 +475,13 @@ def test_sequence_sample_unit_on_a_wrapped_buffer():
     batch = rb.sample()
     assert batch.shape == (8, 4)
     assert "mask" in batch.keys()
+
+
+def test_policy_age_filter_on_an_empty_batch():
+    from rbdata import PolicyAgeFilter
+
+    f = PolicyAgeFilter(3, max_policy_lag=0)
+    empty = TensorDict({"policy_version": torch.zeros(0, 1, dtype=torch.long)}, [0])
+    assert f(empty).shape == (0,)
+    rows = TensorDict({"policy_version": torch.tensor([[3], [1]])}, [2])
+    assert f(rows)["policy_version"].flatten().tolist() == [3]

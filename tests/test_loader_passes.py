@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import pickle
 
 import pytest
 import torch
@@ -44,7 +45,10 @@ def transitions(n: int, start: int = 0) -> TensorDict:
         {
             "obs": obs.unsqueeze(-1).expand(n, 3).clone(),
             "action": torch.zeros(n, 2),
-            "next": {"reward": obs.unsqueeze(-1).clone(), "done": torch.zeros(n, 1, dtype=torch.bool)},
+            "next": {
+                "reward": obs.unsqueeze(-1).clone(),
+                "done": torch.zeros(n, 1, dtype=torch.bool),
+            },
         },
         batch_size=[n],
     )
@@ -219,3 +223,13 @@ def test_buffer_without_batch_size_needs_one():
         ReplayDataset(rb)
     with pytest.raises(TypeError, match="rbdata replay buffer"):
         ReplayDataset([1, 2, 3], batch_size=2)
+
+
+def test_dataset_pickles_for_spawned_workers():
+    rb = td_buffer(sampler=SamplerWithoutReplacement(), batch_size=5)
+    ds = ReplayDataset(rb, prefetch=1)
+    next(iter(ds))
+    clone = pickle.loads(pickle.dumps(ds))
+    assert clone.prefetch == 1 and clone.batch_size == 5
+    assert len(list(clone)) >= 1
+    ds.close()

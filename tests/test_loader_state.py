@@ -7,6 +7,7 @@ import itertools
 import pytest
 import torch
 from tensordict import TensorDict
+from torchdata.stateful_dataloader import Stateful
 
 from rbdata import (
     LazyTensorStorage,
@@ -60,6 +61,7 @@ def test_stateful_dataloader_resumes_mid_pass(kind, prefetch, tmp_path):
     ds_kwargs, taken = KINDS[kind][1], KINDS[kind][2]
     rb = make_buffer(kind, seed=0)
     ds = ReplayDataset(rb, prefetch=prefetch, **ds_kwargs)
+    assert isinstance(ds, Stateful)
     loader = ds.dataloader()
     it = iter(loader)
     head = [next(it) for _ in range(taken)]

@@ -7,6 +7,8 @@ import time
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from tensordict import TensorDict
 from torch.utils.data import DataLoader
 
@@ -26,7 +28,10 @@ def transitions(n: int, start: int = 0) -> TensorDict:
 
 def td_buffer(capacity: int = 1000, batch_size: int = 4, **kwargs):
     return TensorDictReplayBuffer(
-        storage=LazyTensorStorage(capacity), sampler=RandomSampler(), batch_size=batch_size, **kwargs
+        storage=LazyTensorStorage(capacity),
+        sampler=RandomSampler(),
+        batch_size=batch_size,
+        **kwargs,
     )
 
 
@@ -35,7 +40,8 @@ class Collector(threading.Thread):
 
     def __init__(self, rb, chunks: int, size: int, period: float, limiter=None) -> None:
         super().__init__(daemon=True)
-        self.rb, self.chunks, self.size, self.period, self.limiter = rb, chunks, size, period, limiter
+        self.rb, self.chunks, self.size = rb, chunks, size
+        self.period, self.limiter = period, limiter
         self.written = 0
 
     def run(self) -> None:
@@ -175,3 +181,27 @@ def test_samples_per_insert_shortcut_and_limiter_checks():
         SampleToInsertRatio(1.0, min_size_to_sample=0)
     with pytest.raises(TypeError, match="samples_per_insert"):
         SampleToInsertRatio("1")
+
+
+class FakeBuffer:
+    def __init__(self) -> None:
+        self.write_count = 0
+        self._stats_sources = []
+
+
+@given(
+    ratio=st.floats(0.05, 20.0),
+    tolerance=st.floats(0.0, 2.0),
+    min_size=st.integers(1, 100),
+    inserted=st.integers(0, 10_000),
+    sampled=st.integers(0, 200_000),
+)
+def test_rate_limiter_sides_never_both_block(ratio, tolerance, min_size, inserted, sampled):
+    buffer = FakeBuffer()
+    limiter = SampleToInsertRatio(ratio, tolerance=tolerance, min_size_to_sample=min_size)
+    limiter.attach(buffer)
+    buffer.write_count = inserted
+    limiter.record_sample(sampled)
+    assert limiter.can_sample() or limiter.can_insert()  # no deadlock
+    if limiter.can_sample() and inserted:
+        assert sampled < ratio * (1 + tolerance) * inserted

@@ -106,3 +106,16 @@ def worker_error(ds) -> str:
         traceback.clear_frames(err.__traceback__)  # frees the loader now, not at a later gc
         return str(err)
     return ""
+
+
+def test_stateful_dataloader_with_workers_resumes(tmp_path):
+    rb = memmap_buffer(tmp_path, SamplerWithoutReplacement(), n=48)
+    loader = ReplayDataset(rb, num_batches=11).dataloader(num_workers=2)
+    it = iter(loader)
+    head = [next(it) for _ in range(5)]
+    state = loader.state_dict()
+    tail = list(it)
+    assert len(head) + len(tail) == 11
+    resumed = ReplayDataset(rb, num_batches=11).dataloader(num_workers=2)
+    resumed.load_state_dict(state)
+    assert [b["index"].tolist() for b in resumed] == [b["index"].tolist() for b in tail]

@@ -7,8 +7,6 @@ from collections import Counter
 
 import pytest
 import torch
-from hypothesis import given
-from hypothesis import strategies as st
 
 from rbdata.samplers import (
     PrioritizedSampler,
@@ -16,7 +14,6 @@ from rbdata.samplers import (
     Sampler,
     SamplerWithoutReplacement,
 )
-from rbdata.samplers._live import _LiveSet, first_unique
 
 
 class Slots:
@@ -168,90 +165,6 @@ def test_consume_state_dict_resumes(make):
     other._rng.set_state(gen_state)
     for expected in rest:
         assert torch.equal(other.sample(slots, 5)[0], expected)
-
-
-def test_live_set_validation():
-    with pytest.raises(ValueError, match="consume_after_n"):
-        _LiveSet(0)
-    with pytest.raises(ValueError, match="consume_after_n"):
-        RandomSampler().set_consume_after_n(-1)
-
-
-live_ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("add"), st.lists(st.integers(0, 60), max_size=12)),
-        st.tuples(st.just("consume"), st.integers(1, 12)),
-        st.tuples(st.just("remove"), st.lists(st.integers(0, 70), max_size=8)),
-    ),
-    max_size=40,
-)
-
-
-@given(n=st.integers(1, 4), ops=live_ops, seed=st.integers(0, 1000))
-def test_live_set_invariants(n, ops, seed):
-    live = _LiveSet(n)
-    gen = torch.Generator().manual_seed(seed)
-    counts: dict[int, int] = {}
-    alive: set[int] = set()
-    for op, arg in ops:
-        if op == "add":
-            live.add(torch.tensor(arg, dtype=torch.long))
-            for i in arg:
-                counts[i] = 0
-                alive.add(i)
-        elif op == "remove":
-            live.remove(torch.tensor(arg, dtype=torch.long))
-            alive -= set(arg)
-        else:
-            drawn = live.draw_distinct(arg, gen)
-            assert drawn.numel() == min(arg, len(alive))
-            assert set(drawn.tolist()) <= alive
-            live.consume(drawn)
-            for i in drawn.tolist():
-                counts[i] += 1
-                if counts[i] >= n:
-                    alive.discard(i)
-        arr = live.live.tolist()
-        assert len(arr) == len(set(arr)) == len(live)
-        assert set(arr) == alive
-        assert all(live._pos[i] == p for p, i in enumerate(arr))
-        assert bool((live._pos >= 0).sum() == len(live))
-    # drain: every live item comes out exactly n - count more times
-    remaining = {i: n - counts[i] for i in alive}
-    drained: Counter[int] = Counter()
-    while len(live):
-        drawn = live.draw_distinct(5, gen)
-        live.consume(drawn)
-        drained.update(drawn.tolist())
-    assert drained == Counter(remaining)
-
-
-def test_live_set_draw_is_uniform():
-    live = _LiveSet(10**6)
-    live.add(torch.arange(100))
-    gen = torch.Generator().manual_seed(0)
-    counts = torch.zeros(100)
-    for _ in range(400):
-        counts += torch.bincount(live.draw_distinct(10, gen), minlength=100)
-    assert counts.sum() == 4000
-    assert counts.min() > 20 and counts.max() < 65  # mean 40
-
-
-def test_live_set_state_roundtrip():
-    live = _LiveSet(3)
-    live.add(torch.arange(10))
-    live.consume(torch.tensor([1, 2, 3]))
-    live.consume(torch.tensor([2, 3]))
-    live.consume(torch.tensor([3]))
-    other = _LiveSet(1)
-    other.load_state_dict(_roundtrip(live.state_dict()))
-    assert other.n == 3
-    assert sorted(other.live.tolist()) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
-    assert other.counts[:4].tolist() == [0, 1, 2, 3]
-
-
-def test_first_unique_keeps_first_occurrence_order():
-    assert first_unique(torch.tensor([5, 3, 5, 1, 3, 9])).tolist() == [5, 3, 1, 9]
 
 
 # ---------------------------------------------------------------- without replacement
@@ -453,3 +366,67 @@ def test_prioritized_state_dict_roundtrip_and_empty():
     other._empty()
     assert other._tree.total == 0 and other.exhausted(Slots(4))
     assert other.default_priority == pytest.approx((1 + 1e-8) ** 0.7)
+
+
+# ---------------------------------------------------------------- prioritized fast path
+def test_prioritized_fast_update_matches_update_priority():
+    index = torch.tensor([3, 1, 3, 7, 0, 3])
+    priority = torch.tensor([0.5, 2.0, 4.0, 0.0, 1.5, 1.0], dtype=torch.float64)
+    for reduction in ("max", "min", "sum", "mean"):
+        public = _prioritized([1.0] * 8, reduction=reduction)
+        fast = _prioritized([1.0] * 8, reduction=reduction)
+        public.update_priority(index, priority)
+        fast._update_priority_validated(index, priority)
+        assert torch.equal(public._tree.leaves, fast._tree.leaves), reduction
+        assert public.default_priority == fast.default_priority
+        assert public._tree.min == fast._tree.min
+
+
+@pytest.mark.parametrize(
+    ("index", "priority", "match"),
+    [
+        (torch.tensor([0, 1]), torch.tensor([1.0, float("nan")]), r"finite and >= 0.*\[1\]=nan"),
+        (torch.tensor([0, 1]), torch.tensor([1.0, -2.0]), r">= 0.*\[1\]=-2"),
+        (torch.tensor([0, 1]), torch.tensor([1e300, 1.0], dtype=torch.float64), r"\[0\]=inf"),
+        (torch.tensor([0, 8]), torch.tensor([1.0, 1.0]), r"index must lie in \[0, 8\).*\[1\]=8"),
+        (torch.tensor([-1, 2]), torch.tensor([1.0, 1.0]), r"index must lie in \[0, 8\).*\[0\]=-1"),
+    ],
+)
+def test_prioritized_fast_update_checks_values_and_changes_nothing(index, priority, match):
+    sampler = _prioritized([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
+    before = sampler.state_dict()
+    with pytest.raises(ValueError, match=match):
+        sampler._update_priority_validated(index, priority)
+    assert torch.equal(before["leaves"], sampler.state_dict()["leaves"])
+    assert before["max_priority"] == sampler.state_dict()["max_priority"]
+
+
+def test_prioritized_fast_update_calls_a_subclass_override():
+    calls = []
+
+    class Logged(PrioritizedSampler):
+        def update_priority(self, index, priority, *, storage=None):
+            calls.append(index.tolist())
+            super().update_priority(index, priority, storage=storage)
+
+    sampler = Logged(4, alpha=1.0, beta=1.0, eps=0.0)
+    sampler.extend(torch.arange(4))
+    sampler._update_priority_validated(torch.tensor([2]), torch.tensor([3.0]))
+    assert calls == [[2]] and float(sampler._tree.leaves[2]) == 3.0
+
+
+def test_prioritized_sample_weights_and_update_on_a_two_level_tree():
+    """1M slots: the tree has a 31,250-node top over the leaves (the benchmark's shape)."""
+    n = 1_000_000
+    sampler = PrioritizedSampler(n, alpha=1.0, beta=1.0, eps=0.0)
+    sampler.extend(torch.arange(n))
+    hot = torch.arange(0, n, 100_000)
+    sampler.update_priority(hot, torch.full((hot.numel(),), 1e5))
+    sampler.set_rng(torch.Generator().manual_seed(0))
+    index, info = sampler.sample(Slots(n), 4096)
+    share = torch.isin(index, hot).float().mean()
+    expected = hot.numel() * 1e5 / (hot.numel() * 1e5 + n - hot.numel())  # 0.5
+    assert abs(float(share) - expected) < 0.05
+    torch.testing.assert_close(info["_weight"], 1 / sampler._tree.leaves[index])
+    sampler._update_priority_validated(index, torch.zeros(index.numel()))
+    assert not bool(torch.isin(sampler.sample(Slots(n), 4096)[0], index).any())

@@ -154,3 +154,22 @@ def test_level_sizes_at_one_million():
     sizes = _sumtree._level_sizes(1_000_000)
     assert sizes == [31_250, 1_000_000]
     assert _sumtree._level_sizes(10) == [10]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_narrow_dtypes_are_stored_as_float32(dtype):
+    tree = _SumTree(40, dtype)
+    assert tree.dtype == torch.float32 and tree.leaves.dtype == torch.float32
+    tree.update(torch.tensor([3, 7]), torch.tensor([1.0, 3.0], dtype=dtype))
+    assert tree.total == 4.0 and tree.min == 1.0
+    index, values = tree.sample_with_values(64, torch.Generator().manual_seed(0))
+    assert set(index.tolist()) == {3, 7} and torch.equal(values, tree.leaves[index])
+
+
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+def test_update_merges_repeated_indices(reduce, max_top):
+    tree = _SumTree(3000)
+    tree.update(torch.tensor([5, 2000, 5, 5]), torch.tensor([1.0, 2.0, 4.0, 3.0]), reduce=reduce)
+    assert float(tree.leaves[5]) == (4.0 if reduce == "amax" else 1.0)
+    assert tree.total == float(tree.leaves[5]) + 2.0
+    _check_structure(tree)

@@ -252,6 +252,11 @@ class ReplayBuffer(_BufferUpdates, _BufferPersistence):
             sampler.set_consume_after_n(self._consume_after_n)
             return prev
 
+    @property
+    def generator(self) -> torch.Generator | None:
+        """The generator used for sampling (None: torch's global RNG)."""
+        return self._generator
+
     def set_rng(self, generator: torch.Generator | None) -> None:
         """Use ``generator`` for sampling from now on (None: torch's global RNG)."""
         if generator is not None and not isinstance(generator, torch.Generator):

@@ -1,6 +1,6 @@
 """The pass engine: what a ReplayDataset has sampled, gathered and handed out.
 
-One ``_PassEngine`` per dataset holds the resume-relevant state under one
+One ``_PassEngine`` per dataset holds the resume-relevant state under its
 lock:
 
 - ``pending``: records sampled but not handed out yet, oldest first (the
@@ -13,14 +13,17 @@ lock:
   batches back (Lightning looks one batch ahead) can checkpoint as if they had
   not been handed out (``ReplayDataset.held_back``).
 
-Sampling a record and appending it to ``pending`` happen under the lock, so
-a state snapshot (sampler + RNG + pending) is always consistent, whatever the
-prefetch thread is doing. Lock order: engine lock, then the buffer's lock;
-nothing waits on the buffer's condition while holding the engine lock.
+Sampling a record and appending it to ``pending`` happen under the buffer's
+lock, and a state snapshot takes that lock too, so a snapshot (sampler + RNG
++ pending) is consistent whatever the prefetch thread is doing. Lock order:
+the buffer's lock, then the engine lock (held briefly, so handing a batch
+out never waits for a collector's write); nothing waits on the buffer's
+condition while holding either.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
@@ -101,21 +104,23 @@ class _PassEngine:
                     break
             if not self._wait_ready(stop):
                 break
-            with self.lock:
-                if self._pass_fully_sampled():
-                    break
-                write_count = self.buffer.write_count
+            with buffer_lock(self.buffer):
+                with self.lock:
+                    if self._pass_fully_sampled():
+                        break
+                write_count = None if ds.timeout is None else self.buffer.write_count
                 index, info = self._draw(ds.batch_size)
                 if index.numel():
                     ends = ds.num_batches is None and bool(self.buffer.sampler.ran_out)
                     record = _Record(index, info, ends)
-                    self.pending.append(record)
-                    self.sampled_batches += 1
+                    with self.lock:
+                        self.pending.append(record)
+                        self.sampled_batches += 1
                     if ds.rate_limiter is not None:
                         ds.rate_limiter.record_sample(index.numel())
                     return record
             # Nothing sampleable: the buffer is empty or exhausted.
-            if ds.timeout is None or not self._wait_for_write(stop, write_count):
+            if write_count is None or not self._wait_for_write(stop, write_count):
                 break
         with self.lock:
             self.producer_done = True
@@ -137,6 +142,8 @@ class _PassEngine:
         """Wait for ``min_size`` items and the rate limiter's go; False: stop or timed out."""
         ds, buffer = self.ds, self.buffer
         limiter = ds.rate_limiter
+        if limiter is None and ds.min_size == 0:
+            return True
 
         def ready() -> bool:
             if len(buffer) < ds.min_size:
@@ -180,7 +187,8 @@ class _PassEngine:
                     return False
                 wait_s = min(wait_s, left)
             buffer.wait_for_data(
-                lambda: stop.is_set() or buffer.write_count != seen or predicate(), wait_s
+                lambda count=seen: stop.is_set() or buffer.write_count != count or predicate(),
+                wait_s,
             )
         return False
 
@@ -216,7 +224,7 @@ class _PassEngine:
     def hand_out(self, record: _Record) -> Any:
         """Hand out ``record`` (the oldest pending one): re-check filters, count it."""
         batch = record.batch
-        if record.ahead and self.buffer.transform.filters_rows:
+        if record.ahead and self.buffer.transform.filters_rows and _has_rows(batch):
             batch = self.buffer._refilter(batch)
         batch = as_replay_batch(batch, record.info)
         with self.cond:
@@ -256,3 +264,14 @@ class _PassEngine:
         self.pass_over = bool(state["pass_over"])
         self.producer_done = False
         self.error = None
+
+
+def _has_rows(batch: Any) -> bool:
+    shape = getattr(batch, "batch_size", None)
+    return shape is None or len(shape) == 0 or shape[0] > 0
+
+
+def buffer_lock(buffer: Any) -> Any:
+    """The buffer's lock: sampling, and reading or restoring the sampler, happen under it."""
+    lock = getattr(buffer, "_lock", None)
+    return contextlib.nullcontext() if lock is None else lock

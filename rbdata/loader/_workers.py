@@ -192,9 +192,8 @@ class _ShardedPasses(Sampler):
                     raise RuntimeError(
                         f"drop_last=True needs at least batch_size={batch_size} items, got {n}."
                     )
-                self._perm = (
-                    torch.randperm(n, generator=self._perm_gen) if self._shuffle else torch.arange(n)
-                )
+                gen = self._perm_gen
+                self._perm = torch.randperm(n, generator=gen) if self._shuffle else torch.arange(n)
                 self._next = 0
             chunk = self._perm[self._next * batch_size : (self._next + 1) * batch_size]
             mine = self._global % self._num_shards == self._shard

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from rbdata.loader import _workers
-from rbdata.loader._pass import _PassEngine, _Record
+from rbdata.loader._pass import _PassEngine, _Record, buffer_lock
 from rbdata.loader._prefetch import _PrefetchThread
 from rbdata.loader.rate_limit import SampleToInsertRatio
 
@@ -48,7 +48,8 @@ class ReplayDataset(IterableDataset):
     buffer never change them), pins them (``pin_memory``) and copies them to
     ``device`` with ``non_blocking=True``. Row filters of the buffer
     (:class:`~rbdata.PolicyAgeFilter`) run again when a prefetched batch is
-    handed out, so prefetching never lets older data through than the bound.
+    handed out, so prefetching never lets older data through than the bound;
+    such filters make batches smaller than ``batch_size``, even empty.
     A loop that stops early leaves its prefetched batches to the next pass:
     they are handed out first, never lost nor counted twice.
 
@@ -186,6 +187,7 @@ class ReplayDataset(IterableDataset):
         self._worker = _workers.WorkerPosition()
         self._stats = _StatsSource(self._engine)
         self.buffer._stats_sources.append(self._stats)
+        weakref.finalize(self, _discard, self.buffer._stats_sources, self._stats)
 
     # ------------------------------------------------------------ iteration
     def __iter__(self) -> Any:
@@ -242,8 +244,7 @@ class ReplayDataset(IterableDataset):
         active = None if self._active is None else self._active()
         if active is not None:
             active.close()
-        with contextlib.suppress(ValueError):
-            self.buffer._stats_sources.remove(self._stats)
+        _discard(self.buffer._stats_sources, self._stats)
 
     def __enter__(self) -> ReplayDataset:
         return self
@@ -261,12 +262,11 @@ class ReplayDataset(IterableDataset):
         if get_worker_info() is not None:
             return {"format": _STATE_FORMAT, "worker": self._worker.state_dict()}
         engine, buffer = self._engine, self.buffer
-        with engine.lock:
+        with buffer_lock(buffer), engine.lock:
             state = engine.snapshot()
-            with _buffer_lock(buffer):
-                state["sampler"] = buffer.sampler.state_dict()
-                generator = _generator(buffer)
-                state["rng"] = None if generator is None else generator.get_state()
+            state["sampler"] = buffer.sampler.state_dict()
+            generator = _generator(buffer)
+            state["rng"] = None if generator is None else generator.get_state()
         state["format"] = _STATE_FORMAT
         state["rate_limiter"] = (
             None if self.rate_limiter is None else self.rate_limiter.state_dict()
@@ -295,22 +295,21 @@ class ReplayDataset(IterableDataset):
         state = {**current, **{k: v for k, v in state_dict.items() if k in current}}
         _validate_pass_state(state)
         self.close()
-        with engine.lock:
-            with _buffer_lock(buffer):
-                sampler = buffer.sampler
-                saved = sampler.state_dict()
-                generator = _generator(buffer)
-                saved_rng = None if generator is None else generator.get_state()
-                try:
-                    if state_dict.get("sampler") is not None:
-                        sampler.load_state_dict(state_dict["sampler"])
-                    if state_dict.get("rng") is not None and generator is not None:
-                        generator.set_state(state_dict["rng"])
-                except BaseException:
-                    sampler.load_state_dict(saved)
-                    if saved_rng is not None:
-                        generator.set_state(saved_rng)
-                    raise
+        with buffer_lock(buffer), engine.lock:
+            sampler = buffer.sampler
+            saved = sampler.state_dict()
+            generator = _generator(buffer)
+            saved_rng = None if generator is None else generator.get_state()
+            try:
+                if state_dict.get("sampler") is not None:
+                    sampler.load_state_dict(state_dict["sampler"])
+                if state_dict.get("rng") is not None and generator is not None:
+                    generator.set_state(state_dict["rng"])
+            except BaseException:
+                sampler.load_state_dict(saved)
+                if saved_rng is not None:
+                    generator.set_state(saved_rng)
+                raise
             engine.restore(state)
         if self.rate_limiter is not None and state_dict.get("rate_limiter") is not None:
             self.rate_limiter.load_state_dict(state_dict["rate_limiter"])
@@ -326,6 +325,9 @@ class ReplayDataset(IterableDataset):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._setup_runtime()
+        limiter = self.rate_limiter
+        if limiter is not None and limiter.stats not in self.buffer._stats_sources:
+            self.buffer._stats_sources.append(limiter.stats)
 
     def __repr__(self) -> str:
         return (
@@ -357,7 +359,10 @@ class _ReplayIterator:
         try:
             return self._next_prefetched() if self._prefetcher else self._next_inline()
         except StopIteration:
-            self._finish()
+            interrupted = self._stop.is_set()  # closed from another thread: not the pass's end
+            self.close()
+            if not interrupted:
+                self._engine.end_pass()
             raise
         except BaseException:
             self.close()
@@ -401,10 +406,6 @@ class _ReplayIterator:
                 engine.cond.wait()
         return engine.hand_out(record)
 
-    def _finish(self) -> None:
-        self.close()
-        self._engine.end_pass()
-
     def close(self) -> None:
         """Stop this pass's prefetch thread; batches sampled ahead stay pending."""
         self._finished = True
@@ -433,6 +434,11 @@ class _StatsSource:
             "loader_pending_batches": len(engine.pending),
             "loader_sampled_batches": engine.sampled_batches,
         }
+
+
+def _discard(sources: list[Any], source: Any) -> None:
+    with contextlib.suppress(ValueError):
+        sources.remove(source)
 
 
 def _check_int(value: Any, name: str, minimum: int) -> None:
@@ -474,8 +480,3 @@ def _generator(buffer: Any) -> torch.Generator | None:
     """The buffer's own sampling generator (None: torch's global RNG)."""
     return getattr(buffer, "_generator", None)
 
-
-def _buffer_lock(buffer: Any) -> Any:
-    """The buffer's lock (samplers are read and restored under it)."""
-    lock = getattr(buffer, "_lock", None)
-    return contextlib.nullcontext() if lock is None else lock

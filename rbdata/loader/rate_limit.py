@@ -182,6 +182,15 @@ class SampleToInsertRatio:
             self._sampled = int(state_dict.get("sampled", self._sampled))
             self._cond.notify_all()
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_cond")
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._cond = threading.Condition()
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(samples_per_insert={self.samples_per_insert}, "

@@ -25,7 +25,8 @@ class Sampler(abc.ABC):
     with it, a batch holds distinct live items (fewer than ``batch_size`` when
     fewer are live), counts go up when the batch is sampled, and a write makes
     a slot live again with a count of 0. Subclasses get the synchronized live
-    set with :meth:`_live_set` and count a batch with ``live.consume(index)``.
+    set with :meth:`_live_set` and count a batch with ``live.consume(index)`` (or draw
+    and count at once with ``live.take(batch_size, rng)``).
 
     Subclasses implement :meth:`sample` and call ``super()`` in ``extend``,
     ``add``, ``_empty``, ``state_dict`` and ``load_state_dict``.
@@ -83,7 +84,7 @@ class Sampler(abc.ABC):
     def extend(self, index: torch.Tensor) -> None:
         """Tell the sampler that the slots ``index`` were (re)written."""
         if self._live is not None:
-            self._live.add(torch.as_tensor(index, dtype=torch.long))
+            self._live.add(torch.as_tensor(index, dtype=torch.long), self._rng)
 
     def add(self, index: int) -> None:
         """Tell the sampler that the slot ``index`` was (re)written."""
@@ -136,7 +137,7 @@ class Sampler(abc.ABC):
     def _live_set(self, storage: Any) -> _LiveSet | None:
         """Return the live set (None without consume-after-n), seeded from ``storage`` once."""
         if self._live is not None and self._live_needs_seed:
-            self._live.add(torch.arange(len(storage)))
+            self._live.add(torch.arange(len(storage)), self._rng)
             self._live_needs_seed = False
         return self._live
 

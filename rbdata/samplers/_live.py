@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
-
-_EMPTY = torch.empty(0, dtype=torch.long)
 
 
 def first_unique(values: torch.Tensor) -> torch.Tensor:
@@ -24,14 +23,45 @@ def first_unique(values: torch.Tensor) -> torch.Tensor:
     return uniq[first.argsort()]
 
 
+def _distinct_positions(n: int, k: int, generator: torch.Generator | None) -> np.ndarray:
+    """``k`` distinct positions of ``[0, n)``: a uniform k-subset, in uniformly random order.
+
+    Expected cost O(k): draws with replacement and tops up the repeats (the
+    distinct values of an i.i.d. uniform sequence form a uniform subset by
+    symmetry); a permutation when ``k`` is close to ``n``.
+    """
+    if 2 * k >= n:
+        return torch.randperm(n, generator=generator).numpy()[:k]
+    positions = torch.randint(n, (k,), generator=generator).numpy()
+    distinct = np.unique(positions)
+    if distinct.size == k:  # no repeat drawn: i.i.d. draws conditioned on distinct
+        return positions
+    while distinct.size < k:
+        extra = torch.randint(n, (k - distinct.size,), generator=generator).numpy()
+        distinct = np.unique(np.concatenate([distinct, extra]))
+    return distinct[torch.randperm(k, generator=generator).numpy()]
+
+
 class _LiveSet:
     """Per-slot sample counts and a compact array of the slots still sampleable.
 
     A slot is *live* from the moment it is written until it has been returned
     ``n`` times. The live slots are kept in a compact array (the first
     ``len(self)`` entries of ``_live``) with an inverse map ``_pos`` (slot ->
-    position in the array, -1 when not live), so that adding, removing and
-    drawing cost O(batch), never O(storage). The arrays grow on demand.
+    position in the array, -1 when not live); the arrays grow on demand.
+
+    The array is kept in uniformly random order: given everything that
+    happened so far, every arrangement of the live slots is equally likely.
+    So the last ``k`` entries are a uniform sample of ``k`` distinct live
+    slots, in uniformly random order, and drawing-and-consuming a batch
+    (:meth:`take`) is a slice and a few scatters. The order stays uniform
+    because every change either depends on positions only (removing the
+    drawn tail; swap-removing given slots) or inserts slots at uniformly
+    random positions (:meth:`_insert`: new writes, and drawn slots that
+    stay live). Every operation costs O(batch), never O(storage).
+
+    The index bookkeeping runs on numpy views of the torch tensors: on a few
+    hundred entries a numpy call costs a fraction of a torch call.
 
     Args:
         n: how many times an item is returned before it leaves the set.
@@ -41,17 +71,23 @@ class _LiveSet:
         if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
             raise ValueError(f"consume_after_n must be a positive int, got {n!r}.")
         self.n = n
-        self._counts = torch.zeros(0, dtype=torch.long)
-        self._pos = torch.zeros(0, dtype=torch.long)
-        self._live = torch.zeros(0, dtype=torch.long)
         self._size = 0
+        self._allocate(0)
+
+    def _allocate(self, capacity: int) -> None:
+        self._counts = torch.zeros(capacity, dtype=torch.long)
+        self._pos = torch.full((capacity,), -1, dtype=torch.long)
+        self._live = torch.zeros(capacity, dtype=torch.long)
+        self._counts_np = self._counts.numpy()
+        self._pos_np = self._pos.numpy()
+        self._live_np = self._live.numpy()
 
     def __len__(self) -> int:
         return self._size
 
     @property
     def live(self) -> torch.Tensor:
-        """The live slots (a view; order is arbitrary)."""
+        """The live slots (a view, in the set's random order)."""
         return self._live[: self._size]
 
     @property
@@ -61,123 +97,175 @@ class _LiveSet:
 
     def is_live(self, indices: torch.Tensor) -> torch.Tensor:
         """Return a bool mask telling which of ``indices`` are live."""
-        inside = indices < self._pos.numel()
-        out = torch.zeros(indices.shape, dtype=torch.bool)
-        out[inside] = self._pos[indices[inside]] >= 0
-        return out
+        flat = torch.as_tensor(indices, dtype=torch.long).numpy()
+        inside = flat < self._pos_np.size
+        out = np.zeros(flat.shape, dtype=bool)
+        out[inside] = self._pos_np[flat[inside]] >= 0
+        return torch.from_numpy(out)
 
     def _grow(self, capacity: int) -> None:
-        old = self._pos.numel()
+        old = self._pos_np.size
         if capacity <= old:
             return
-        capacity = max(capacity, 2 * old)
-        pad = capacity - old
-        self._counts = torch.cat([self._counts, torch.zeros(pad, dtype=torch.long)])
-        self._pos = torch.cat([self._pos, torch.full((pad,), -1, dtype=torch.long)])
-        self._live = torch.cat([self._live, torch.zeros(pad, dtype=torch.long)])
+        counts, pos, live = self._counts_np, self._pos_np, self._live_np
+        self._allocate(max(capacity, 2 * old))
+        self._counts_np[:old] = counts
+        self._pos_np[:old] = pos
+        self._live_np[:old] = live
 
-    def add(self, indices: torch.Tensor) -> None:
+    # ------------------------------------------------------------ writes
+    def add(self, indices: torch.Tensor, generator: torch.Generator | None = None) -> None:
         """Make ``indices`` live with a count of 0 (a written or rewritten slot).
 
-        Already-live slots stay once in the live array; their count is reset.
+        Already-live slots keep their place in the array; their count is
+        reset. New ones are inserted at uniformly random places, drawn with
+        ``generator``.
         """
-        indices = torch.as_tensor(indices, dtype=torch.long).reshape(-1)
-        if indices.numel() == 0:
+        flat = torch.as_tensor(indices, dtype=torch.long).reshape(-1).numpy()
+        if flat.size == 0:
             return
-        if int(indices.min()) < 0:
-            raise ValueError(f"indices must be >= 0, got min {int(indices.min())}.")
-        self._grow(int(indices.max()) + 1)
-        self._counts[indices] = 0
-        new = torch.unique(indices[self._pos[indices] < 0])
-        m = new.numel()
-        if m:
-            self._live[self._size : self._size + m] = new
-            self._pos[new] = torch.arange(self._size, self._size + m)
-            self._size += m
+        if int(flat.min()) < 0:
+            raise ValueError(f"indices must be >= 0, got min {int(flat.min())}.")
+        self._grow(int(flat.max()) + 1)
+        self._counts_np[flat] = 0
+        new = flat[self._pos_np[flat] < 0]
+        if new.size > 1:
+            # Drop repeats in O(m): the position map serves as scratch (the last one wins).
+            order = np.arange(new.size)
+            self._pos_np[new] = order
+            new = new[self._pos_np[new] == order]
+            self._pos_np[new] = -1
+        if new.size:
+            self._insert(new, generator)
 
-    def remove(self, indices: torch.Tensor) -> None:
-        """Remove ``indices`` from the live array (non-live ones are ignored)."""
-        indices = torch.as_tensor(indices, dtype=torch.long).reshape(-1)
-        indices = indices[self.is_live(indices)]
-        if indices.numel():
-            self._remove_live(torch.unique(indices))
+    def _insert(self, items: np.ndarray, generator: torch.Generator | None) -> None:
+        """Insert distinct non-live ``items`` so that the array's order stays uniform.
 
-    def _remove_live(self, indices: torch.Tensor) -> None:
-        """Swap-remove distinct live ``indices``: O(len(indices)), about ten torch ops."""
-        m = indices.numel()
-        positions = self._pos[indices]
-        new_size = self._size - m
-        # Tail entries that stay live move into the holes left below new_size.
-        in_tail = positions >= new_size
-        stays = torch.ones(m, dtype=torch.bool)
-        stays[positions[in_tail] - new_size] = False
-        movers = self._live[new_size : self._size][stays]
-        holes = positions[~in_tail]
-        self._pos[indices] = -1
-        self._live[holes] = movers
-        self._pos[movers] = holes
-        self._size = new_size
+        The ``m`` items take ``m`` positions of ``[0, size + m)`` drawn as a
+        uniform ordered subset; the live slots sitting on positions below
+        ``size`` that were drawn move to the positions at or above ``size``
+        that were not. Which positions the items take is uniform and
+        independent of the current (uniform) arrangement, the items' order on
+        them is uniform, and the move depends on positions only: the result is
+        a uniform arrangement of the enlarged set.
+        """
+        size, m = self._size, items.size
+        end = size + m
+        spots = _distinct_positions(end, m, generator)
+        if size:
+            old = spots < size
+            holes = spots[old]
+            if holes.size:
+                free = np.ones(m, dtype=bool)
+                free[spots[~old] - size] = False
+                free = np.flatnonzero(free) + size
+                movers = self._live_np[holes]
+                self._live_np[free] = movers
+                self._pos_np[movers] = free
+        self._live_np[spots] = items
+        self._pos_np[items] = spots
+        self._size = end
 
-    def draw_distinct(self, k: int, generator: torch.Generator | None) -> torch.Tensor:
-        """Draw ``min(k, len(self))`` distinct live slots uniformly at random.
+    # ------------------------------------------------------------ drawing
+    def take(self, k: int, generator: torch.Generator | None) -> torch.Tensor:
+        """Draw ``min(k, len(self))`` distinct live slots uniformly and count them as returned.
 
-        Expected cost O(k): draws with replacement and keeps the first
-        occurrences (a uniform sample without replacement), falling back to a
-        permutation of the live array when ``k`` is close to the live count.
+        The batch is the tail of the (uniformly ordered) array; slots reaching
+        ``n`` returns leave the set, the others are put back at random places.
+
+        Returns:
+            The slots drawn, in random order.
         """
         size = self._size
-        if 2 * k >= size:
-            perm = torch.randperm(size, generator=generator)[:k]
-            return self._live[perm]
-        positions = torch.randint(size, (k,), generator=generator)
-        distinct = torch.unique(positions)
-        if distinct.numel() == k:  # the common case while k * k << size: no repeat drawn
-            return self._live[positions]
-        # Top up with fresh draws until k distinct: by symmetry the set is a
-        # uniform k-subset; a permutation makes the order uniform too.
-        while distinct.numel() < k:
-            extra = torch.randint(size, (k - distinct.numel(),), generator=generator)
-            distinct = torch.unique(torch.cat([distinct, extra]))
-        return self._live[distinct[torch.randperm(k, generator=generator)]]
+        start = max(size - k, 0)
+        batch = self._live_np[start:size].copy()
+        self._size = start
+        self._pos_np[batch] = -1
+        if self.n == 1:  # a live slot has a count of 0: every drawn slot leaves
+            self._counts_np[batch] = 1
+            return torch.from_numpy(batch)
+        counts = self._counts_np[batch] + 1
+        self._counts_np[batch] = counts
+        stay = batch[counts < self.n]
+        if stay.size:
+            self._insert(stay, generator)
+        return torch.from_numpy(batch)
+
+    def draw_distinct(self, k: int, generator: torch.Generator | None) -> torch.Tensor:
+        """Draw ``min(k, len(self))`` distinct live slots uniformly at random (no counting).
+
+        The drawn slots stay live: they are put back at random places, so
+        successive draws are independent.
+        """
+        size = self._size
+        start = max(size - k, 0)
+        batch = self._live_np[start:size].copy()
+        self._size = start
+        self._pos_np[batch] = -1
+        self._insert(batch, generator)
+        return torch.from_numpy(batch)
 
     def consume(self, indices: torch.Tensor) -> torch.Tensor:
-        """Count one more return for each of ``indices`` (distinct); those reaching n leave.
+        """Count one more return for each of ``indices`` (distinct, live); those reaching n leave.
 
         Returns:
             The slots that left the live set.
         """
+        flat = torch.as_tensor(indices, dtype=torch.long).numpy()
         if self.n == 1:
-            self._counts[indices] = 1
-            self._remove_live(indices)
+            self._counts_np[flat] = 1
+            self._remove_live(flat)
             return indices
-        counts = self._counts[indices] + 1
-        self._counts[indices] = counts
-        done = indices[counts >= self.n]
-        if done.numel():
+        counts = self._counts_np[flat] + 1
+        self._counts_np[flat] = counts
+        done = flat[counts >= self.n]
+        if done.size:
             self._remove_live(done)
-        return done
+        return torch.from_numpy(done)
+
+    # ------------------------------------------------------------ removal
+    def remove(self, indices: torch.Tensor) -> None:
+        """Remove ``indices`` from the live array (non-live ones are ignored)."""
+        flat = torch.as_tensor(indices, dtype=torch.long).reshape(-1).numpy()
+        flat = flat[self.is_live(torch.from_numpy(flat)).numpy()]
+        if flat.size:
+            self._remove_live(np.unique(flat))
+
+    def _remove_live(self, indices: np.ndarray) -> None:
+        """Swap-remove distinct live ``indices``: O(len(indices))."""
+        m = indices.size
+        positions = self._pos_np[indices]
+        new_size = self._size - m
+        # Tail entries that stay live move into the holes left below new_size.
+        in_tail = positions >= new_size
+        stays = np.ones(m, dtype=bool)
+        stays[positions[in_tail] - new_size] = False
+        movers = self._live_np[new_size : self._size][stays]
+        holes = positions[~in_tail]
+        self._pos_np[indices] = -1
+        self._live_np[holes] = movers
+        self._pos_np[movers] = holes
+        self._size = new_size
 
     def clear(self) -> None:
         """Forget every slot."""
-        self._counts.zero_()
-        self._pos.fill_(-1)
+        self._counts_np.fill(0)
+        self._pos_np.fill(-1)
         self._size = 0
 
+    # ------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Return the counts and live slots (plain values and tensors)."""
+        """Return the counts and the live slots in their order (plain values and tensors)."""
         return {"n": self.n, "counts": self._counts.clone(), "live": self.live.clone()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output (missing keys keep their defaults)."""
+        """Restore :meth:`state_dict`'s output exactly, order included (missing keys: defaults)."""
         self.n = int(state_dict.get("n", self.n))
-        counts = state_dict.get("counts", self._counts)
-        live = torch.as_tensor(state_dict.get("live", self.live), dtype=torch.long)
+        counts = torch.as_tensor(state_dict.get("counts", self._counts), dtype=torch.long)
+        live = torch.as_tensor(state_dict.get("live", self.live), dtype=torch.long).clone()
         capacity = max(counts.numel(), int(live.max()) + 1 if live.numel() else 0)
-        self._counts = torch.zeros(capacity, dtype=torch.long)
+        self._allocate(capacity)
         self._counts[: counts.numel()] = counts
-        self._pos = torch.full((capacity,), -1, dtype=torch.long)
-        self._live = torch.zeros(capacity, dtype=torch.long)
-        self._size = 0
-        counts_kept = self._counts[live].clone()
-        self.add(live)
-        self._counts[live] = counts_kept
+        self._live[: live.numel()] = live
+        self._pos[live] = torch.arange(live.numel())
+        self._size = live.numel()

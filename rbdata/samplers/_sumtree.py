@@ -8,8 +8,9 @@ import torch
 _SHIFT = 5
 _FANOUT = 1 << _SHIFT
 _MAX_TOP = 32768
-# dtypes numpy can view without a copy; others are stored as float32.
-_NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)
+# Stored dtypes; any other floating dtype is stored as float32 (a float16 prefix sum over a
+# large tree cannot resolve single leaves, and numpy has no bfloat16 view).
+_STORED_FLOATS = (torch.float32, torch.float64)
 _AT = {"amax": np.maximum, "amin": np.minimum}
 
 
@@ -56,7 +57,7 @@ class _SumTree:
 
     Args:
         capacity: number of leaves.
-        dtype: floating dtype of the stored values (float16/32/64; other
+        dtype: floating dtype of the stored values (float32 or float64; other
             floating dtypes are stored as float32).
         track_max: also maintain the maximum leaf (:attr:`max`).
     """
@@ -67,7 +68,7 @@ class _SumTree:
         if not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating dtype, got {dtype}.")
         self.capacity = capacity
-        self.dtype = dtype if dtype in _NUMPY_FLOATS else torch.float32
+        self.dtype = dtype if dtype in _STORED_FLOATS else torch.float32
         sizes = _level_sizes(capacity)
         self._sum = [torch.zeros(s, dtype=self.dtype) for s in sizes]
         self._min = [torch.full((s,), float("inf"), dtype=self.dtype) for s in sizes]
@@ -218,8 +219,10 @@ class _SumTree:
             rows = self._s[depth].reshape(-1, _FANOUT).take(node, axis=0)
             inclusive = torch.from_numpy(rows).cumsum_(1)
             child = torch.searchsorted(inclusive, torch.from_numpy(mass[:, None]), right=True)
-            child = np.minimum(child.numpy().reshape(-1), _FANOUT - 1)
-            node = (node << _SHIFT) + child
+            child = child.numpy().reshape(-1)
+            np.minimum(child, _FANOUT - 1, out=child)
+            node <<= _SHIFT
+            node += child
             if depth < last:
                 # Left of the child inside it: its inclusive sum minus its own value.
                 flat = child + np.arange(0, child.size * _FANOUT, _FANOUT)

@@ -22,6 +22,16 @@ def _describe_bad(values: torch.Tensor, bad: torch.Tensor, limit: int = 5) -> st
     return ", ".join(f"[{int(i)}]={values[i].item()}" for i in where)
 
 
+def _checked_values(priority: torch.Tensor) -> tuple[np.ndarray, float, float]:
+    """A numpy view of 1-D CPU priorities and their bounds; ValueError unless finite and >= 0."""
+    values = priority.numpy()
+    low, high = float(np.minimum.reduce(values)), float(np.maximum.reduce(values))
+    if not (low >= 0 and high < float("inf")):  # NaN fails both comparisons
+        bad = ~torch.isfinite(priority) | (priority < 0)
+        raise ValueError(f"priority must be finite and >= 0, got {_describe_bad(priority, bad)}.")
+    return values, low, high
+
+
 class PrioritizedSampler(Sampler):
     """Prioritized sampling: item ``i`` is drawn with probability ``p_i**alpha / sum_j p_j**alpha``.
 
@@ -39,7 +49,8 @@ class PrioritizedSampler(Sampler):
         alpha: how strongly priorities skew sampling (> 0).
         beta: importance-sampling correction exponent (>= 0).
         eps: added to priorities before the power.
-        dtype: floating dtype of the priority tree.
+        dtype: floating dtype of the priority tree (float32 or float64; other floating
+            dtypes are stored as float32).
         reduction: how duplicate indices of one ``update_priority`` call are
             merged: ``"max"``, ``"min"``, ``"sum"`` or ``"mean"``.
         max_priority_within_buffer: the default priority of new items is the
@@ -167,29 +178,25 @@ class PrioritizedSampler(Sampler):
             index = index.reshape(-1)
         if priority.dim() != 1:
             priority = priority.reshape(-1)
-        values = priority.numpy()
-        low, high = float(values.min()), float(values.max())
-        if not (low >= 0 and high < float("inf")):
-            bad = ~torch.isfinite(priority) | (priority < 0)
-            raise ValueError(
-                f"priority must be finite and >= 0, got {_describe_bad(priority, bad)}."
-            )
+        values, low, high = _checked_values(priority)
         self._check_index(index, self.max_capacity if storage is None else len(storage))
         self._set_priorities(index.numpy(), values, low, high)
 
     def _update_priority_validated(self, index: torch.Tensor, priority: torch.Tensor) -> None:
-        """``update_priority`` for a caller that already validated the priorities.
+        """``update_priority`` for a caller that already normalized the arguments.
 
-        The buffer's fast path: ``index`` is a 1-D LongTensor on the CPU and
-        ``priority`` a 1-D floating tensor on the CPU of the same length, whose
-        values are finite and >= 0. Indices are still checked against
-        ``max_capacity`` (nothing changes when one is out of range). A
-        subclass that overrides :meth:`update_priority` gets its own method
-        called, so its extra work is never skipped.
+        The buffer's fast path: ``index`` is a 1-D integer tensor and
+        ``priority`` a 1-D floating tensor of the same length (no scalar
+        broadcasting, no shape checks here). Values and indices are still
+        checked, at almost no cost (the bounds are needed anyway): a priority
+        that is not finite or < 0 (also after conversion to the tree's dtype)
+        or an index outside ``[0, max_capacity)`` raises ``ValueError`` before
+        anything changes. A subclass that overrides :meth:`update_priority`
+        gets its own method called, so its extra work is never skipped.
 
         Args:
-            index: 1-D LongTensor of slots.
-            priority: 1-D floating tensor, one finite value >= 0 per index.
+            index: 1-D integer tensor of slots.
+            priority: 1-D floating tensor, one value per index.
         """
         if type(self).update_priority is not PrioritizedSampler.update_priority:
             self.update_priority(index, priority)
@@ -203,9 +210,8 @@ class PrioritizedSampler(Sampler):
             priority = priority.detach()
         if not priority.is_cpu or priority.dtype != self._tree.dtype:
             priority = priority.to(device="cpu", dtype=self._tree.dtype)
-        values = priority.numpy()
-        low, high = np.minimum.reduce(values), np.maximum.reduce(values)
-        self._set_priorities(index.numpy(), values, float(low), float(high))
+        values, low, high = _checked_values(priority)
+        self._set_priorities(index.numpy(), values, low, high)
 
     def _set_priorities(
         self, index: np.ndarray, priority: np.ndarray, low: float, high: float
@@ -232,7 +238,7 @@ class PrioritizedSampler(Sampler):
         if self._live is None and self.reduction == "max":
             top = (high + self.eps) ** self.alpha  # the largest stored value, without a reduction
         else:
-            top = float(self._tree._s[-1].take(index).max())
+            top = float(self._tree.leaves.numpy().take(index).max())
         if top > self._max_seen:
             self._max_seen = top
 

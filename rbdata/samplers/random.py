@@ -38,6 +38,4 @@ class RandomSampler(Sampler):
         if live is None:
             return torch.randint(n, (batch_size,), generator=self._rng), {}
         self._check_live(live)
-        index = live.draw_distinct(batch_size, self._rng)
-        live.consume(index)
-        return index, {}
+        return live.take(batch_size, self._rng), {}
