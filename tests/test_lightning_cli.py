@@ -31,7 +31,8 @@ class RewardModel(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=self.lr)
 
 
-def test_configured_from_yaml(tmp_path):
+def test_configured_from_yaml(tmp_path, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["train.py"])  # LightningCLI reads sys.argv too
     data = tmp_path / "offline.hdf5"
     with h5py.File(data, "w") as f:
         f["observations"] = np.random.default_rng(0).standard_normal((50, 3)).astype(np.float32)

@@ -6,7 +6,7 @@ import contextlib
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
@@ -308,29 +308,77 @@ def test_incremental_boundaries_match_a_recomputation(plan, kind):
     assert as_slots(fresh) == expected
 
 
-@given(write_plans(), st.integers(1, 4), st.booleans(), st.sampled_from([False, True, 1]))
-def test_weights_count_the_valid_starts(plan, slice_len, strict, span):
+def drawable_starts(index: TrajectoryIndex, left: int) -> list[tuple[int, int]]:
+    """Every start the weights let a sampler draw, as (first slot of its trajectory, offset)."""
+    x = torch.arange(index.base, index.total_end)
+    j = torch.searchsorted(index.view("excl"), x, right=True)
+    first = index.view("starts")[j - 1]
+    offset = x + index.view("shift")[j] - left - first
+    return sorted(zip((first % index.modulus).tolist(), offset.tolist(), strict=True))
+
+
+SPANS = [False, True, 1, (False, True), (True, False), (1, 0)]
+
+
+@given(write_plans(), st.integers(1, 4), st.booleans(), st.sampled_from(SPANS))
+def test_weights_give_exactly_the_valid_starts(plan, slice_len, strict, span):
     capacity, writes = plan
     sampler = SliceSampler(slice_len=slice_len, strict_length=strict, span=span)
     ring = Ring(capacity, sampler)
-    for n, values, _ in writes:
-        ring.write(torch.tensor(values[:n]))
     sampler._shape(slice_len)
+    for n, values, sync in writes:
+        ring.write(torch.tensor(values[:n]))
+        if sync:
+            sampler._index.sync(ring.storage)
     sampler._index.sync(ring.storage)
     trajectories = reference(ring.storage, ring.cursor, "ids")
-    pad = 0 if span is False else (slice_len - 1 if span is True else min(1, slice_len - 1))
-    expected = 0
+    left, right = span if isinstance(span, tuple) else (span, span)
+    left, right = (
+        min(int(side), slice_len - 1) if side is not True else slice_len - 1
+        for side in (left, right)
+    )
+    expected = []
     for traj in trajectories:
         if strict and len(traj) < slice_len:
             continue
-        expected += max(len(traj) - slice_len + 1 + 2 * pad, 0 if strict else 1)
-    assert sampler._index.total_weight == expected
+        room = max(len(traj) - slice_len + 1 + left + right, 0 if strict else 1)
+        expected += [(traj[0], offset - left) for offset in range(room)]
+    assert sampler._index.total_weight == len(expected)
+    assert drawable_starts(sampler._index, left) == sorted(expected)
     if expected:
         index, info = sampler.sample(ring.storage, slice_len * 7)
         lengths = [slice_len] * 7 if "slice_id" not in info else torch.bincount(info["slice_id"])
         for part in index.split(list(lengths)):
             runs = [t[i : i + len(part)] for t in trajectories for i in range(len(t))]
             assert part.tolist() in runs
+
+
+@given(write_plans(), st.integers(1, 4), st.booleans())
+def test_without_replacement_slices_follow_writes(plan, slice_len, strict):
+    capacity, writes = plan
+    sampler = SliceSamplerWithoutReplacement(slice_len=slice_len, strict_length=strict)
+    ring = Ring(capacity, sampler)
+    for n, values, sync in writes + [(1, [0], True)]:
+        ring.write(torch.tensor(values[:n]))
+        if not sync:
+            continue
+        trajectories = reference(ring.storage, ring.cursor, "ids")
+        try:
+            index, info = sampler.sample(ring.storage, slice_len * 2)
+        except RuntimeError:
+            assert all(len(t) < slice_len for t in trajectories) and strict
+            continue
+        full = [slice_len] * (index.numel() // slice_len)
+        lengths = full if "slice_id" not in info else torch.bincount(info["slice_id"])
+        assert 0 < len(lengths) <= 2
+        owners = []
+        for part in index.split(list(lengths)):
+            owner = next(t for t in trajectories if part[0] in t)
+            assert len(part) == min(slice_len, len(owner))
+            i = owner.index(int(part[0]))
+            assert part.tolist() == owner[i : i + len(part)]
+            owners.append(owner[0])
+        assert len(set(owners)) == len(owners)
 
 
 def test_writes_elsewhere_than_the_cursor_trigger_a_rebuild():
@@ -545,6 +593,16 @@ def test_list_storage():
 
 
 @given(write_plans(), st.integers(1, 4), st.booleans(), st.sampled_from([False, (False, True)]))
+@example(  # the oldest trajectory, trimmed below slice_len, loses its right-span starts
+    (
+        13,
+        [(1, [0] * 13, False)] * 5
+        + [(2, [1] + [0] * 12, False), (5, [0] * 13, True), (3, [0] * 13, False)],
+    ),
+    4,
+    True,
+    (False, True),
+)
 def test_prioritized_valid_starts_kept_incrementally(plan, slice_len, strict, span):
     capacity, writes = plan
     sampler = PrioritizedSliceSampler(

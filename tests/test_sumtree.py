@@ -30,12 +30,28 @@ def _build(capacity: int, max_top: int, dtype=torch.float64, track_max=False) ->
 
 def _check_structure(tree: _SumTree) -> None:
     """Every parent is recomputed from its children: sums up to the rounding of the summation
-    order (no drift accumulates), minima exactly."""
+    order (no drift accumulates), maxima exactly, minima exactly once refreshed (they are
+    refreshed lazily; a leaf's own minimum is its value when positive, else ``inf``). The
+    minimum kept across updates equals the one recomputed from scratch."""
+    leaves = tree._sum[-1]
+    expected = float(torch.where(leaves > 0, leaves, float("inf")).min())
+    assert tree.min == expected
+    assert tree._argmin == -1 or float(leaves[tree._argmin]) == expected
+    tree._min_value = None  # force the lazy refresh of the parents' minima
+    assert tree.min == expected
+    assert not tree._dirty.any()
     for depth in range(len(tree._sum) - 1, 0, -1):
         m = tree._sum[depth].numel() // _FANOUT
         kids = tree._sum[depth].view(-1, _FANOUT)
         torch.testing.assert_close(tree._sum[depth - 1][:m], kids.sum(1))
-        assert torch.equal(tree._min[depth - 1][:m], tree._min[depth].view(-1, _FANOUT).amin(1))
+        if depth == len(tree._sum) - 1:
+            low, high = torch.where(kids > 0, kids, float("inf")), kids
+        else:
+            low = tree._min[depth].view(-1, _FANOUT)
+            high = tree._max[depth].view(-1, _FANOUT) if tree._max is not None else None
+        assert torch.equal(tree._min[depth - 1][:m], low.amin(1))
+        if tree._max is not None:
+            assert torch.equal(tree._max[depth - 1][:m], high.amax(1))
 
 
 updates = st.lists(
@@ -172,4 +188,20 @@ def test_update_merges_repeated_indices(reduce, max_top):
     tree.update(torch.tensor([5, 2000, 5, 5]), torch.tensor([1.0, 2.0, 4.0, 3.0]), reduce=reduce)
     assert float(tree.leaves[5]) == (4.0 if reduce == "amax" else 1.0)
     assert tree.total == float(tree.leaves[5]) + 2.0
+    _check_structure(tree)
+
+
+def test_min_follows_updates_of_the_leaf_holding_it(max_top):
+    tree = _SumTree(3000, torch.float64)
+    base = torch.linspace(1, 2, 3000, dtype=torch.float64)
+    tree.update(torch.arange(3000), base)
+    assert tree.min == 1.0
+    tree.update(torch.tensor([0]), torch.tensor([5.0]))  # the minimum's leaf goes up
+    assert tree.min == float(base[1])
+    tree.update(torch.tensor([2999, 7]), torch.tensor([0.5, 0.0]))  # a new minimum, a zero
+    assert tree.min == 0.5
+    tree.update(torch.tensor([2999]), torch.tensor([0.0]))  # zeros never count
+    assert tree.min == float(base[1])
+    tree.update(torch.arange(3000), torch.zeros(3000, dtype=torch.float64))
+    assert tree.min == float("inf")
     _check_structure(tree)

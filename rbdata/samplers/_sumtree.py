@@ -31,7 +31,7 @@ def _level_sizes(capacity: int) -> list[int]:
 
 
 class _SumTree:
-    """Sums and positive minima (optionally maxima) of non-negative leaves in a wide tree.
+    """Sums and the positive minimum (optionally the maximum) of non-negative leaves.
 
     Level ``d`` holds node values ``_sum[d]``; node ``i`` of level ``d`` has
     children ``32*i .. 32*i + 31`` in level ``d+1``, so
@@ -41,19 +41,25 @@ class _SumTree:
     steps it replaces. At 1M leaves there are two levels: 31,250 top nodes
     over 1M leaves.
 
-    An update writes the leaves, then recomputes each affected parent as the
-    sum (min, max) of its children: no incremental drift. Sampling descends
-    every draw at once, one level per step. The prefix sums of the top level
-    and the minimum are computed once after a change and reused until the
-    next one (an ``exhausted`` check and the following ``sample`` share them).
+    An update writes the leaves, then recomputes each affected parent sum (and
+    maximum) from its children: no incremental drift. Sampling descends every
+    draw at once, one level per step. The prefix sums of the top level are
+    computed once after a change and reused until the next one (an
+    ``exhausted`` check and the following ``sample`` share them).
+
+    The minimum ignores zero leaves (they are never sampled): :attr:`min` is
+    the smallest positive leaf (``inf`` when none is positive). It is kept
+    with the leaf that holds it: an update only compares its new values with
+    it, unless it overwrites that leaf, in which case the minimum is
+    recomputed when next asked for, from the parents' minima (``_min``, one
+    level per parent level) refreshed for the parents written since the last
+    recomputation (``_dirty``). So an update costs no minimum maintenance,
+    and a recomputation costs what the updates since the last one skipped.
 
     The levels are torch tensors; the per-batch bookkeeping on a few hundred
     entries (gathers, scatters, arithmetic) goes through numpy views of them,
     which costs a fraction of a torch call each, while the row reductions,
     cumulative sums and batched searches stay in torch.
-
-    The minimum ignores zero leaves (they are never sampled): :attr:`min` is
-    the smallest positive leaf (``inf`` when none is positive).
 
     Args:
         capacity: number of leaves.
@@ -71,12 +77,16 @@ class _SumTree:
         self.dtype = dtype if dtype in _STORED_FLOATS else torch.float32
         sizes = _level_sizes(capacity)
         self._sum = [torch.zeros(s, dtype=self.dtype) for s in sizes]
-        self._min = [torch.full((s,), float("inf"), dtype=self.dtype) for s in sizes]
-        self._max = [torch.zeros(s, dtype=self.dtype) for s in sizes] if track_max else None
-        # numpy views sharing the tensors' memory, and the child rows of each parent level.
+        # Parent levels only: a leaf's own value is its minimum and maximum.
+        self._min = [torch.full((s,), float("inf"), dtype=self.dtype) for s in sizes[:-1]]
+        self._max = [torch.zeros(s, dtype=self.dtype) for s in sizes[:-1]] if track_max else None
+        # numpy views sharing the tensors' memory.
         self._s = [t.numpy() for t in self._sum]
         self._m = [t.numpy() for t in self._min]
         self._x = [t.numpy() for t in self._max] if self._max is not None else None
+        self._dirty = np.zeros(sizes[-2] if len(sizes) > 1 else 0, dtype=bool)
+        self._min_value: float | None = float("inf")  # None: to recompute
+        self._argmin = -1  # a leaf holding the minimum (-1: none is positive)
         self._ones = np.ones(_FANOUT, dtype=self._s[0].dtype)  # row sums as one BLAS call
         self._leaves = self._sum[-1][:capacity]
         # Exclusive prefix sums of the top level, prefix[i] = sum(top[:i]) (length top + 1),
@@ -87,7 +97,6 @@ class _SumTree:
         self._p = self._prefix.numpy()
         self._search = self._p[1:-1]
         self._prefix_ok = True
-        self._min_value: float | None = None
         self._strata_k = np.zeros(0, dtype=self._s[0].dtype)
 
     # ------------------------------------------------------------ summaries
@@ -112,7 +121,7 @@ class _SumTree:
     def min(self) -> float:
         """Smallest positive leaf (``inf`` when no leaf is positive)."""
         if self._min_value is None:
-            self._min_value = float(np.minimum.reduce(self._m[0]))
+            self._recompute_min()
         return self._min_value
 
     @property
@@ -120,10 +129,41 @@ class _SumTree:
         """Largest leaf (needs ``track_max=True``)."""
         if self._x is None:
             raise RuntimeError("this tree was built with track_max=False.")
-        return float(self._x[0].max())
+        return float((self._x[0] if self._x else self._s[0]).max())
 
     def __getitem__(self, index: torch.Tensor) -> torch.Tensor:
         return self._leaves[index]
+
+    @staticmethod
+    def _rows_min(rows: np.ndarray) -> np.ndarray:
+        return torch.from_numpy(rows).amin(1).numpy()
+
+    def _recompute_min(self) -> None:
+        """Refresh the parents' minima written since the last time, then find the minimum."""
+        leaves = self._s[-1]
+        if not self._m:  # a flat tree: the leaves are the top
+            positive = np.where(leaves > 0, leaves, np.inf)
+        else:
+            node = np.flatnonzero(self._dirty)
+            self._dirty[node] = False
+            rows = leaves.reshape(-1, _FANOUT).take(node, axis=0)
+            rows[rows == 0] = np.inf
+            self._m[-1][node] = self._rows_min(rows)
+            for depth in range(len(self._m) - 2, -1, -1):
+                node = node >> _SHIFT
+                rows = self._m[depth + 1].reshape(-1, _FANOUT).take(node, axis=0)
+                self._m[depth][node] = self._rows_min(rows)
+            positive = self._m[0]
+        node = int(positive.argmin())
+        self._min_value = float(positive[node])
+        if self._min_value == float("inf"):
+            self._argmin = -1
+            return
+        below = (*self._m[1:], leaves) if self._m else ()
+        for level in below:  # descend to a leaf holding the minimum
+            row = level[node << _SHIFT : (node + 1) << _SHIFT]
+            node = (node << _SHIFT) + int(np.where(row > 0, row, np.inf).argmin())
+        self._argmin = node
 
     # ------------------------------------------------------------ writes
     def update(
@@ -150,49 +190,55 @@ class _SumTree:
         self, index: np.ndarray, values: np.ndarray, reduce: str | None, positive: bool
     ) -> None:
         """:meth:`update` on numpy arrays (int64 index, values of the tree's dtype)."""
+        if index.size == 0:
+            return
         leaves = self._s[-1]
         leaves[index] = values
         if reduce is not None:
             # Repeated indices: the assignment kept one of their values, the ufunc merges the rest.
             _AT[reduce].at(leaves, index, values)
             values = leaves.take(index)
-        if self._x is not None:
-            self._x[-1][index] = values
-        self._m[-1][index] = values if positive else np.where(values > 0, values, np.inf)
         self._refresh(index)
+        if self._min_value is None:
+            return
+        if self._argmin >= 0 and (index == self._argmin).any():
+            self._min_value = None  # the leaf holding the minimum changed
+            return
+        if not positive:
+            values = np.where(values > 0, values, np.inf)
+        low = int(values.argmin())
+        if values[low] < self._min_value:
+            self._min_value = float(values[low])
+            self._argmin = int(index[low])
 
     def _refresh(self, index: np.ndarray) -> None:
-        """Recompute the ancestors of the leaves ``index`` from their children."""
+        """Recompute the sums (and maxima) above the leaves ``index`` from their children."""
         self._prefix_ok = False
-        self._min_value = None
         node = index
         for depth in range(len(self._sum) - 2, -1, -1):
             node = node >> _SHIFT
             rows = self._s[depth + 1].reshape(-1, _FANOUT).take(node, axis=0)
             self._s[depth][node] = rows @ self._ones
-            rows = self._m[depth + 1].reshape(-1, _FANOUT).take(node, axis=0)
-            self._m[depth][node] = torch.from_numpy(rows).amin(1).numpy()
-            if self._x is not None:
+            if depth + 2 == len(self._sum):
+                self._dirty[node] = True  # the parents of written leaves
+            elif self._x is not None:
                 rows = self._x[depth + 1].reshape(-1, _FANOUT).take(node, axis=0)
-                self._x[depth][node] = rows.max(1)
+            if self._x is not None:
+                self._x[depth][node] = torch.from_numpy(rows).amax(1).numpy()
 
     def set_leaves(self, values: torch.Tensor) -> None:
         """Replace every leaf with ``values`` (length ``capacity``) and rebuild the tree."""
-        values = values.to(self.dtype)
         self._prefix_ok = False
-        self._min_value = None
         self._sum[-1].zero_()
-        self._leaves.copy_(values)
-        self._min[-1].fill_(float("inf"))
-        self._min[-1][: self.capacity] = torch.where(values > 0, values, float("inf"))
-        if self._max is not None:
-            self._max[-1].copy_(self._sum[-1])
+        self._leaves.copy_(values.to(self.dtype))
         for depth in range(len(self._sum) - 2, -1, -1):
             m = self._sum[depth + 1].numel() // _FANOUT
             self._s[depth][:m] = self._s[depth + 1].reshape(-1, _FANOUT) @ self._ones
-            self._min[depth][:m] = self._min[depth + 1].view(-1, _FANOUT).amin(1)
             if self._max is not None:
-                self._max[depth][:m] = self._max[depth + 1].view(-1, _FANOUT).amax(1)
+                below = self._sum[-1] if depth + 2 == len(self._sum) else self._max[depth + 1]
+                self._max[depth][:m] = below.view(-1, _FANOUT).amax(1)
+        self._dirty[: self._sum[-1].numel() // _FANOUT] = True  # the parents with children
+        self._min_value = None
 
     # ------------------------------------------------------------ sampling
     def find(self, mass: torch.Tensor) -> torch.Tensor:

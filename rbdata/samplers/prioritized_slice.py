@@ -156,9 +156,10 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         index = self._index
         v_begin = index.v_end - index.size
         if change is not None and not change[0] and not self._refresh_all:
-            lo = max(change[1] - index.weight.slice_len, v_begin)
+            slice_len = index.weight.slice_len
+            lo = max(change[1] - slice_len, v_begin)
             if index.v_end - lo < index.modulus:
-                self._refresh(lo, v_begin)
+                self._refresh(v_begin, min(max(slice_len - 1, 1), lo - v_begin), lo)
                 change = None
         if change is not None or self._refresh_all:
             self._refresh_everything()
@@ -166,12 +167,19 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
             raise self._no_slice_error()
         return change
 
-    def _refresh(self, lo: int, v_begin: int) -> None:
-        """Recompute which slots can start a slice among virtual positions ``lo..v_end``."""
+    def _refresh(self, v_begin: int, head: int, lo: int) -> None:
+        """Recompute which slots can start a slice: the ``head`` oldest positions and ``lo..v_end``.
+
+        After an append at the cursor, validity can change only at the new
+        positions, at the last ``slice_len`` positions before them (the newest
+        trajectory grew), and at the first ``slice_len - 1`` live positions (the
+        oldest trajectory was trimmed: with a right span, a trimmed trajectory
+        shorter than ``slice_len`` loses every start under ``strict_length``).
+        """
         index = self._index
         v = torch.arange(lo, index.v_end)
-        if v_begin < lo:
-            v = torch.cat([torch.tensor([v_begin]), v])
+        if head > 0:
+            v = torch.cat([torch.arange(v_begin, v_begin + head), v])
         k = index.locate(v)
         offset = v - index.view("starts").index_select(0, k)
         ok = offset < index.weight.many(index.view("lengths").index_select(0, k))
