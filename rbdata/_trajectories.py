@@ -404,7 +404,7 @@ class TrajectoryIndex:
         a["starts"][j] += delta
         a["lengths"][j] -= delta
         if self.weight is not None:
-            a["excl"][j] += 0
+            a["excl"][j] += self.weight.one(old) - self.weight.one(old - delta)
             a["shift"][j + 1] = a["starts"][j] - a["excl"][j]
             self.base = int(a["excl"][j])
         self._views = {}

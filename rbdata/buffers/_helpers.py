@@ -99,3 +99,17 @@ def _check_init_args(
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}.")
     return backend
+
+
+def _with_prioritized_sampler(
+    owner: str, kwargs: dict[str, Any], storage: Any, **sampler_args: Any
+) -> tuple[Any, dict[str, Any]]:
+    """Default the storage and add the PrioritizedSampler a prioritized buffer builds itself."""
+    from rbdata.samplers import PrioritizedSampler
+    from rbdata.storages import ListStorage
+
+    if kwargs.pop("sampler", None) is not None:
+        raise TypeError(f"{owner} builds its own PrioritizedSampler; do not pass sampler.")
+    storage = storage if storage is not None else ListStorage(1000)
+    kwargs["sampler"] = PrioritizedSampler(storage.max_size, **sampler_args)
+    return storage, kwargs

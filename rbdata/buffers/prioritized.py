@@ -6,9 +6,9 @@ from typing import Any
 
 import torch
 
+from rbdata.buffers._helpers import _with_prioritized_sampler
 from rbdata.buffers.replay import ReplayBuffer
-from rbdata.samplers import PrioritizedSampler
-from rbdata.storages import ListStorage, Storage
+from rbdata.storages import Storage
 
 __all__ = ["PrioritizedReplayBuffer"]
 
@@ -42,11 +42,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         storage: Storage | None = None,
         **kwargs: Any,
     ) -> None:
-        if kwargs.get("sampler") is not None:
-            raise TypeError(
-                f"{type(self).__name__} builds its own PrioritizedSampler; do not pass sampler."
-            )
-        storage = storage if storage is not None else ListStorage(1000)
-        kwargs.pop("sampler", None)
-        kwargs["sampler"] = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype)
+        storage, kwargs = _with_prioritized_sampler(
+            type(self).__name__, kwargs, storage, alpha=alpha, beta=beta, eps=eps, dtype=dtype
+        )
         super().__init__(storage=storage, **kwargs)

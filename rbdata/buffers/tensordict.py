@@ -7,10 +7,9 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rbdata.buffers._helpers import INFO_KEYS
+from rbdata.buffers._helpers import INFO_KEYS, _with_prioritized_sampler
 from rbdata.buffers.replay import ReplayBuffer
-from rbdata.samplers import PrioritizedSampler
-from rbdata.storages import ListStorage, Storage
+from rbdata.storages import Storage
 from rbdata.writers import TensorDictRoundRobinWriter
 
 __all__ = ["TensorDictPrioritizedReplayBuffer", "TensorDictReplayBuffer"]
@@ -100,14 +99,15 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         reduction: str = "max",
         **kwargs: Any,
     ) -> None:
-        if kwargs.get("sampler") is not None:
-            raise TypeError(
-                f"{type(self).__name__} builds its own PrioritizedSampler; do not pass sampler."
-            )
-        storage = storage if storage is not None else ListStorage(1000)
-        kwargs.pop("sampler", None)
-        kwargs["sampler"] = PrioritizedSampler(
-            storage.max_size, alpha, beta, eps, dtype, reduction=reduction
+        storage, kwargs = _with_prioritized_sampler(
+            type(self).__name__,
+            kwargs,
+            storage,
+            alpha=alpha,
+            beta=beta,
+            eps=eps,
+            dtype=dtype,
+            reduction=reduction,
         )
         super().__init__(priority_key=priority_key, storage=storage, **kwargs)
 
