@@ -120,19 +120,25 @@ def test_take_is_uniform_after_writes_and_put_backs():
 
 
 def test_take_uniform_when_inserting_many_with_repeated_positions():
-    """20 writes into 30 live items draw positions among 50: repeats are likely and topped up."""
+    """40 writes into 200 live items draw positions among 240: repeats are likely and topped
+    up. Old and new items alike end up anywhere in the order the batches come out in."""
     gen = torch.Generator().manual_seed(1)
-    trials = 5000
-    seen: Counter[int] = Counter()
+    trials = 3000
+    seen: Counter[tuple[int, int]] = Counter()
     for _ in range(trials):
         live = _LiveSet(1)
-        live.add(torch.arange(30), gen)
-        live.add(torch.arange(30, 50), gen)
-        seen[int(live.take(1, gen))] += 1
-    _check_uniform(seen, list(range(50)), trials)
+        live.add(torch.arange(200), gen)
+        live.add(torch.arange(200, 240), gen)
+        order = live.take(240, gen).tolist()
+        assert sorted(order) == list(range(240))
+        for item in (0, 199, 200, 239):
+            seen[(item, order.index(item) // 60)] += 1
+    for item in (0, 199, 200, 239):
+        per_item = Counter({b: n for (i, b), n in seen.items() if i == item})
+        _check_uniform(per_item, [0, 1, 2, 3], trials)
 
 
-@pytest.mark.parametrize(("n", "k"), [(10, 10), (10, 4), (1000, 30), (60, 20)])
+@pytest.mark.parametrize(("n", "k"), [(10, 10), (10, 4), (1000, 30), (240, 40), (60, 20)])
 def test_distinct_positions(n, k):
     gen = torch.Generator().manual_seed(n + k)
     first: Counter[int] = Counter()

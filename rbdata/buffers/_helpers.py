@@ -60,10 +60,16 @@ def _collate_list(items: list[Any]) -> Any:
     return default_collate(items)
 
 
-def _prioritized_types() -> tuple[type, ...]:
-    from rbdata.samplers import PrioritizedSampler, PrioritizedSliceSampler
+_PRIORITIZED: tuple[type, ...] = ()
 
-    return (PrioritizedSampler, PrioritizedSliceSampler)
+
+def _prioritized_types() -> tuple[type, ...]:
+    global _PRIORITIZED
+    if not _PRIORITIZED:
+        from rbdata.samplers import PrioritizedSampler, PrioritizedSliceSampler
+
+        _PRIORITIZED = (PrioritizedSampler, PrioritizedSliceSampler)
+    return _PRIORITIZED
 
 
 def _check_init_args(

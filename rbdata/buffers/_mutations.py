@@ -25,9 +25,22 @@ class _BufferUpdates:
         *,
         generation: torch.Tensor | None = None,
     ) -> None:
-        """Update the priorities of ``index`` (skipping slots rewritten since ``generation``)."""
-        index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
-        priority = torch.as_tensor(priority, dtype=torch.float64).reshape(-1)
+        """Update the priorities of ``index`` (skipping slots rewritten since ``generation``).
+
+        Raises:
+            ValueError: if a priority is negative, NaN or infinite, or the lengths differ;
+                nothing changes then.
+        """
+        index = torch.as_tensor(index)
+        if index.dtype != torch.long:
+            index = index.long()
+        if index.ndim != 1:
+            index = index.reshape(-1)
+        priority = torch.as_tensor(priority).detach()
+        if not priority.is_floating_point():
+            priority = priority.double()
+        if priority.ndim != 1:
+            priority = priority.reshape(-1)
         if priority.numel() == 1 and index.numel() != 1:
             priority = priority.expand(index.numel())
         if priority.numel() != index.numel():
@@ -35,17 +48,18 @@ class _BufferUpdates:
                 f"priority has {priority.numel()} entries, expected one per index "
                 f"({index.numel()})."
             )
-        if not bool(torch.isfinite(priority).all()) or bool((priority < 0).any()):
-            bad = priority[~torch.isfinite(priority) | (priority < 0)][:5].tolist()
-            raise ValueError(f"priorities must be finite and >= 0, got {bad}.")
+        if priority.numel():
+            low, high = torch.aminmax(priority)
+            if not (low.item() >= 0 and high.item() < float("inf")):
+                bad = priority[~torch.isfinite(priority) | (priority < 0)][:5].tolist()
+                raise ValueError(f"priorities must be finite and >= 0, got {bad}.")
         with self._lock:
             if generation is not None and getattr(self.writer, "_generations", None) is not None:
                 live = self._writer.generation(index) == torch.as_tensor(generation).reshape(-1)
                 self._skipped_priority_updates += int((~live).sum())
                 index, priority = index[live], priority[live]
-            if not isinstance(self.sampler, _prioritized_types()):
-                return
-            self._sampler.update_priority(index, priority)
+            if isinstance(self.sampler, _prioritized_types()):
+                self._sampler._update_priority_validated(index, priority.contiguous())
 
     def update_if_present(
         self,

@@ -391,7 +391,7 @@ class ReplayBuffer(_BufferUpdates, _BufferPersistence):
     ) -> Any:
         """Gather the records of ``index`` (a copy), attach ``info`` and run the transforms."""
         with self._lock:  # a write must not tear the rows being gathered
-            data = self._storage.get(index.reshape(-1))
+            data = self._storage.get(index if index.ndim == 1 else index.reshape(-1))
         if isinstance(self._storage, ListStorage) and not isinstance(
             self._storage, LazyStackStorage
         ):

@@ -28,9 +28,10 @@ def _distinct_positions(n: int, k: int, generator: torch.Generator | None) -> np
 
     Expected cost O(k): draws with replacement and tops up the repeats (the
     distinct values of an i.i.d. uniform sequence form a uniform subset by
-    symmetry); a permutation when ``k`` is close to ``n``.
+    symmetry); a permutation when ``k`` is a sizeable part of ``n``, where
+    repeats would take several rounds.
     """
-    if 2 * k >= n:
+    if 4 * k >= n:
         return torch.randperm(n, generator=generator).numpy()[:k]
     positions = torch.randint(n, (k,), generator=generator).numpy()
     distinct = np.unique(positions)

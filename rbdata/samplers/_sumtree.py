@@ -298,9 +298,7 @@ class _SumTree:
         index, values = self.sample_np(k, generator)
         return torch.from_numpy(index), torch.from_numpy(values)
 
-    def sample_np(
-        self, k: int, generator: torch.Generator | None
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def sample_np(self, k: int, generator: torch.Generator | None) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`sample_with_values` returning numpy arrays."""
         total = self.total
         if not total > 0:
