@@ -67,7 +67,7 @@ def timeit_pair(
 
 
 def transitions(n: int, obs: int = OBS) -> TensorDict:
-    """A batch of ``n`` flat transitions: obs float32[obs], action, reward, done, and the same under next."""
+    """``n`` flat transitions: obs float32[obs], action, reward, done, and the same under next."""
     return TensorDict(
         {
             "observation": torch.randn(n, obs),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from rbdata.storages._base import Storage
 
@@ -190,8 +190,10 @@ class RoundRobinWriter(Writer):
 
     def extend(self, data: Any) -> torch.Tensor:
         """Write a batch at the cursor (wrapping around) and return the slots used."""
-        n = _batch_len(data)
-        if n > 1 and not self.storage.initialized and self.storage.ndim > 1:
+        storage = self.storage
+        kind = type(data)
+        n = data.shape[0] if kind is TensorDict or kind is torch.Tensor else _batch_len(data)
+        if n > 1 and storage.ndim > 1 and not storage.initialized:
             # A multi-dim lazy storage learns its item capacity from its first item.
             return torch.cat([self.extend(data[:1]), self.extend(data[1:])])
         max_size = self._capacity()
@@ -209,11 +211,11 @@ class RoundRobinWriter(Writer):
         stop = first + n - skip
         # Slice writes (two at the wrap point): fast copies, and compile-friendly.
         if stop <= max_size:
-            self.storage.set(slice(first, stop), data)
+            storage.set(slice(first, stop), data)
         else:
             cut = max_size - first
-            self.storage.set(slice(first, max_size), data[:cut])
-            self.storage.set(slice(0, stop - max_size), data[cut:])
+            storage.set(slice(first, max_size), data[:cut])
+            storage.set(slice(0, stop - max_size), data[cut:])
         self._bump(index)
         self._cursor = (start + n) % max_size
         self._write_count += n

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gc
 import io
+import math
 import os
 import pickle
+import threading
 
 import pytest
 import torch
@@ -695,3 +697,152 @@ def test_tensor_storage_ndim2_and_lazy_stack_state():
     fresh = LazyStackStorage(4)
     fresh.load_state_dict(stack.state_dict())
     assert len(fresh) == 2 and fresh[1]["a"].shape == (3,)
+
+
+# ------------------------------------------------------- packed row writes
+
+ROW_DTYPES = [
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.float16,
+    torch.bfloat16,
+    torch.int32,
+    torch.float32,
+    torch.int64,
+    torch.float64,
+    torch.complex64,
+]
+ITEM_SHAPES = st.one_of(
+    st.just(()),
+    st.tuples(st.integers(0, 5)),
+    st.tuples(st.integers(1, 3), st.integers(0, 4)),
+    st.tuples(st.integers(64, 72)),  # large leaves: written without staging
+)
+
+
+def random_bits(n: int, dtype: torch.dtype, shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    """``[n, *shape]`` of random bit patterns (NaN payloads included)."""
+    gen = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (n, *shape), generator=gen).bool()
+    count = n * math.prod(shape) * dtype.itemsize
+    return (
+        torch.randint(0, 256, (count,), dtype=torch.uint8, generator=gen)
+        .view(dtype)
+        .view(n, *shape)
+    )
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.uint8)
+
+
+def padding_is_zero(storage: LazyTensorStorage) -> bool:
+    layout = storage._rows.layout
+    used = torch.zeros(layout.row_bytes, dtype=torch.bool)
+    for offset, dtype, numel in zip(layout.offsets, layout.dtypes, layout.numels, strict=True):
+        used[offset : offset + numel * dtype.itemsize] = True
+    return not storage._rows.packed[:, ~used].any()
+
+
+@given(
+    specs=st.lists(st.tuples(st.sampled_from(ROW_DTYPES), ITEM_SHAPES), min_size=1, max_size=6),
+    ops=write_ops(),
+)
+def test_rows_of_any_layout_are_bit_exact(specs, ops):
+    storage = LazyTensorStorage(CAPACITY)
+    model = {
+        f"k{i}": torch.zeros(CAPACITY, *shape, dtype=dt) for i, (dt, shape) in enumerate(specs)
+    }
+    length = 0
+    for index, n, seed in ops:
+        data = TensorDict(
+            {f"k{i}": random_bits(n, dt, shape, seed + i) for i, (dt, shape) in enumerate(specs)},
+            [n],
+        )
+        if isinstance(index, int):
+            storage.set(index, data[0])
+            slots = torch.tensor([index])
+        else:
+            storage.set(index, data)
+            slots = torch.arange(CAPACITY)[index]
+        for key, value in data.items():
+            model[key][slots] = value
+        length = max(length, int(slots.max()) + 1)
+    everything = storage[:]
+    probe = torch.randint(length, (5,))
+    sample = storage.get(probe)
+    for key, value in model.items():
+        assert torch.equal(bits(everything[key]), bits(value[:length])), key
+        assert torch.equal(bits(sample[key]), bits(value[probe])), key
+    assert padding_is_zero(storage)
+
+
+def test_signaling_nan_bits_survive_every_write_path():
+    n, pattern = 40, torch.tensor([0x7F800001, -8388607, 0x7FC00001, 1], dtype=torch.int32)
+    words = pattern.repeat(n * 5)[: n * 17].view(n, 17)  # 68 bytes: written as words
+    data = TensorDict(
+        {
+            "f": words[:, :3].view(torch.float32).clone(),
+            "i": words.clone(),
+            "b": torch.ones(n, 1) > 0,
+        },
+        [n],
+    )
+    for slots in (
+        torch.arange(n),  # a range
+        torch.arange(n, 2 * n).flip(0),  # scattered slots
+        torch.arange(90, 90 + n) % 100,  # two runs at the wrap point
+    ):
+        storage = LazyTensorStorage(100)
+        storage.set(slots, data)
+        got = storage.get(slots)
+        for key in ("f", "i", "b"):
+            assert torch.equal(bits(got[key]), bits(data[key])), key
+
+
+def test_large_and_repeated_batch_sizes():
+    storage = LazyTensorStorage(50_000)
+    for n in (20_000, 3, 20_000, 3):  # above and below the size whose staging is kept
+        data = TensorDict(
+            {"obs": torch.randn(n, 5), "done": torch.rand(n, 1) > 0.5, "a": torch.arange(n)}, [n]
+        )
+        storage.set(slice(0, n), data)
+        assert_same(storage.get(torch.arange(n)), data)
+    assert padding_is_zero(storage)
+
+
+def test_concurrent_writers_of_one_storage():
+    storage = LazyTensorStorage(64)
+    storage.set(slice(0, 64), make_td(64))
+    errors: list[BaseException] = []
+
+    def writer(first: int) -> None:
+        try:
+            for round_ in range(200):
+                offset = 1000 * first + round_
+                storage.set(slice(first, first + 32), make_td(32, offset))
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=writer, args=(first,)) for first in (0, 32)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert_same(storage[0:32], make_td(32, 199))
+    assert_same(storage[32:64], make_td(32, 32199))
+
+
+def test_gather_rejects_unfilled_slots_and_resolves_negative_ones():
+    storage = LazyTensorStorage(10)
+    storage.set(slice(0, 4), make_td(4))
+    with pytest.raises(IndexError, match="valid indices are -4 .. 3"):
+        storage.get(torch.tensor([1, 7]))  # allocated but never written
+    storage.set(slice(4, 6), make_td(2, 4))
+    assert_same(storage.get(torch.tensor([5, -6, 4])), select(make_td(6), torch.tensor([5, 0, 4])))
+    with pytest.raises(IndexError, match="valid indices are -6 .. 5"):
+        storage.get(torch.tensor([6]))

@@ -9,7 +9,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torch.utils._pytree import tree_map
 
 from rbdata.buffers import _persistence
@@ -304,7 +304,8 @@ class ReplayBuffer(_BufferUpdates, _BufferPersistence):
 
     # -------------------------------------------------------------- writing
     def _prepare(self, data: Any, *, move_dim: bool = True) -> Any:
-        if isinstance(self.storage, ListStorage):
+        storage = self._storage
+        if isinstance(storage, ListStorage):
             return data if isinstance(data, (list, TensorDictBase, torch.Tensor)) else list(data)
         if isinstance(data, list):
             data = (
@@ -312,14 +313,19 @@ class ReplayBuffer(_BufferUpdates, _BufferPersistence):
                 if isinstance(data[0], (torch.Tensor, TensorDictBase))
                 else (torch.as_tensor(data))
             )
-        if move_dim and self.dim_extend > 0:
+        if not move_dim:
+            return data
+        dim = self._dim_extend_arg
+        if dim is None:
+            dim = storage.ndim - 1
+        if dim > 0:
             data = (
-                data.movedim(self.dim_extend, 0)
+                data.movedim(dim, 0)
                 if isinstance(data, torch.Tensor)
                 else (
-                    data.transpose(self.dim_extend, 0)
+                    data.transpose(dim, 0)
                     if isinstance(data, TensorDictBase)
-                    else tree_map(lambda t: t.movedim(self.dim_extend, 0), data)
+                    else tree_map(lambda t: t.movedim(dim, 0), data)
                 )
             )
         return data
@@ -353,10 +359,17 @@ class ReplayBuffer(_BufferUpdates, _BufferPersistence):
         with self._cond:
             if len(self._transform):
                 data = self._transform.inv(data)
-            if _is_empty(data):
+            kind = type(data)
+            if kind is TensorDict or kind is torch.Tensor:
+                shape = data.shape
+                empty = bool(shape) and shape[0] == 0
+            else:
+                empty = _is_empty(data)
+            if empty:
                 return torch.empty(0, dtype=torch.long)
-            index = self._writer.extend(data)
-            written = index[index >= 0] if self._writer._drops_items else index
+            writer = self._writer
+            index = writer.extend(data)
+            written = index[index >= 0] if writer._drops_items else index
             self._sampler.extend(written)
             self._sample_unit.extend(written)
             self._after_extend(data, index, update_priority)

@@ -13,6 +13,8 @@ import math
 
 import torch
 
+from ._assemble import _RowAssembler
+
 _WORD = torch.int64
 _SHAPE_CACHE_SIZE = 64
 
@@ -46,12 +48,15 @@ class _PackedLayout:
         for i in order:
             dtype = self.dtypes[i]
             if not self.groups or self.groups[-1][0] != dtype:
-                self.groups.append((dtype, [self.offsets[i] // dtype.itemsize]))
+                before = self.offsets[i] // dtype.itemsize
+                self.groups.append((dtype, [before] if before else []))
             sizes = self.groups[-1][1]
             self.pick[i] = (len(self.groups) - 1, len(sizes))
             sizes.append(self.numels[i])
         for dtype, sizes in self.groups:
-            sizes.append(self.row_bytes // dtype.itemsize - sum(sizes))
+            after = self.row_bytes // dtype.itemsize - sum(sizes)
+            if after:
+                sizes.append(after)
         # leaves whose split piece [B, numel] already has the item shape
         self.direct = [len(shape) == 1 for shape in self.shapes]
 
@@ -76,6 +81,7 @@ class _PackedRows:
         self.packed = packed
         self.capacity = packed.shape[0]
         self.words = packed.view(_WORD)
+        self.piece_rows = packed.view(_RowAssembler.piece_dtype)
         self.device = packed.device
         self.out_device = out_device
         self.views = [
@@ -87,14 +93,25 @@ class _PackedRows:
             )
         ]
         self._shapes: dict[torch.Size, list[tuple[int, ...] | None]] = {}
+        self._assembler = _RowAssembler(layout, self.device)
+        self._filled: tuple[int, torch.Tensor | None] = (-1, None)
 
     # ----------------------------------------------------------------- read
-    def read_index(self, index: torch.Tensor) -> torch.Tensor:
-        """Fresh copy of the rows at ``index`` (a 1-D LongTensor on any device)."""
+    def read_index(self, index: torch.Tensor, filled: int | None = None) -> torch.Tensor:
+        """Fresh copy of the rows at ``index`` (a 1-D LongTensor on any device).
+
+        With ``filled``, only rows ``0 .. filled - 1`` may be read: any other
+        entry (negative ones included) raises ``IndexError``.
+        """
         if index.device != self.device:
             index = index.to(self.device)
-        rows = torch.empty((index.shape[0], self.layout.row_words), dtype=_WORD, device=self.device)
-        torch.index_select(self.words, 0, index, out=rows)
+        source = self.words
+        if filled is not None and filled != self.capacity:
+            cached = self._filled
+            if cached[0] != filled:
+                cached = self._filled = (filled, source[:filled])
+            source = cached[1]
+        rows = torch.index_select(source, 0, index)
         return rows if self.out_device is None else rows.to(self.out_device)
 
     def read_range(self, start: int, stop: int) -> torch.Tensor:
@@ -114,7 +131,11 @@ class _PackedRows:
             if len(self._shapes) >= _SHAPE_CACHE_SIZE:
                 self._shapes.clear()
             self._shapes[batch] = shapes
-        pieces = [rows.view(dt).split_with_sizes(sizes, 1) for dt, sizes in self.layout.groups]
+        # not autograd views, which are cheaper to make: the rows never require grad
+        pieces = [
+            (rows if dt == _WORD else rows.view(dt)).unsafe_split_with_sizes(sizes, 1)
+            for dt, sizes in self.layout.groups
+        ]
         return [
             pieces[g][j] if shape is None else pieces[g][j].view(shape)
             for (g, j), shape in zip(self.layout.pick, shapes, strict=True)
@@ -124,7 +145,8 @@ class _PackedRows:
     def write_range(self, start: int, leaves: list[torch.Tensor]) -> None:
         """Copy ``leaves`` (each ``[n, *shape]``) into rows ``start .. start + n - 1``."""
         stop = start + leaves[0].shape[0]
-        torch._foreach_copy_([view[start:stop] for view in self.views], leaves)
+        if not self._assembler.write(leaves, self.piece_rows[start:stop]):
+            torch._foreach_copy_([view[start:stop] for view in self.views], leaves)
 
     def write_index(self, index: torch.Tensor, leaves: list[torch.Tensor]) -> None:
         """Copy ``leaves`` (each ``[n, *shape]``) into the rows at ``index`` (1-D, length n)."""
@@ -132,5 +154,6 @@ class _PackedRows:
             index = index.to(self.device)
         n = index.shape[0]
         stage = torch.empty((n, self.layout.row_words), dtype=_WORD, device=self.device)
-        torch._foreach_copy_(self.split(stage, torch.Size([n])), leaves)
+        if not self._assembler.write(leaves, stage.view(_RowAssembler.piece_dtype)):
+            torch._foreach_copy_(self.split(stage, torch.Size([n])), leaves)
         self.words.index_copy_(0, index, stage)

@@ -214,6 +214,17 @@ class TensorStorage(Storage):
 
     # ---------------------------------------------------------------- write
     def _set(self, index: Index, data: Any) -> int:
+        if type(index) is slice and self._cells == 1 and self._rows is not None:
+            start, stop = index.start, index.stop  # the writers' hot path: items in range
+            plain = index.step is None and type(start) is type(stop) is int
+            if plain and 0 <= start <= stop <= self._capacity:
+                leaves, n = self._leaves(data, True)
+                if n != stop - start:
+                    raise ValueError(f"index selects {stop - start} item(s) but data holds {n}.")
+                if not n:
+                    return 0
+                self._rows.write_range(start, leaves)
+                return stop
         index = _as_index(index)
         batched = not isinstance(index, int)
         plan = None
@@ -275,6 +286,16 @@ class TensorStorage(Storage):
 
     # ----------------------------------------------------------------- read
     def _get(self, index: Index) -> Any:
+        rows, filled = self._rows, len(self)
+        flat = type(index) is torch.Tensor and index.ndim == 1
+        if flat and filled and index.dtype is torch.int64:
+            try:  # the gather rejects what lies outside the filled part (negatives included)
+                packed = rows.read_index(index, filled)
+            except IndexError:
+                pass  # the checked path resolves negative entries or names the bad one
+            else:
+                batch = index.shape
+                return self._structure.build(rows.split(packed, batch), batch, self._out_device)
         index = _as_index(index)
         if isinstance(index, slice):
             return self._get_items(range(*index.indices(self._len)))
