@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import threading
 
+import torch
+
 from rbdata.loader._pass import _PassEngine
 
 
@@ -35,6 +37,9 @@ class _PrefetchThread:
         self._engine = engine
         self._depth = depth
         self._stop = threading.Event()
+        # torch's intra-op thread count is per thread (OpenMP): a new thread would
+        # start with every core and contend with the training step; use the caller's.
+        self._num_threads = torch.get_num_threads()
         self._thread = threading.Thread(target=self._run, name="rbdata-prefetch", daemon=True)
         self._thread.start()
 
@@ -45,6 +50,7 @@ class _PrefetchThread:
 
     def _run(self) -> None:
         engine, stop = self._engine, self._stop
+        torch.set_num_threads(self._num_threads)
         try:
             while not stop.is_set():
                 with engine.cond:
