@@ -13,7 +13,7 @@ from rbdata.checkpoint import CheckpointError, read_dump, write_dump
 if TYPE_CHECKING:
     from rbdata.buffers.replay import ReplayBuffer
 
-_TRANSIENT = ("_executor", "_futures", "_iterator", "_stats_sources")
+_TRANSIENT = ("_iterator", "_stats_sources")
 
 
 def _state_dict(rb: ReplayBuffer) -> dict[str, Any]:
@@ -145,14 +145,10 @@ def _getstate(rb: ReplayBuffer) -> dict[str, Any]:
 
 def _setstate(rb: ReplayBuffer, state: dict[str, Any]) -> None:
     """Rebuild what :func:`getstate` dropped."""
-    from collections import deque
-
     rb.__dict__.update(state)
     if "_lock" not in state:
         rb._lock = threading.RLock()
         rb._cond = threading.Condition(rb._lock)
-    rb._executor = None
-    rb._futures = deque()
     rb._iterator = None
     rb._stats_sources = []
 

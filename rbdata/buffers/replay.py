@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -24,6 +22,7 @@ from rbdata.buffers._helpers import (
 )
 from rbdata.buffers._mutations import _BufferUpdates
 from rbdata.buffers._persistence import _BufferPersistence
+from rbdata.buffers._prefetch import _BatchPrefetcher
 from rbdata.sample_units import SampleUnit, Transition
 from rbdata.samplers import RandomSampler, Sampler
 from rbdata.storages import LazyStackStorage, ListStorage, Storage
@@ -125,8 +124,7 @@ class ReplayBuffer(_BufferUpdates, _BufferPersistence):
         self._alive = True
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
-        self._executor: ThreadPoolExecutor | None = None
-        self._futures: deque[Future] = deque()
+        self._prefetcher = _BatchPrefetcher(self._prefetch)
         self._iterator: Iterator[Any] | None = None
         self._stats_sources: list[Callable[[], dict[str, Any]]] = []
         self._skipped_priority_updates = 0
@@ -474,11 +472,7 @@ class ReplayBuffer(_BufferUpdates, _BufferPersistence):
 
     def _next_prefetched(self) -> tuple[Any, dict[str, Any]]:
         batch_size = self._resolve_batch_size(None)
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rbdata-prefetch")
-        while len(self._futures) < self._prefetch + 1:
-            self._futures.append(self._executor.submit(self._sample_once, batch_size))
-        data, info = self._futures.popleft().result()
+        data, info = self._prefetcher.next(lambda: self._sample_once(batch_size))
         if self._transform.filters_rows:
             data = self._refilter(data)
         return data, info
@@ -578,7 +572,7 @@ class ReplayBuffer(_BufferUpdates, _BufferPersistence):
         out = {
             "size": size,
             "write_count": self._writer.write_count,
-            "prefetch_queue_size": len(self._futures),
+            "prefetch_queue_size": len(self._prefetcher),
             "initialized": True,
             "capacity": self._storage.max_size,
             "utilization": size / self._storage.max_size,
@@ -598,16 +592,11 @@ class ReplayBuffer(_BufferUpdates, _BufferPersistence):
         return self
 
     def _drain_prefetch(self) -> None:
-        for future in self._futures:
-            future.cancel()
-        self._futures.clear()
+        self._prefetcher.drain()
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop the prefetch thread and mark this buffer as shut down."""
-        self._drain_prefetch()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
-            self._executor = None
+        self._prefetcher.shutdown()
         self._alive = False
 
     close = shutdown
