@@ -24,6 +24,14 @@ class ConditionalUpdateResult:
         stale: bool mask: rows whose slot was rewritten or emptied since sampling.
         version_rejected: bool mask of live rows refused by the version
             comparison (None when no ``version_key`` was passed).
+
+    Examples:
+        >>> import torch
+        >>> from rbdata import ConditionalUpdateResult
+        >>> r = ConditionalUpdateResult(updated=torch.tensor([True, False]),
+        ...                             stale=torch.tensor([False, True]))
+        >>> r.updated_count, r.stale_count, r.version_rejected_count
+        (1, 1, 0)
     """
 
     updated: torch.Tensor

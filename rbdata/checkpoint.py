@@ -33,7 +33,18 @@ OBJECTS = "objects.pkl"
 
 
 class CheckpointError(ValueError, FileNotFoundError):
-    """A dump directory is missing, partial, corrupt or does not match the buffer."""
+    """A dump directory is missing, partial, corrupt or does not match the buffer.
+
+    It is both a ValueError and a FileNotFoundError, so either ``except`` catches it.
+
+    Examples:
+        >>> from rbdata import CheckpointError, ReplayBuffer
+        >>> try:
+        ...     ReplayBuffer().loads("/nonexistent/dump")
+        ... except CheckpointError as err:
+        ...     print(type(err).__name__)
+        CheckpointError
+    """
 
 
 def write_dump(

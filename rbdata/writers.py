@@ -40,6 +40,16 @@ class Writer:
 
     Args:
         track_generations: keep a per-slot generation counter.
+
+    Examples:
+        >>> import torch
+        >>> from rbdata import LazyTensorStorage, RoundRobinWriter
+        >>> writer = RoundRobinWriter(track_generations=True)
+        >>> writer.register_storage(LazyTensorStorage(3))
+        >>> writer.extend(torch.arange(4)).tolist(), writer.write_count
+        ([0, 1, 2, 0], 4)
+        >>> writer.generation(torch.arange(3)).tolist()
+        [2, 1, 1]
     """
 
     #: whether ``extend`` may drop items (their returned index is -1)
