@@ -12,6 +12,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rbdata.buffers import INFO_KEYS, ReplayBuffer, TensorDictReplayBuffer
+from rbdata.buffers._helpers import _resolve_batch_size
 from rbdata.samplers import Sampler
 from rbdata.storages import LazyTensorStorage, Storage, TensorStorage
 from rbdata.transforms import Compose, PolicyAgeFilter, Transform
@@ -147,7 +148,8 @@ class OfflineToOnlineReplayBuffer:
             )
         if isinstance(offline, TensorDictBase):
             offline = TensorDictReplayBuffer(
-                storage=TensorStorage(offline), writer=ImmutableDatasetWriter(),
+                storage=TensorStorage(offline),
+                writer=ImmutableDatasetWriter(),
                 generator=generator,
             )
         self._offline: ReplayBuffer = offline
@@ -155,8 +157,11 @@ class OfflineToOnlineReplayBuffer:
             online_storage = LazyTensorStorage(online_capacity)
         self._online = TensorDictReplayBuffer(
             storage=online_storage,
-            sampler=online_sampler, writer=online_writer, transform=online_transform,
-            batch_size=batch_size, generator=generator,
+            sampler=online_sampler,
+            writer=online_writer,
+            transform=online_transform,
+            batch_size=batch_size,
+            generator=generator,
         )
         self._fraction = offline_fraction
         self._batch_size = batch_size
@@ -338,16 +343,7 @@ class OfflineToOnlineReplayBuffer:
         return self._online.wait_for_data(predicate, timeout)
 
     def _resolve_batch_size(self, batch_size: int | None) -> int:
-        if batch_size is None:
-            if self._batch_size is None:
-                raise ValueError(
-                    "batch_size was not given to sample() and the buffer has no default; pass "
-                    "batch_size=... to sample() or to the constructor."
-                )
-            return self._batch_size
-        if not _is_positive_int(batch_size):
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
-        return batch_size
+        return _resolve_batch_size(batch_size, self._batch_size)
 
     def _fraction_at(self, step: int) -> float:
         if not callable(self._fraction):

@@ -36,6 +36,18 @@ def _check_batch_size(batch_size: Any, argname: str = "batch_size") -> int:
     return batch_size
 
 
+def _resolve_batch_size(batch_size: Any, default: int | None) -> int:
+    """``batch_size`` checked, or the buffer's ``default`` when it is None."""
+    if batch_size is not None:
+        return _check_batch_size(batch_size)
+    if default is None:
+        raise ValueError(
+            "batch_size was not given to sample() and the buffer has no default; pass "
+            "batch_size=... to sample() or to the constructor."
+        )
+    return default
+
+
 def _identity(x: Any) -> Any:
     return x
 

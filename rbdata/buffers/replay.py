@@ -14,11 +14,11 @@ from rbdata.buffers import _persistence
 from rbdata.buffers._components import _BufferComponents
 from rbdata.buffers._helpers import (
     _build,
-    _check_batch_size,
     _check_init_args,
     _collate_list,
     _identity,
     _is_empty,
+    _resolve_batch_size,
     _unsqueeze,
 )
 from rbdata.buffers._mutations import _BufferUpdates
@@ -328,14 +328,7 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
         return data
 
     def _resolve_batch_size(self, batch_size: int | None) -> int:
-        if batch_size is None:
-            if self._batch_size is None:
-                raise ValueError(
-                    "batch_size was not given to sample() and the buffer has no default; pass "
-                    "batch_size=... to sample() or to the constructor."
-                )
-            return self._batch_size
-        return _check_batch_size(batch_size)
+        return _resolve_batch_size(batch_size, self._batch_size)
 
     def _sample_once(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
         index, info = self._sample_index(batch_size)
