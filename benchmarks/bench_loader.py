@@ -5,17 +5,29 @@ thread) per batch of 256 pixel transitions (2x uint8[4, 84, 84]), in three
 settings of the step's cost. Rows, in steps/s, each with its ratio to the
 row it must be compared with:
 
-- step ~1 ms: ``step alone``, ``raw`` (``rb.sample()`` + the step in a Python
-  loop), ``loader prefetch=0`` through ``DataLoader(ReplayDataset(rb),
-  batch_size=None)`` vs raw (target >= 0.95), ``loader prefetch=2`` vs raw;
+- step ~1 ms: ``step alone`` (the step on one prebuilt batch), ``raw``
+  (``rb.sample()`` + the step in a Python loop), ``loader prefetch=0``
+  through ``DataLoader(ReplayDataset(rb), batch_size=None)`` vs raw (target
+  >= 0.95), ``loader prefetch=2`` vs raw;
 - step longer than a sample (twice the measured sampling cost, at least
   1 ms), so that sampling can hide behind it: ``loader prefetch=2`` vs that
   step alone (target >= 0.95);
 - step about as long as a sample: ``loader prefetch=2`` vs that raw loop
   (target >= 1.3; 2.0 is perfect overlap).
 
-On a machine where other processes hold the cores, the prefetch thread has no
-core to overlap on and the prefetch ratios drop.
+Two more rows show what the DataLoader itself costs, with no rbdata code in
+the loop: ``DataLoader over rb.sample()`` (an IterableDataset whose
+``__iter__`` yields ``rb.sample()``, as a ReplayBatch so that the default
+conversion keeps it whole) vs raw, and ``DataLoader over one batch``
+(it yields the same prebuilt batch every time, so nothing is sampled) vs the
+step alone: no prefetching loader can beat that second row.
+
+Timing: the loops run in interleaved rounds (every loop once per round,
+``STEPS`` steps each, wall clock); a ratio is the median over rounds of the
+loop's rate over its reference's rate in the same round, so that a machine
+that speeds up or slows down between rounds moves both alike. On a machine
+where other processes hold the cores, the prefetch thread has no core to
+overlap on and the prefetch ratios drop.
 
 Run it as a script to print the rows; ``bench_loader()`` returns them.
 """
@@ -25,22 +37,23 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import fill, pixel_transitions  # noqa: E402
 
 from rbdata import LazyTensorStorage, ReplayDataset, TensorDictReplayBuffer  # noqa: E402
+from rbdata.loader._batch import as_replay_batch  # noqa: E402
 
 CAPACITY = 4096
 BATCH = 256
-STEPS = 150
-REPEATS = 3
+STEPS = 60
+ROUNDS = 9
 
 Row = tuple[str, float, float]
 
@@ -77,21 +90,40 @@ def _calibrate(target_s: float) -> Callable[[object], None]:
     return _make_step(size)
 
 
-def _rates(loops: dict[str, Callable[[], None]]) -> dict[str, float]:
-    """Median steps/s of each loop (each runs STEPS steps), rounds interleaved, wall clock."""
-    runs: dict[str, list[float]] = {name: [] for name in loops}
-    for _ in range(REPEATS):
+class _Yield(IterableDataset):
+    """``STEPS`` items, each ``make()``: the DataLoader alone, with no rbdata code."""
+
+    def __init__(self, make: Callable[[], object]) -> None:
+        self.make = make
+
+    def __iter__(self) -> Iterator[object]:
+        for _ in range(STEPS):
+            yield self.make()
+
+
+def _rates(loops: dict[str, Callable[[], None]]) -> dict[str, list[float]]:
+    """Steps/s of each loop in every round (rounds interleave the loops)."""
+    rates: dict[str, list[float]] = {name: [] for name in loops}
+    for _ in range(ROUNDS):
         for name, loop in loops.items():
             t0 = time.perf_counter()
             loop()
-            runs[name].append(STEPS / (time.perf_counter() - t0))
-    return {name: statistics.median(rates) for name, rates in runs.items()}
+            rates[name].append(STEPS / (time.perf_counter() - t0))
+    return rates
+
+
+def _ratio(rates: dict[str, list[float]], name: str, reference: str) -> float:
+    """Median over rounds of ``name``'s rate over ``reference``'s rate in the same round."""
+    return statistics.median(a / b for a, b in zip(rates[name], rates[reference], strict=True))
 
 
 def _loops(rb: TensorDictReplayBuffer, step: Callable[[object], None]) -> dict[str, Callable]:
+    one = as_replay_batch(rb.sample(), {})
+
     def alone() -> None:
+        # The same step, on a batch that costs nothing to get.
         for _ in range(STEPS):
-            step(None)
+            step(one)
 
     def raw() -> None:
         # Written as a training loop is: ``batch`` still holds the previous
@@ -102,6 +134,13 @@ def _loops(rb: TensorDictReplayBuffer, step: Callable[[object], None]) -> dict[s
             step(batch)
         del batch
 
+    def plain(make: Callable[[], object]) -> Callable[[], None]:
+        def run() -> None:
+            for batch in DataLoader(_Yield(make), batch_size=None):
+                step(batch)
+
+        return run
+
     def loader(prefetch: int) -> Callable[[], None]:
         def run() -> None:
             with ReplayDataset(rb, num_batches=STEPS, prefetch=prefetch) as ds:
@@ -110,7 +149,18 @@ def _loops(rb: TensorDictReplayBuffer, step: Callable[[object], None]) -> dict[s
 
         return run
 
-    return {"alone": alone, "raw": raw, "p0": loader(0), "p2": loader(2)}
+    return {
+        "alone": alone,
+        "raw": raw,
+        "dl_sample": plain(lambda: as_replay_batch(rb.sample(), {})),
+        "dl_one": plain(lambda: one),
+        "p0": loader(0),
+        "p2": loader(2),
+    }
+
+
+def _pick(loops: dict[str, Callable], *names: str) -> dict[str, Callable]:
+    return {name: loops[name] for name in names}
 
 
 def bench_loader() -> list[Row]:
@@ -129,31 +179,65 @@ def bench_loader() -> list[Row]:
 
         base = _loops(rb, _calibrate(1e-3))
         base["raw"]()  # warm up
-        rates = _rates(base)
+        rates = _rates(_pick(base, "alone", "raw", "dl_sample", "p0", "p2"))
         heavy = _loops(rb, _calibrate(max(1e-3, 2 * sample_s)))
-        heavy_rates = _rates({"alone": heavy["alone"], "p2": heavy["p2"]})
-        heavy_alone, heavy_p2 = heavy_rates["alone"], heavy_rates["p2"]
+        heavy_rates = _rates(_pick(heavy, "alone", "dl_one", "p2"))
+        heavier = _loops(rb, _calibrate(max(1e-3, 4 * sample_s)))
+        heavier_rates = _rates(_pick(heavier, "alone", "dl_one", "p2"))
         same = _loops(rb, _calibrate(sample_s))
-        same_rates = _rates({"raw": same["raw"], "p2": same["p2"]})
-        raw_same, p2_same = same_rates["raw"], same_rates["p2"]
+        same_rates = _rates(_pick(same, "raw", "p2"))
     finally:
         torch.set_num_threads(threads)
+    med = statistics.median
     return [
-        ("step alone (~1 ms)", rates["alone"], 1.0),
-        ("raw: rb.sample() + step", rates["raw"], rates["raw"] / rates["alone"]),
-        ("loader prefetch=0 (vs raw)", rates["p0"], rates["p0"] / rates["raw"]),
-        ("loader prefetch=2 (vs raw)", rates["p2"], rates["p2"] / rates["raw"]),
-        (f"step alone, step = 2x sample ({2e3 * sample_s:.1f} ms)", heavy_alone, 1.0),
-        ("loader prefetch=2, step = 2x sample (vs step)", heavy_p2, heavy_p2 / heavy_alone),
-        (f"raw, step ~ sample ({sample_s * 1e3:.1f} ms)", raw_same, 1.0),
-        ("loader prefetch=2, step ~ sample (vs raw)", p2_same, p2_same / raw_same),
+        ("step alone (~1 ms)", med(rates["alone"]), 1.0),
+        ("raw: rb.sample() + step", med(rates["raw"]), _ratio(rates, "raw", "alone")),
+        (
+            "DataLoader over rb.sample() (vs raw)",
+            med(rates["dl_sample"]),
+            _ratio(rates, "dl_sample", "raw"),
+        ),
+        ("loader prefetch=0 (vs raw)", med(rates["p0"]), _ratio(rates, "p0", "raw")),
+        ("loader prefetch=2 (vs raw)", med(rates["p2"]), _ratio(rates, "p2", "raw")),
+        (f"step alone, step = 2x sample ({2e3 * sample_s:.1f} ms)", med(heavy_rates["alone"]), 1.0),
+        (
+            "DataLoader over one batch, step = 2x sample (vs step)",
+            med(heavy_rates["dl_one"]),
+            _ratio(heavy_rates, "dl_one", "alone"),
+        ),
+        (
+            "loader prefetch=2, step = 2x sample (vs step)",
+            med(heavy_rates["p2"]),
+            _ratio(heavy_rates, "p2", "alone"),
+        ),
+        (
+            f"step alone, step = 4x sample ({4e3 * sample_s:.1f} ms)",
+            med(heavier_rates["alone"]),
+            1.0,
+        ),
+        (
+            "DataLoader over one batch, step = 4x sample (vs step)",
+            med(heavier_rates["dl_one"]),
+            _ratio(heavier_rates, "dl_one", "alone"),
+        ),
+        (
+            "loader prefetch=2, step = 4x sample (vs step)",
+            med(heavier_rates["p2"]),
+            _ratio(heavier_rates, "p2", "alone"),
+        ),
+        (f"raw, step ~ sample ({sample_s * 1e3:.1f} ms)", med(same_rates["raw"]), 1.0),
+        (
+            "loader prefetch=2, step ~ sample (vs raw)",
+            med(same_rates["p2"]),
+            _ratio(same_rates, "p2", "raw"),
+        ),
     ]
 
 
 def main() -> None:
-    print(f"{'row':52s} {'steps/s':>9s} {'ratio':>7s}")
+    print(f"{'row':56s} {'steps/s':>9s} {'ratio':>7s}")
     for name, rate, ratio in bench_loader():
-        print(f"{name:52s} {rate:9.1f} {ratio:7.2f}")
+        print(f"{name:56s} {rate:9.1f} {ratio:7.2f}")
 
 
 if __name__ == "__main__":

@@ -846,3 +846,80 @@ def test_gather_rejects_unfilled_slots_and_resolves_negative_ones():
     assert_same(storage.get(torch.tensor([5, -6, 4])), select(make_td(6), torch.tensor([5, 0, 4])))
     with pytest.raises(IndexError, match="valid indices are -6 .. 5"):
         storage.get(torch.tensor([6]))
+
+
+# ------------------------------------------------------------ recycled reads
+
+
+def _filled_storage(n: int = 16) -> LazyTensorStorage:
+    storage = LazyTensorStorage(n)
+    storage.set(torch.arange(n), make_td(n))
+    return storage
+
+
+def _ptr(td: TensorDict) -> int:
+    return td["obs"].untyped_storage().data_ptr()
+
+
+def test_a_dropped_batch_memory_is_reused_by_the_next_read():
+    storage = _filled_storage()
+    first = storage.get(torch.tensor([1, 2, 3]))
+    ptr = _ptr(first)
+    del first
+    second = storage.get(torch.tensor([4, 5, 6]))
+    assert _ptr(second) == ptr
+    assert second["obs"][:, 0].tolist() == [4.0, 5.0, 6.0]
+
+
+@pytest.mark.parametrize("keep", ["batch", "leaf", "view", "numpy"])
+def test_memory_still_referenced_is_never_reused(keep):
+    storage = _filled_storage()
+    batch = storage.get(torch.tensor([1, 2, 3]))
+    held = {
+        "batch": batch,
+        "leaf": batch["next", "reward"],
+        "view": batch["obs"][1:, 0],
+        "numpy": batch["next", "pixels"].numpy(),
+    }[keep]
+    expected = torch.as_tensor(held).clone() if keep != "batch" else held.clone()
+    ptr = _ptr(batch)
+    del batch
+    for start in range(0, 12, 3):
+        other = storage.get(torch.arange(start, start + 3) + 4)
+        assert _ptr(other) != ptr
+    if keep == "batch":
+        assert (held == expected).all()
+    else:
+        assert torch.equal(torch.as_tensor(held), expected)
+
+
+def test_memory_moved_to_shared_memory_is_never_reused():
+    storage = _filled_storage()
+    batch = storage.get(torch.tensor([1, 2, 3]))
+    batch["obs"].share_memory_()  # what sending a batch to another process does
+    shared = batch["obs"].clone()
+    ptr = _ptr(batch)
+    view = batch["obs"]
+    del batch
+    other = storage.get(torch.tensor([7, 8, 9]))
+    assert _ptr(other) != ptr
+    del view
+    for _ in range(3):
+        assert _ptr(storage.get(torch.tensor([7, 8, 9]))) != ptr
+    assert shared[:, 0].tolist() == [1.0, 2.0, 3.0]
+
+
+@given(st.lists(st.tuples(st.integers(0, 15), st.integers(1, 5), st.booleans()), max_size=25))
+def test_batches_a_user_keeps_never_change(reads):
+    """Whatever is kept and dropped, in any order and batch size, kept batches stay intact."""
+    storage = _filled_storage()
+    kept: list[tuple[TensorDict, TensorDict]] = []
+    for start, size, keep in reads:
+        index = (torch.arange(size) + start) % 16
+        batch = storage.get(index)
+        assert batch["obs"][:, 0].tolist() == index.float().tolist()
+        if keep:
+            kept.append((batch, batch.clone()))
+        del batch
+        for batch, copy in kept:
+            assert (batch == copy).all()

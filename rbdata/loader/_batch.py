@@ -47,7 +47,9 @@ class ReplayBatch(TensorDict):
     """
 
     def __iter__(self) -> Iterator[str | tuple[str, ...]]:
-        return _leaf_keys(self._tensordict, ())
+        keys: list[str | tuple[str, ...]] = []
+        _leaf_keys(self._tensordict, (), keys)
+        return iter(keys)
 
     def __getitem__(self, key: Any) -> Any:
         # Fast path for leaf keys (what default_convert asks for); the rest is TensorDict's.
@@ -56,6 +58,10 @@ class ReplayBatch(TensorDict):
             if value is not None:
                 return value
         return super().__getitem__(key)
+
+    def __copy__(self) -> ReplayBatch:
+        """A shallow copy (new structure, same tensors), built without TensorDict's checks."""
+        return _shallow_copy(self)
 
     def update(self, input_dict_or_td: Any, *args: Any, **kwargs: Any) -> ReplayBatch:
         """TensorDict's ``update``; writing back the very tensors already stored is a no-op."""
@@ -66,12 +72,38 @@ class ReplayBatch(TensorDict):
         return super().update(input_dict_or_td, *args, **kwargs)
 
 
-def _leaf_keys(source: dict[str, Any], prefix: tuple[str, ...]) -> Iterator[Any]:
+_PLAIN_STATE = frozenset(("_tensordict", "_device", "_batch_size", "_td_dim_names"))
+
+
+def _shallow_copy(td: TensorDict) -> TensorDict:
+    """``td.copy()`` for a plain (unlocked, unnamed) TensorDict, built from its attributes.
+
+    Anything else (a locked or named TensorDict, another tensordict version's
+    attributes) takes TensorDict's own ``copy``.
+    """
+    state = td.__dict__
+    source = state.get("_tensordict")
+    if (
+        state.keys() != _PLAIN_STATE
+        or state["_td_dim_names"] is not None
+        or type(source) is not dict
+    ):
+        return TensorDict.copy(td)
+    new = object.__new__(type(td))
+    new.__dict__.update(state)
+    new._tensordict = {
+        key: _shallow_copy(value) if type(value) is TensorDict else value
+        for key, value in source.items()
+    }
+    return new
+
+
+def _leaf_keys(source: dict[str, Any], prefix: tuple[str, ...], keys: list[Any]) -> None:
     for key, value in source.items():
         if isinstance(value, TensorDict):
-            yield from _leaf_keys(value._tensordict, (*prefix, key))
+            _leaf_keys(value._tensordict, (*prefix, key), keys)
         else:
-            yield (*prefix, key) if prefix else key
+            keys.append((*prefix, key) if prefix else key)
 
 
 def _leaf(source: dict[str, Any], key: Any) -> torch.Tensor | None:

@@ -223,10 +223,9 @@ class _PassEngine:
     # ------------------------------------------------------------ handing out
     def hand_out(self, record: _Record) -> Any:
         """Hand out ``record`` (the oldest pending one): re-check filters, count it."""
-        batch = record.batch
+        batch = record.batch  # already a ReplayBatch (see gather)
         if record.ahead and self.buffer.transform.filters_rows and _has_rows(batch):
-            batch = self.buffer._refilter(batch)
-        batch = as_replay_batch(batch, record.info)
+            batch = as_replay_batch(self.buffer._refilter(batch), record.info)
         with self.cond:
             self.pending.popleft()
             record.batch = None

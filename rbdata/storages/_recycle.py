@@ -1,0 +1,77 @@
+"""Recycled gather outputs: a batch's memory is reused once nothing references it.
+
+Sampling a batch of large items (pixels) allocates a fresh multi-megabyte
+tensor per batch. When that tensor is made on one thread (a prefetch thread)
+and freed on another (the training loop), the allocator hands the memory back
+to the kernel and faults it in again, page by page, on the next batch: a
+few hundred page faults and a zero-fill per batch, on top of the copy itself.
+
+:class:`_GatherPool` keeps the last few gather outputs and hands one out again
+only when no tensor anywhere still uses its memory (the storage's reference
+count says so: the batch, its leaves, views and numpy arrays made from them
+all hold a reference). A batch a user keeps is therefore never overwritten;
+it is simply not reused, and a new buffer is allocated instead. Memory that
+was sent to another process (moved to shared memory) is never reused.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+_MAX_BUFFERS = 4
+_MAX_BYTES = 512 * 2**20
+# Present in every torch release rbdata supports; without it nothing is recycled.
+_use_count = getattr(torch._C, "_storage_Use_Count", None)
+
+
+def _unused(buffer: torch.Tensor) -> bool:
+    """Whether only the pool holds ``buffer``'s memory (the temporary storage object is 1).
+
+    Memory moved to shared memory (a batch sent to another process) is never
+    reused: the receiving process may still read it.
+    """
+    storage = buffer.untyped_storage()
+    return _use_count(storage._cdata) == 2 and not storage.is_shared()
+
+
+class _GatherPool:
+    """Up to ``_MAX_BUFFERS`` gather outputs (``_MAX_BYTES`` in all), reused when unreferenced.
+
+    Args:
+        dtype: dtype of the gathered rows.
+        device: device of the gathered rows.
+    """
+
+    def __init__(self, dtype: torch.dtype, device: torch.device) -> None:
+        self._dtype = dtype
+        self._device = device
+        self._buffers: list[torch.Tensor] = []
+        self._lock = threading.Lock()
+
+    def take(self, shape: tuple[int, int]) -> torch.Tensor:
+        """A tensor of ``shape`` that nothing else uses (its content is arbitrary)."""
+        if _use_count is None:
+            return torch.empty(shape, dtype=self._dtype, device=self._device)
+        with self._lock:  # the alias returned holds the memory before another thread looks
+            for buffer in self._buffers:
+                if buffer.shape == shape and _unused(buffer):
+                    return buffer.view(shape)
+            fresh = torch.empty(shape, dtype=self._dtype, device=self._device)
+            self._keep(fresh)
+            return fresh.view(shape)
+
+    def _keep(self, fresh: torch.Tensor) -> None:
+        """Pool ``fresh``, dropping unused buffers (of other shapes) to make room."""
+        buffers, size = self._buffers, fresh.untyped_storage().nbytes()
+        while buffers and (
+            len(buffers) >= _MAX_BUFFERS
+            or size + sum(b.untyped_storage().nbytes() for b in buffers) > _MAX_BYTES
+        ):
+            unused = next((i for i, b in enumerate(buffers) if _unused(b)), None)
+            if unused is None:
+                return
+            del buffers[unused]
+        if size <= _MAX_BYTES:
+            buffers.append(fresh)
