@@ -106,8 +106,10 @@ class DQN(L.LightningModule):
     ) -> None:
         super().__init__()
         self.q = nn.Sequential(
-            nn.Linear(4, hidden), nn.ReLU(),
-            nn.Linear(hidden, hidden), nn.ReLU(),
+            nn.Linear(4, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
             nn.Linear(hidden, 2),
         )
         self.target = copy.deepcopy(self.q).requires_grad_(False)
@@ -190,8 +192,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100_000, help="max gradient steps")
     parser.add_argument("--max-minutes", type=float, default=4.5, help="training time budget")
-    parser.add_argument("--stop-at-return", type=float, default=300.0,
-                        help="stop once an epoch's greedy evaluation averages this")
+    parser.add_argument(
+        "--stop-at-return",
+        type=float,
+        default=300.0,
+        help="stop once an epoch's greedy evaluation averages this",
+    )
     parser.add_argument("--steps-per-epoch", type=int, default=500)
     parser.add_argument("--eval-episodes", type=int, default=20, help="final evaluation")
     parser.add_argument("--seed", type=int, default=0)
@@ -206,16 +212,22 @@ def train(args: argparse.Namespace) -> tuple[L.Trainer, DQN, ReplayDataModule]:
     model = DQN(collector)
     datamodule = ReplayDataModule(
         lambda: TensorDictPrioritizedReplayBuffer(
-            alpha=0.6, beta=0.4,
+            alpha=0.6,
+            beta=0.4,
             storage=LazyTensorStorage(50_000),
             writer=TensorDictRoundRobinWriter(track_generations=True),
             # Driven by the version the callback publishes, although built with an int.
             transform=PolicyAgeFilter(0, max_policy_lag=20_000),
         ),
-        batch_size=128, batches_per_epoch=args.steps_per_epoch, seed=args.seed,
+        batch_size=128,
+        batches_per_epoch=args.steps_per_epoch,
+        seed=args.seed,
     )
     stop = EarlyStopping(
-        "eval_return", mode="max", stopping_threshold=args.stop_at_return, patience=10**9,
+        "eval_return",
+        mode="max",
+        stopping_threshold=args.stop_at_return,
+        patience=10**9,
         check_on_train_epoch_end=True,
     )
     trainer = L.Trainer(

@@ -59,8 +59,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--offline-transitions", type=int, default=20_000)
     parser.add_argument("--pretrain-updates", type=int, default=3_000)
     parser.add_argument("--online-updates", type=int, default=8_000)
-    parser.add_argument("--updates-per-step", type=float, default=1.0,
-                        help="learner updates per collected environment step")
+    parser.add_argument(
+        "--updates-per-step",
+        type=float,
+        default=1.0,
+        help="learner updates per collected environment step",
+    )
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
@@ -93,14 +97,24 @@ def collect_offline(n: int, seed: int) -> tuple[dict[str, np.ndarray], float]:
     """Run the scripted policy for ``n`` steps; return D4RL-style arrays and its mean return."""
     env, rng = make_env(), np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed)
-    cols: dict[str, list] = {k: [] for k in ("observations", "actions", "rewards",
-                                             "next_observations", "terminals", "timeouts")}
+    cols: dict[str, list] = {
+        k: []
+        for k in (
+            "observations",
+            "actions",
+            "rewards",
+            "next_observations",
+            "terminals",
+            "timeouts",
+        )
+    }
     returns, ret = [], 0.0
     for _ in range(n):
         action = scripted_action(obs, rng)
         next_obs, reward, terminated, truncated, _ = env.step(action)
-        for key, value in zip(cols, (obs, action, reward, next_obs, terminated, truncated),
-                              strict=True):
+        for key, value in zip(
+            cols, (obs, action, reward, next_obs, terminated, truncated), strict=True
+        ):
             cols[key].append(value)
         ret += reward
         obs = next_obs
@@ -119,15 +133,20 @@ def to_ted(arrays: dict[str, np.ndarray]) -> TensorDict:
     n = len(arrays["actions"])
     terminated = torch.as_tensor(arrays["terminals"]).reshape(n, 1)
     truncated = torch.as_tensor(arrays["timeouts"]).reshape(n, 1)
-    return TensorDict({
-        "observation": torch.as_tensor(arrays["observations"]),
-        "action": torch.as_tensor(arrays["actions"]),
-        "next": {
-            "observation": torch.as_tensor(arrays["next_observations"]),
-            "reward": torch.as_tensor(arrays["rewards"]).reshape(n, 1),
-            "terminated": terminated, "truncated": truncated, "done": terminated | truncated,
+    return TensorDict(
+        {
+            "observation": torch.as_tensor(arrays["observations"]),
+            "action": torch.as_tensor(arrays["actions"]),
+            "next": {
+                "observation": torch.as_tensor(arrays["next_observations"]),
+                "reward": torch.as_tensor(arrays["rewards"]).reshape(n, 1),
+                "terminated": terminated,
+                "truncated": truncated,
+                "done": terminated | truncated,
+            },
         },
-    }, batch_size=[n])
+        batch_size=[n],
+    )
 
 
 def load_offline(arrays: dict[str, np.ndarray], tmpdir: str) -> tuple[TensorDict, str]:
@@ -145,8 +164,9 @@ def load_offline(arrays: dict[str, np.ndarray], tmpdir: str) -> tuple[TensorDict
 
 # ------------------------------------------------------------------ learning
 def make_q_network(hidden: int = 64) -> nn.Module:
-    return nn.Sequential(nn.Linear(4, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                         nn.Linear(hidden, 2))
+    return nn.Sequential(
+        nn.Linear(4, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 2)
+    )
 
 
 class DoubleDQN:
@@ -203,8 +223,16 @@ def evaluate(q: nn.Module | None, episodes: int, seed: int) -> float:
 class Collector(threading.Thread):
     """Steps the environment with the latest published policy and extends the buffer."""
 
-    def __init__(self, rb: OfflineToOnlineReplayBuffer, q: nn.Module, version: PolicyVersion,
-                 limiter: SampleToInsertRatio, epsilon: Any, seed: int, chunk: int = 8) -> None:
+    def __init__(
+        self,
+        rb: OfflineToOnlineReplayBuffer,
+        q: nn.Module,
+        version: PolicyVersion,
+        limiter: SampleToInsertRatio,
+        epsilon: Any,
+        seed: int,
+        chunk: int = 8,
+    ) -> None:
         super().__init__(name="collector", daemon=True)
         self.rb, self.version, self.limiter, self.epsilon = rb, version, limiter, epsilon
         self.policy, self.policy_version = copy.deepcopy(q), version()
@@ -240,8 +268,7 @@ class Collector(threading.Thread):
                 with torch.no_grad():
                     action = int(self.policy(torch.as_tensor(obs)).argmax())
             next_obs, reward, terminated, truncated, _ = env.step(action)
-            rows.append((obs, action, next_obs, reward, terminated, truncated,
-                         self.policy_version))
+            rows.append((obs, action, next_obs, reward, terminated, truncated, self.policy_version))
             self.steps, ret, obs = self.steps + 1, ret + reward, next_obs
             if terminated or truncated:
                 self.returns.append(ret)
@@ -260,17 +287,21 @@ def _rows_to_td(rows: list[tuple]) -> TensorDict:
     n = len(rows)
     terminated_t = torch.tensor(terminated).reshape(n, 1)
     truncated_t = torch.tensor(truncated).reshape(n, 1)
-    return TensorDict({
-        "observation": torch.as_tensor(np.stack(obs)),
-        "action": torch.tensor(action),
-        "policy_version": torch.tensor(version),
-        "next": {
-            "observation": torch.as_tensor(np.stack(next_obs)),
-            "reward": torch.tensor(reward, dtype=torch.float32).reshape(n, 1),
-            "terminated": terminated_t, "truncated": truncated_t,
-            "done": terminated_t | truncated_t,
+    return TensorDict(
+        {
+            "observation": torch.as_tensor(np.stack(obs)),
+            "action": torch.tensor(action),
+            "policy_version": torch.tensor(version),
+            "next": {
+                "observation": torch.as_tensor(np.stack(next_obs)),
+                "reward": torch.tensor(reward, dtype=torch.float32).reshape(n, 1),
+                "terminated": terminated_t,
+                "truncated": truncated_t,
+                "done": terminated_t | truncated_t,
+            },
         },
-    }, batch_size=[n])
+        batch_size=[n],
+    )
 
 
 def linear(start: float, end: float, steps: int) -> Any:
@@ -292,8 +323,9 @@ class Logger:
         print(f"[{self.elapsed():6.1f}s] {msg}", flush=True)
 
 
-def build_offline_buffer(args: argparse.Namespace, generator: torch.Generator,
-                         log: Logger) -> tuple[TensorDictReplayBuffer, float]:
+def build_offline_buffer(
+    args: argparse.Namespace, generator: torch.Generator, log: Logger
+) -> tuple[TensorDictReplayBuffer, float]:
     """Step 1: collect, save as HDF5, load back, wrap in a read-only buffer."""
     arrays, behaviour_return = collect_offline(args.offline_transitions, args.seed)
     with tempfile.TemporaryDirectory() as tmpdir:
@@ -301,18 +333,23 @@ def build_offline_buffer(args: argparse.Namespace, generator: torch.Generator,
     # Both parts of the mixture hold the same entries: the online data is stamped with the
     # learner's policy version, the offline data with OFFLINE_VERSION.
     offline_td["policy_version"] = torch.full((offline_td.shape[0],), OFFLINE_VERSION)
-    log(f"offline dataset: {offline_td.shape[0]} transitions of the scripted policy ({how}); "
-        f"its average return: {behaviour_return:.1f}")
-    buffer = TensorDictReplayBuffer(storage=TensorStorage(offline_td),
-                                    writer=ImmutableDatasetWriter(), generator=generator)
+    log(
+        f"offline dataset: {offline_td.shape[0]} transitions of the scripted policy ({how}); "
+        f"its average return: {behaviour_return:.1f}"
+    )
+    buffer = TensorDictReplayBuffer(
+        storage=TensorStorage(offline_td), writer=ImmutableDatasetWriter(), generator=generator
+    )
     return buffer, behaviour_return
 
 
-def pretrain(agent: DoubleDQN, offline: TensorDictReplayBuffer, args: argparse.Namespace,
-             log: Logger) -> None:
+def pretrain(
+    agent: DoubleDQN, offline: TensorDictReplayBuffer, args: argparse.Namespace, log: Logger
+) -> None:
     """Step 2: a plain PyTorch loop over a ReplayDataset (2 batches sampled ahead)."""
-    dataset = ReplayDataset(offline, batch_size=args.batch_size,
-                            num_batches=args.pretrain_updates, prefetch=2)
+    dataset = ReplayDataset(
+        offline, batch_size=args.batch_size, num_batches=args.pretrain_updates, prefetch=2
+    )
     with dataset:
         for i, batch in enumerate(DataLoader(dataset, batch_size=None), 1):
             loss = agent.update(batch)
@@ -321,23 +358,37 @@ def pretrain(agent: DoubleDQN, offline: TensorDictReplayBuffer, args: argparse.N
 
 
 def finetune(
-    agent: DoubleDQN, offline: TensorDictReplayBuffer, args: argparse.Namespace,
-    generator: torch.Generator, log: Logger,
+    agent: DoubleDQN,
+    offline: TensorDictReplayBuffer,
+    args: argparse.Namespace,
+    generator: torch.Generator,
+    log: Logger,
 ) -> tuple[OfflineToOnlineReplayBuffer, int, int]:
     """Step 3: learn from mixed batches while a collector thread feeds the online part.
 
     Returns the buffer, the number of environment steps and the final policy version.
     """
     updates = args.online_updates
-    rb = OfflineToOnlineReplayBuffer(offline, online_capacity=50_000,
-                                     offline_fraction=linear(0.5, 0.25, updates),
-                                     batch_size=args.batch_size, generator=generator)
-    limiter = SampleToInsertRatio(args.batch_size * args.updates_per_step,
-                                  min_size_to_sample=4 * args.batch_size)
+    rb = OfflineToOnlineReplayBuffer(
+        offline,
+        online_capacity=50_000,
+        offline_fraction=linear(0.5, 0.25, updates),
+        batch_size=args.batch_size,
+        generator=generator,
+    )
+    limiter = SampleToInsertRatio(
+        args.batch_size * args.updates_per_step, min_size_to_sample=4 * args.batch_size
+    )
     limiter.attach(rb.online)
     version = PolicyVersion()
-    collector = Collector(rb, agent.q, version, limiter, seed=args.seed + 1,
-                          epsilon=linear(0.2, 0.02, int(updates / args.updates_per_step) // 2))
+    collector = Collector(
+        rb,
+        agent.q,
+        version,
+        limiter,
+        seed=args.seed + 1,
+        epsilon=linear(0.2, 0.02, int(updates / args.updates_per_step) // 2),
+    )
     lr = agent.optim.param_groups[0]["lr"]
     collector.start()
     try:
@@ -356,10 +407,12 @@ def finetune(
                 online = ~batch["is_offline"]
                 age = float((version() - batch["policy_version"][online]).float().mean())
                 recent = collector.returns[-10:]
-                log(f"online {i}/{updates}: loss {loss:.3f}, env steps {collector.steps}, "
+                log(
+                    f"online {i}/{updates}: loss {loss:.3f}, env steps {collector.steps}, "
                     f"offline share {1 - online.float().mean():.2f}, online rows {age:.0f} policy "
                     f"versions old on average, collector return (last 10) "
-                    f"{np.mean(recent) if recent else float('nan'):.1f}")
+                    f"{np.mean(recent) if recent else float('nan'):.1f}"
+                )
     finally:
         collector.stop.set()
         collector.join()
@@ -376,8 +429,10 @@ def _main(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"behaviour": behaviour_return}
     results["random"] = evaluate(None, args.eval_episodes, seed=10_000)
     results["before_pretraining"] = evaluate(agent.q, args.eval_episodes, seed=10_000)
-    log(f"eval return: random policy {results['random']:.1f}, untrained Q-network "
-        f"{results['before_pretraining']:.1f}")
+    log(
+        f"eval return: random policy {results['random']:.1f}, untrained Q-network "
+        f"{results['before_pretraining']:.1f}"
+    )
 
     pretrain(agent, offline, args, log)
     results["after_pretraining"] = evaluate(agent.q, args.eval_episodes, seed=10_000)
@@ -394,11 +449,13 @@ def _main(args: argparse.Namespace) -> dict[str, Any]:
     print(f"eval return before offline pretraining   {results['before_pretraining']:7.1f}")
     print(f"eval return after offline pretraining    {results['after_pretraining']:7.1f}")
     print(f"eval return after online fine-tuning     {results['after_finetuning']:7.1f}")
-    print(f"buffer: {stats['offline_size']} offline + {stats['online_size']} online transitions "
-          f"({results['env_steps']} env steps), {stats['batches_sampled']} mixed batches, final "
-          f"offline fraction {stats['offline_fraction']:.2f}, sampled/inserted items "
-          f"{stats.get('online_samples_per_insert', float('nan')):.1f}, policy version "
-          f"{final_version}")
+    print(
+        f"buffer: {stats['offline_size']} offline + {stats['online_size']} online transitions "
+        f"({results['env_steps']} env steps), {stats['batches_sampled']} mixed batches, final "
+        f"offline fraction {stats['offline_fraction']:.2f}, sampled/inserted items "
+        f"{stats.get('online_samples_per_insert', float('nan')):.1f}, policy version "
+        f"{final_version}"
+    )
     print(f"total time {results['seconds']:.1f}s")
     return results
 

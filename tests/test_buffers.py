@@ -447,7 +447,10 @@ def test_policy_age_filter_with_prioritized_tensordict_buffer():
 
     version = {"v": 5}
     rb = TensorDictPrioritizedReplayBuffer(
-        alpha=1.0, beta=1.0, storage=LazyTensorStorage(20), batch_size=64,
+        alpha=1.0,
+        beta=1.0,
+        storage=LazyTensorStorage(20),
+        batch_size=64,
         transform=PolicyAgeFilter(lambda: version["v"], max_policy_lag=1),
     )
     stamps = torch.tensor([5, 4, 3, 5] * 5)

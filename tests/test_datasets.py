@@ -17,8 +17,9 @@ from rbdata.datasets import hdf5 as hdf5_module
 from rbdata.datasets import load_d4rl_hdf5, load_offline_data
 
 
-def write_d4rl(path, n=7, obs_dim=3, act_dim=2, *, reward_shape=None, timeouts=True, seed=0,
-               drop=()):
+def write_d4rl(
+    path, n=7, obs_dim=3, act_dim=2, *, reward_shape=None, timeouts=True, seed=0, drop=()
+):
     rng = np.random.default_rng(seed)
     arrays = {
         "observations": rng.standard_normal((n, obs_dim)).astype(np.float32),
@@ -43,8 +44,13 @@ def test_d4rl_hdf5_loads_into_the_ted_layout_in_file_order(tmp_path):
     td = load_d4rl_hdf5(path)
     assert td.batch_size == torch.Size([7])
     assert set(td.keys(True, True)) == {
-        "observation", "action", ("next", "observation"), ("next", "reward"),
-        ("next", "terminated"), ("next", "truncated"), ("next", "done"),
+        "observation",
+        "action",
+        ("next", "observation"),
+        ("next", "reward"),
+        ("next", "terminated"),
+        ("next", "truncated"),
+        ("next", "done"),
     }
     assert torch.equal(td["observation"], torch.from_numpy(a["observations"]))
     assert torch.equal(td["next", "observation"], torch.from_numpy(a["next_observations"]))

@@ -35,8 +35,12 @@ def test_offline_to_online_quick_run(capsys: pytest.CaptureFixture[str]) -> None
     results = example.main(["--quick", "--seed", "3"])
     assert torch.get_num_threads() == threads  # restored for the caller
     out = capsys.readouterr().out
-    for line in ("eval return before offline pretraining", "eval return after offline pretraining",
-                 "eval return after online fine-tuning", "total time"):
+    for line in (
+        "eval return before offline pretraining",
+        "eval return after offline pretraining",
+        "eval return after online fine-tuning",
+        "total time",
+    ):
         assert line in out
     for key in ("random", "before_pretraining", "after_pretraining", "after_finetuning"):
         assert math.isfinite(results[key]) and results[key] >= 8  # CartPole's shortest episode

@@ -31,8 +31,12 @@ def fit(root, max_steps, *, ckpt_path=None, every=3, callbacks=(), dm_kwargs=Non
         dirpath=root, every_n_train_steps=every, **{"save_top_k": -1, **ckpt_kwargs}
     )
     trainer = L.Trainer(
-        accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
-        max_steps=max_steps, callbacks=[checkpoint, ReplayCallback(), *callbacks],
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        max_steps=max_steps,
+        callbacks=[checkpoint, ReplayCallback(), *callbacks],
     )
     trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
     return model, dm, trainer
@@ -120,16 +124,23 @@ def test_the_policy_version_is_restored(tmp_path):
     dm = datamodule()
     cb = ReplayCallback(policy_version=version)
     trainer = L.Trainer(
-        accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
-        max_steps=3, callbacks=[ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3), cb,
-                                Bumps(version)],
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        max_steps=3,
+        callbacks=[ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3), cb, Bumps(version)],
     )
     trainer.fit(model, datamodule=dm)
     assert version() == 6
     fresh = PolicyVersion()
     trainer = L.Trainer(
-        accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
-        max_steps=3, callbacks=[ReplayCallback(policy_version=fresh)],
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        max_steps=3,
+        callbacks=[ReplayCallback(policy_version=fresh)],
     )
     trainer.fit(TinyModule(), datamodule=datamodule(), ckpt_path=tmp_path / "epoch=0-step=3.ckpt")
     assert fresh() == 6
@@ -141,7 +152,8 @@ def test_leftovers_of_a_killed_save_are_ignored_then_pruned(tmp_path):
     # What SIGKILL can leave behind: a complete dump whose checkpoint was never written
     # (for last.ckpt and for a new top-k file), and a dump interrupted before its rename.
     leftovers = [
-        "last.ckpt.buffer-000000000000", "epoch=9-step=99.ckpt.buffer-111111111111",
+        "last.ckpt.buffer-000000000000",
+        "epoch=9-step=99.ckpt.buffer-111111111111",
         ".last.ckpt.buffer-222222222222.rbdata-tmp-abcd1234",
     ]
     for name in leftovers:
@@ -184,9 +196,7 @@ def test_sigkill_mid_fit_resumes_from_the_last_complete_checkpoint(tmp_path):
     script = tmp_path / "run.py"
     script.write_text(KILL_SCRIPT.format(tests=str(TESTS_DIR), root=str(root)))
     with open(tmp_path / "log.txt", "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, str(script)], stdout=log, stderr=subprocess.STDOUT
-        )
+        proc = subprocess.Popen([sys.executable, str(script)], stdout=log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 240
             while not (root / "last.ckpt").exists():
@@ -212,7 +222,12 @@ def test_sigkill_mid_fit_resumes_from_the_last_complete_checkpoint(tmp_path):
     ckpt = torch.load(root / "last.ckpt", weights_only=True)
     step = ckpt["global_step"]
     _, dm, trainer = fit(
-        root, step + 2, ckpt_path="last", every=1, save_top_k=1, save_last=True,
+        root,
+        step + 2,
+        ckpt_path="last",
+        every=1,
+        save_top_k=1,
+        save_last=True,
         callbacks=[Probe()],
         dm_kwargs={"offline_data": make_data(50_000), "buffer": big_buffer},
     )

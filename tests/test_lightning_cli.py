@@ -42,7 +42,8 @@ def test_configured_from_yaml(tmp_path, monkeypatch):
         f["terminals"] = np.zeros(50, bool)
         f["timeouts"] = np.zeros(50, bool)
     config = tmp_path / "config.yaml"
-    config.write_text(textwrap.dedent(f"""
+    config.write_text(
+        textwrap.dedent(f"""
         seed_everything: 0
         trainer:
           default_root_dir: {tmp_path}
@@ -79,9 +80,13 @@ def test_configured_from_yaml(tmp_path, monkeypatch):
           offline_data: {data}
           checkpoint_buffer: false
           seed: 3
-    """))
+    """)
+    )
     cli = LightningCLI(
-        RewardModel, ReplayDataModule, run=False, save_config_callback=None,
+        RewardModel,
+        ReplayDataModule,
+        run=False,
+        save_config_callback=None,
         args=["--config", str(config)],
     )
     dm = cli.datamodule
@@ -91,7 +96,9 @@ def test_configured_from_yaml(tmp_path, monkeypatch):
     assert dm._buffer is None  # built in setup
     (callback,) = [c for c in cli.trainer.callbacks if isinstance(c, ReplayCallback)]
     assert (callback.priority_key, callback.policy_version, callback.log_stats) == (
-        "td_error", "my_version", False
+        "td_error",
+        "my_version",
+        False,
     )
     assert cli.model.lr == 0.05
 

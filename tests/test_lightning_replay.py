@@ -30,17 +30,23 @@ def make_data(n=N_ITEMS, start=0):
     ids = torch.arange(start, start + n)
     gen = torch.Generator().manual_seed(start)
     return TensorDict(
-        {"observation": torch.randn(n, 4, generator=gen), "reward": torch.randn(n, generator=gen),
-         "id": ids,
-         "policy_version": torch.zeros(n, dtype=torch.long)},
+        {
+            "observation": torch.randn(n, 4, generator=gen),
+            "reward": torch.randn(n, generator=gen),
+            "id": ids,
+            "policy_version": torch.zeros(n, dtype=torch.long),
+        },
         batch_size=[n],
     )
 
 
 def prioritized(capacity=256, **kwargs):
     return TensorDictPrioritizedReplayBuffer(
-        alpha=1.0, beta=0.5, storage=LazyTensorStorage(capacity),
-        writer=TensorDictRoundRobinWriter(track_generations=True), **kwargs,
+        alpha=1.0,
+        beta=0.5,
+        storage=LazyTensorStorage(capacity),
+        writer=TensorDictRoundRobinWriter(track_generations=True),
+        **kwargs,
     )
 
 
@@ -76,8 +82,12 @@ class TinyModule(L.LightningModule):
 
 def trainer(**kwargs):
     defaults = dict(
-        accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
-        enable_checkpointing=False, max_steps=6,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        max_steps=6,
     )
     return L.Trainer(**{**defaults, **kwargs})
 
@@ -113,13 +123,23 @@ def test_setup_builds_the_buffer_once_and_loads_offline_data():
 
 
 def test_loader_options_reach_the_replay_dataset():
-    dm = datamodule(prefetch=2, min_size=10, samples_per_insert=4.0, timeout=0.5,
-                    batches_per_epoch=None, pin_memory=False)
+    dm = datamodule(
+        prefetch=2,
+        min_size=10,
+        samples_per_insert=4.0,
+        timeout=0.5,
+        batches_per_epoch=None,
+        pin_memory=False,
+    )
     dm.setup("fit")
     loader = dm.train_dataloader()
     ds = loader.dataset
     assert (ds.batch_size, ds.num_batches, ds.prefetch, ds.min_size, ds.timeout) == (
-        8, None, 2, 10, 0.5
+        8,
+        None,
+        2,
+        10,
+        0.5,
     )
     assert ds.rate_limiter is not None and ds.held_back == 0  # no Lightning look-ahead here
     assert next(iter(loader))["observation"].shape == (8, 4)
@@ -158,7 +178,8 @@ def test_offline_data_from_an_hdf5_file(tmp_path):
         f["terminals"] = np.zeros(10, bool)
         f["timeouts"] = np.zeros(10, bool)
     dm = ReplayDataModule(
-        lambda: TensorDictReplayBuffer(storage=LazyTensorStorage(100)), batch_size=4,
+        lambda: TensorDictReplayBuffer(storage=LazyTensorStorage(100)),
+        batch_size=4,
         offline_data=str(path),
     )
     dm.setup("fit")
@@ -341,8 +362,13 @@ def test_a_policy_version_source_is_the_published_counter():
 
 def test_stats_are_logged_and_the_size_is_in_the_progress_bar(tmp_path):
     logger = L.pytorch.loggers.CSVLogger(tmp_path, name="run")
-    t = trainer(max_steps=4, logger=logger, log_every_n_steps=1, enable_progress_bar=True,
-                callbacks=[ReplayCallback()])
+    t = trainer(
+        max_steps=4,
+        logger=logger,
+        log_every_n_steps=1,
+        enable_progress_bar=True,
+        callbacks=[ReplayCallback()],
+    )
     t.fit(TinyModule(add_per_step=2), datamodule=datamodule())
     assert t.progress_bar_metrics["replay/size"] == N_ITEMS + 8
     with open(logger.experiment.metrics_file_path) as f:
@@ -356,8 +382,9 @@ def test_stats_are_logged_and_the_size_is_in_the_progress_bar(tmp_path):
 
 def test_log_stats_false_keeps_stats_out_of_the_logger(tmp_path):
     logger = L.pytorch.loggers.CSVLogger(tmp_path, name="run")
-    t = trainer(max_steps=2, logger=logger, log_every_n_steps=1,
-                callbacks=[ReplayCallback(log_stats=False)])
+    t = trainer(
+        max_steps=2, logger=logger, log_every_n_steps=1, callbacks=[ReplayCallback(log_stats=False)]
+    )
     t.fit(TinyModule(), datamodule=datamodule())
     assert "replay/size" not in t.logged_metrics
 
@@ -405,8 +432,9 @@ class SavesBatches(TinyModule):
 def test_each_ddp_rank_samples_with_its_own_seed(tmp_path, monkeypatch):
     monkeypatch.delenv("MASTER_PORT", raising=False)  # Lightning sets it: undone afterwards
     # No priority updates: under DDP they follow the averaged gradients, not one rank's.
-    t = trainer(max_steps=3, strategy="ddp_fork", devices=2,
-                callbacks=[ReplayCallback(priority_key=None)])
+    t = trainer(
+        max_steps=3, strategy="ddp_fork", devices=2, callbacks=[ReplayCallback(priority_key=None)]
+    )
     t.fit(SavesBatches(tmp_path), datamodule=datamodule(seed=5, checkpoint_buffer=False))
     rank0, rank1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
     assert not torch.equal(rank0, rank1)

@@ -41,8 +41,11 @@ def _data(n: int, value: float, start: int = 0) -> TensorDict:
 def _mixture(fraction=0.5, n_online: int = 20, seed: int | None = 0, **kwargs):
     gen = None if seed is None else torch.Generator().manual_seed(seed)
     rb = OfflineToOnlineReplayBuffer(
-        _data(N_OFFLINE, 0.0), online_capacity=100, offline_fraction=fraction,
-        generator=gen, **kwargs,
+        _data(N_OFFLINE, 0.0),
+        online_capacity=100,
+        offline_fraction=fraction,
+        generator=gen,
+        **kwargs,
     )
     if n_online:
         rb.extend(_data(n_online, 1.0, start=1000))
@@ -66,8 +69,16 @@ def _check_rows(batch: TensorDict) -> None:
 
 @pytest.mark.parametrize(
     ("fraction", "batch_size", "expected"),
-    [(0.0, 16, 0), (1.0, 16, 16), (0.5, 16, 8), (0.25, 10, 2), (0.3, 10, 3), (0.5, 7, 4),
-     (0.1, 3, 0), (0.9, 5, 4)],
+    [
+        (0.0, 16, 0),
+        (1.0, 16, 16),
+        (0.5, 16, 8),
+        (0.25, 10, 2),
+        (0.3, 10, 3),
+        (0.5, 7, 4),
+        (0.1, 3, 0),
+        (0.9, 5, 4),
+    ],
 )
 def test_exact_offline_count(fraction: float, batch_size: int, expected: int) -> None:
     rb = _mixture(fraction)
@@ -174,15 +185,23 @@ def test_sample_batch_size_errors() -> None:
 
 def test_keys_are_kept_and_generations_and_weights_filled() -> None:
     rb = _mixture(
-        0.5, batch_size=10,
+        0.5,
+        batch_size=10,
         online_writer=TensorDictRoundRobinWriter(track_generations=True),
         online_sampler=PrioritizedSampler(100, alpha=0.7, beta=0.5),
     )
     batch, info = rb.sample(return_info=True)
     keys = set(batch.keys(True, True))
     assert keys == {
-        "observation", "action", ("next", "observation"), ("next", "reward"), ("next", "done"),
-        "index", "index_generation", "_weight", "is_offline",
+        "observation",
+        "action",
+        ("next", "observation"),
+        ("next", "reward"),
+        ("next", "done"),
+        "index",
+        "index_generation",
+        "_weight",
+        "is_offline",
     }
     off = batch["is_offline"]
     assert torch.equal(batch["index_generation"][off], torch.zeros(5, dtype=torch.long))
@@ -269,8 +288,10 @@ def test_state_dict_round_trip(tmp_path) -> None:
     torch.save(rb.state_dict(), path)
     expected = [rb.sample() for _ in range(4)]
     fresh = OfflineToOnlineReplayBuffer(
-        _data(N_OFFLINE, 0.0), online_capacity=100,
-        offline_fraction=lambda n: max(0.0, 0.8 - 0.1 * n), batch_size=10,
+        _data(N_OFFLINE, 0.0),
+        online_capacity=100,
+        offline_fraction=lambda n: max(0.0, 0.8 - 0.1 * n),
+        batch_size=10,
         generator=torch.Generator().manual_seed(123),
     )
     fresh.load_state_dict(torch.load(path, weights_only=True))

@@ -87,8 +87,12 @@ def load_d4rl_hdf5(path: str | os.PathLike, *, progress: bool = True) -> TensorD
         out = {name: _empty_like(ds, name, n) for name, ds in datasets.items()}
         total = sum(t.numel() * t.element_size() for t in out.values())
         with tqdm(
-            total=total, unit="B", unit_scale=True, desc=f"reading {path.name}",
-            disable=not progress, delay=_PROGRESS_DELAY_S,
+            total=total,
+            unit="B",
+            unit_scale=True,
+            desc=f"reading {path.name}",
+            disable=not progress,
+            delay=_PROGRESS_DELAY_S,
         ) as bar:
             for name, ds in datasets.items():
                 _read_into(ds, out[name], name, bar)

@@ -205,7 +205,12 @@ class ReplayCallback(pl.Callback):
         }
         size = metrics.pop("replay/size", float(len(self.buffer)))
         pl_module.log(
-            "replay/size", size, prog_bar=to_bar, logger=to_logger, on_step=True, on_epoch=False,
+            "replay/size",
+            size,
+            prog_bar=to_bar,
+            logger=to_logger,
+            on_step=True,
+            on_epoch=False,
             batch_size=1,
         )
         if to_logger and metrics:

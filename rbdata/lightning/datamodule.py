@@ -129,8 +129,10 @@ class ReplayDataModule(pl.LightningDataModule):
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(f"seed must be an int or None, got {seed!r}.")
         for name, value, minimum in (
-            ("batch_size", batch_size, 1), ("batches_per_epoch", batches_per_epoch, 1),
-            ("prefetch", prefetch, 0), ("min_size", min_size, 0),
+            ("batch_size", batch_size, 1),
+            ("batches_per_epoch", batches_per_epoch, 1),
+            ("prefetch", prefetch, 0),
+            ("min_size", min_size, 0),
         ):
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or value < minimum
@@ -294,9 +296,7 @@ def _set_rng(buffer: ReplayBuffer, generator: torch.Generator) -> None:
 def _fill(buffer: ReplayBuffer, data: TensorDictBase) -> None:
     """Extend ``buffer`` with ``data`` in chunks, with a progress bar for long loads."""
     n = data.shape[0]
-    with tqdm(
-        total=n, unit="items", desc="loading offline data", delay=_PROGRESS_DELAY_S
-    ) as bar:
+    with tqdm(total=n, unit="items", desc="loading offline data", delay=_PROGRESS_DELAY_S) as bar:
         for start in range(0, n, _FILL_CHUNK):
             stop = min(n, start + _FILL_CHUNK)
             buffer.extend(data[start:stop])

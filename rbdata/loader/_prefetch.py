@@ -55,8 +55,10 @@ class _PrefetchThread:
             while not stop.is_set():
                 with engine.cond:
                     record = engine.next_ungathered()
-                    while record is None and not stop.is_set() and (
-                        engine.producer_done or len(engine.pending) >= self._depth
+                    while (
+                        record is None
+                        and not stop.is_set()
+                        and (engine.producer_done or len(engine.pending) >= self._depth)
                     ):
                         engine.cond.wait()
                         record = engine.next_ungathered()

@@ -129,9 +129,7 @@ class ReplayDataset(IterableDataset):
         rate_limiter: SampleToInsertRatio | None = None,
     ) -> None:
         if not (hasattr(buffer, "_sample_index") and hasattr(buffer, "_fetch")):
-            raise TypeError(
-                f"buffer must be an rbdata replay buffer, got {type(buffer).__name__}."
-            )
+            raise TypeError(f"buffer must be an rbdata replay buffer, got {type(buffer).__name__}.")
         batch_size = buffer.batch_size if batch_size is None else batch_size
         if batch_size is None:
             raise ValueError(
@@ -479,4 +477,3 @@ def _accelerator_available() -> bool:
 def _generator(buffer: Any) -> torch.Generator | None:
     """The buffer's own sampling generator (None: torch's global RNG)."""
     return getattr(buffer, "_generator", None)
-
