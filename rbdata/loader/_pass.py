@@ -59,6 +59,7 @@ class _PassEngine:
         self.buffer = dataset.buffer
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
+        self.waiting = 0  # threads inside wait(): hand-outs notify only when someone waits
         self.pending: deque[_Record] = deque()
         self.recent: deque[_Record] = deque()
         self.position = 0
@@ -124,7 +125,7 @@ class _PassEngine:
                 break
         with self.lock:
             self.producer_done = True
-            self.cond.notify_all()
+            self.notify()
         return None
 
     def _pass_fully_sampled(self) -> bool:
@@ -192,6 +193,19 @@ class _PassEngine:
             )
         return False
 
+    def wait(self) -> None:
+        """Wait for a notification (call under the lock)."""
+        self.waiting += 1
+        try:
+            self.cond.wait()
+        finally:
+            self.waiting -= 1
+
+    def notify(self) -> None:
+        """Wake the threads waiting in :meth:`wait`, if any (call under the lock)."""
+        if self.waiting:
+            self.cond.notify_all()
+
     def wake_waiters(self) -> None:
         """Wake threads waiting on this engine or on the buffer, so they see a stop request."""
         with self.cond:
@@ -213,12 +227,13 @@ class _PassEngine:
         """Gather ``record``'s data (a copy), pin it and move it as the dataset asks."""
         ds = self.ds
         info = dict(record.info)
-        data = self.buffer._fetch(record.index, info, keep_info=True)
-        batch = place(as_replay_batch(data, info), ds._pin, ds._device)
-        with self.cond:
+        batch = as_replay_batch(self.buffer._fetch(record.index, info, keep_info=True), info)
+        if ds._pin or ds._device is not None:
+            batch = place(batch, ds._pin, ds._device)
+        with self.lock:
             record.batch = batch
             record.ahead = ahead
-            self.cond.notify_all()
+            self.notify()
 
     # ------------------------------------------------------------ handing out
     def hand_out(self, record: _Record) -> Any:
@@ -226,7 +241,7 @@ class _PassEngine:
         batch = record.batch  # already a ReplayBatch (see gather)
         if record.ahead and self.buffer.transform.filters_rows and _has_rows(batch):
             batch = as_replay_batch(self.buffer._refilter(batch), record.info)
-        with self.cond:
+        with self.lock:
             self.pending.popleft()
             record.batch = None
             self.position += 1
@@ -236,7 +251,7 @@ class _PassEngine:
                 self.recent.append(record)
                 while len(self.recent) > held:
                     self.recent.popleft()
-            self.cond.notify_all()
+            self.notify()
         return batch
 
     # ------------------------------------------------------------ state

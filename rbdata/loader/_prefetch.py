@@ -53,14 +53,14 @@ class _PrefetchThread:
         torch.set_num_threads(self._num_threads)
         try:
             while not stop.is_set():
-                with engine.cond:
+                with engine.lock:
                     record = engine.next_ungathered()
                     while (
                         record is None
                         and not stop.is_set()
                         and (engine.producer_done or len(engine.pending) >= self._depth)
                     ):
-                        engine.cond.wait()
+                        engine.wait()
                         record = engine.next_ungathered()
                 if stop.is_set():
                     return

@@ -389,7 +389,7 @@ class _ReplayIterator:
 
     def _next_prefetched(self) -> Any:
         engine = self._engine
-        with engine.cond:
+        with engine.lock:
             while True:
                 if engine.error is not None:
                     error, engine.error = engine.error, None
@@ -401,7 +401,7 @@ class _ReplayIterator:
                     raise StopIteration
                 if self._stop.is_set():  # closed from another thread
                     raise StopIteration
-                engine.cond.wait()
+                engine.wait()
         return engine.hand_out(record)
 
     def close(self) -> None:
