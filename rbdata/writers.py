@@ -19,14 +19,24 @@ __all__ = [
 
 
 def _batch_len(data: Any) -> int:
-    if isinstance(data, (torch.Tensor, TensorDictBase)):
-        return int(data.shape[0])
+    """Items in a batch (its leading dim); ValueError when it has none."""
     if isinstance(data, list):
         return len(data)
-    leaves = torch.utils._pytree.tree_leaves(data)
-    if not leaves:
-        raise ValueError(f"cannot extend with data that holds no tensor: {type(data).__name__}.")
-    return int(leaves[0].shape[0])
+    if isinstance(data, (torch.Tensor, TensorDictBase)):
+        shape = data.shape
+    else:
+        leaves = torch.utils._pytree.tree_leaves(data)
+        if not leaves:
+            raise ValueError(
+                f"cannot extend with data that holds no tensor: {type(data).__name__}."
+            )
+        shape = leaves[0].shape
+    if not shape:
+        raise ValueError(
+            f"extend expects a batch with a leading batch dim, got {type(data).__name__} with "
+            f"shape {list(shape)}; use add() to write one item."
+        )
+    return int(shape[0])
 
 
 class Writer:
@@ -202,7 +212,11 @@ class RoundRobinWriter(Writer):
         """Write a batch at the cursor (wrapping around) and return the slots used."""
         storage = self.storage
         kind = type(data)
-        n = data.shape[0] if kind is TensorDict or kind is torch.Tensor else _batch_len(data)
+        n = (
+            data.shape[0]
+            if (kind is TensorDict or kind is torch.Tensor) and data.shape
+            else _batch_len(data)
+        )
         if n > 1 and storage.ndim > 1 and not storage.initialized:
             # A multi-dim lazy storage learns its item capacity from its first item.
             return torch.cat([self.extend(data[:1]), self.extend(data[1:])])
@@ -224,8 +238,11 @@ class RoundRobinWriter(Writer):
             storage.set(slice(first, stop), data)
         else:
             cut = max_size - first
+            tail = data[cut:]
+            if storage._reads_own_memory(tail):  # the first write would change it
+                tail = tail.clone()
             storage.set(slice(first, max_size), data[:cut])
-            storage.set(slice(0, stop - max_size), data[cut:])
+            storage.set(slice(0, stop - max_size), tail)
         self._bump(index)
         self._cursor = (start + n) % max_size
         self._write_count += n

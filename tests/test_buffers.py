@@ -6,6 +6,8 @@ import threading
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from rbdata import (
@@ -488,3 +490,53 @@ def test_policy_age_filter_on_an_empty_batch():
     assert f(empty).shape == (0,)
     rows = TensorDict({"policy_version": torch.tensor([[3], [1]])}, [2])
     assert f(rows)["policy_version"].flatten().tolist() == [3]
+
+
+_view_writes = st.lists(st.tuples(st.integers(0, 8), st.integers(1, 9)), min_size=1, max_size=4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    capacity=st.integers(2, 9),
+    start=st.integers(1, 9),
+    writes=_view_writes,
+    tensordict=st.booleans(),
+    storage=st.sampled_from([LazyTensorStorage, LazyMemmapStorage]),
+)
+def test_extending_with_a_view_of_the_buffer_own_items_writes_their_values(
+    capacity, start, writes, tensordict, storage
+):
+    """Extending with rows read as views of the storage (wrap point included) == with copies."""
+
+    def make():
+        cls = TensorDictReplayBuffer if tensordict else ReplayBuffer
+        rb = cls(storage=storage(capacity))
+        rb.extend(td(min(start, capacity)) if tensordict else torch.arange(min(start, capacity)))
+        return rb
+
+    def rows(rb, lo, hi):
+        if tensordict:
+            leaves = {k: rb.storage.get_leaf(k)[lo:hi] for k in ("obs", ("next", "reward"))}
+            return TensorDict(
+                {"obs": leaves["obs"], "next": {"reward": leaves["next", "reward"]}}, [hi - lo]
+            )
+        return rb.storage.get_leaf(())[lo:hi]
+
+    views, copies = make(), make()
+    for lo, length in writes:
+        lo = lo % len(views)
+        hi = min(len(views), lo + length)
+        views.extend(rows(views, lo, hi))
+        copies.extend(rows(copies, lo, hi).clone())
+    assert len(views) == len(copies)
+    assert (views[: len(views)] == copies[: len(copies)]).all()
+
+
+@pytest.mark.parametrize("data", [torch.tensor(1.0), TensorDict({"obs": torch.ones(3)})])
+def test_extend_with_no_batch_dim_names_the_problem(data):
+    rb = (TensorDictReplayBuffer if isinstance(data, TensorDict) else ReplayBuffer)(
+        storage=LazyTensorStorage(4)
+    )
+    with pytest.raises(ValueError, match=r"leading batch dim.*shape \[\].*add\(\)"):
+        rb.extend(data)
+    assert len(rb) == 0 and rb.write_count == 0

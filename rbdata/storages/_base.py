@@ -111,6 +111,10 @@ class Storage(abc.ABC):
         """Register a callable applied to the content after it is read by ``loads``."""
         self._load_hooks.append(hook)
 
+    def _reads_own_memory(self, data: Any) -> bool:
+        """Whether ``data`` is a view of this storage's memory (writes must copy it first)."""
+        return False
+
     # -------------------------------------------------------------- hooks
     @abc.abstractmethod
     def _set(self, index: Index, data: Any) -> int:

@@ -147,6 +147,20 @@ class _PackedRows:
         ]
 
     # ---------------------------------------------------------------- write
+    def aliases(self, leaves: list[torch.Tensor]) -> bool:
+        """Whether one of ``leaves`` is a view of these rows."""
+        lo = self.packed.data_ptr()
+        hi = lo + self.packed.numel()
+        return any(lo <= t.data_ptr() < hi for t in leaves)
+
+    def unaliased(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
+        """``leaves``, cloned if one of them is a view of these rows.
+
+        A write reading the very rows it changes would otherwise read values it
+        has already overwritten.
+        """
+        return [t.clone() for t in leaves] if self.aliases(leaves) else leaves
+
     def write_range(self, start: int, leaves: list[torch.Tensor]) -> None:
         """Copy ``leaves`` (each ``[n, *shape]``) into rows ``start .. start + n - 1``."""
         stop = start + leaves[0].shape[0]

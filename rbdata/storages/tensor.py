@@ -213,6 +213,15 @@ class TensorStorage(Storage):
         )
 
     # ---------------------------------------------------------------- write
+    def _reads_own_memory(self, data: Any) -> bool:
+        if self._rows is None:
+            return False
+        try:
+            leaves = self._structure.flatten(data)
+        except (KeyError, TypeError, ValueError):
+            return False  # the write itself reports what is wrong
+        return self._rows.aliases(leaves)
+
     def _set(self, index: Index, data: Any) -> int:
         if type(index) is slice and self._cells == 1 and self._rows is not None:
             start, stop = index.start, index.stop  # the writers' hot path: items in range
@@ -223,7 +232,7 @@ class TensorStorage(Storage):
                     raise ValueError(f"index selects {stop - start} item(s) but data holds {n}.")
                 if not n:
                     return 0
-                self._rows.write_range(start, leaves)
+                self._rows.write_range(start, self._rows.unaliased(leaves))
                 return stop
         index = _as_index(index)
         batched = not isinstance(index, int)
@@ -256,6 +265,7 @@ class TensorStorage(Storage):
         batched: bool,
     ) -> None:
         rows, cells = self._rows, self._cells
+        leaves = rows.unaliased(leaves)
         if cells != 1:
             leaves = [
                 t.reshape(-1, *shape) for t, shape in zip(leaves, self._layout.shapes, strict=True)
