@@ -10,7 +10,9 @@
    with fresh experience (offline share annealed 0.5 -> 0.25); a collector
    thread steps the environment with the latest published epsilon-greedy
    policy, stamps every transition with its ``PolicyVersion`` and extends the
-   online part; a ``SampleToInsertRatio`` keeps learner and collector in step.
+   online part; the learner reads mixed batches through a ``DataLoader`` over a
+   ``ReplayDataset`` of the mixture, whose ``SampleToInsertRatio`` keeps learner
+   and collector in step.
 4. Print the greedy policy's average evaluation return before and after each
    phase (a random policy averages about 20), the buffer's stats and the time.
 
@@ -379,7 +381,10 @@ def finetune(
     limiter = SampleToInsertRatio(
         args.batch_size * args.updates_per_step, min_size_to_sample=4 * args.batch_size
     )
-    limiter.attach(rb.online)
+    # The learner's mixed batches come from a ReplayDataset over the mixture: the
+    # limiter (attached to it) makes it wait for the collector; a pass ends early
+    # if no data comes for 30 s (the collector died).
+    dataset = ReplayDataset(rb, num_batches=updates, prefetch=1, rate_limiter=limiter, timeout=30)
     version = PolicyVersion()
     collector = Collector(
         rb,
@@ -392,12 +397,7 @@ def finetune(
     lr = agent.optim.param_groups[0]["lr"]
     collector.start()
     try:
-        for i in range(1, updates + 1):
-            while not rb.wait_for_data(limiter.can_sample, timeout=1.0):
-                if collector.error is not None or not collector.is_alive():
-                    raise RuntimeError("the collector thread stopped") from collector.error
-            batch = rb.sample()
-            limiter.record_sample(batch.shape[0])
+        for i, batch in enumerate(DataLoader(dataset, batch_size=None), 1):
             for group in agent.optim.param_groups:  # anneal the learning rate to 10%
                 group["lr"] = lr * (1.0 - 0.9 * i / updates)
             loss = agent.update(batch)
@@ -414,8 +414,11 @@ def finetune(
                     f"{np.mean(recent) if recent else float('nan'):.1f}"
                 )
     finally:
+        dataset.close()
         collector.stop.set()
         collector.join()
+    if collector.error is not None:
+        raise RuntimeError("the collector thread failed") from collector.error
     return rb, collector.steps, version()
 
 
@@ -453,7 +456,7 @@ def _main(args: argparse.Namespace) -> dict[str, Any]:
         f"buffer: {stats['offline_size']} offline + {stats['online_size']} online transitions "
         f"({results['env_steps']} env steps), {stats['batches_sampled']} mixed batches, final "
         f"offline fraction {stats['offline_fraction']:.2f}, sampled/inserted items "
-        f"{stats.get('online_samples_per_insert', float('nan')):.1f}, policy version "
+        f"{stats.get('samples_per_insert', float('nan')):.1f}, policy version "
         f"{final_version}"
     )
     print(f"total time {results['seconds']:.1f}s")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -11,6 +10,18 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from rbdata._mixture_parts import (
+    SOURCE_KEY,
+    Draw,
+    as_tuple,
+    check_fraction,
+    concat,
+    is_positive_int,
+    merge_draws,
+    split_draw,
+    tag,
+    without_content,
+)
 from rbdata.buffers import INFO_KEYS, ReplayBuffer, TensorDictReplayBuffer
 from rbdata.buffers._helpers import _resolve_batch_size
 from rbdata.samplers import Sampler
@@ -19,11 +30,6 @@ from rbdata.transforms import Compose, PolicyAgeFilter, Transform
 from rbdata.writers import ImmutableDatasetWriter, Writer
 
 __all__ = ["SOURCE_KEY", "OfflineToOnlineReplayBuffer"]
-
-SOURCE_KEY = "is_offline"
-"""The batch entry (bool ``[B]``) that is True for the rows drawn from the offline data."""
-
-_FILL_ONES = frozenset({"_weight"})  # info entries a part lacks are filled with 1 (else 0)
 
 
 class OfflineToOnlineReplayBuffer:
@@ -52,6 +58,9 @@ class OfflineToOnlineReplayBuffer:
     ``writer``, ``dumps``/``loads`` and ``empty`` are those of the online part.
     The offline part is read-only when built from a TensorDict. Sampling is
     thread-safe: a collector thread may extend while the learner samples.
+    A :class:`~rbdata.ReplayDataset` serves it as it serves any buffer
+    (prefetch, staleness re-checks of the online rows, rate limiting, exact
+    resume, the schedule's position included), in the main process only.
 
     Args:
         offline: the fixed dataset: a TensorDict with one batch dimension
@@ -132,15 +141,15 @@ class OfflineToOnlineReplayBuffer:
             raise ValueError(
                 f"give exactly one of online_storage and online_capacity, got {given}."
             )
-        if online_capacity is not None and not _is_positive_int(online_capacity):
+        if online_capacity is not None and not is_positive_int(online_capacity):
             raise ValueError(f"online_capacity must be a positive int, got {online_capacity!r}.")
         if online_storage is not None and not isinstance(online_storage, Storage):
             raise TypeError(
                 f"online_storage must be a Storage, got {type(online_storage).__name__}."
             )
         if not callable(offline_fraction):
-            offline_fraction = _check_fraction(offline_fraction, "offline_fraction")
-        if batch_size is not None and not _is_positive_int(batch_size):
+            offline_fraction = check_fraction(offline_fraction, "offline_fraction")
+        if batch_size is not None and not is_positive_int(batch_size):
             raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}.")
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(
@@ -167,7 +176,8 @@ class OfflineToOnlineReplayBuffer:
         self._batch_size = batch_size
         self._generator = generator
         self._batches_sampled = 0
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a ReplayDataset samples under it, then draws
+        self._stats_sources: list[Callable[[], dict[str, Any]]] = []
 
     # ------------------------------------------------------------ parts
     @property
@@ -272,8 +282,8 @@ class OfflineToOnlineReplayBuffer:
         storage = self._offline.storage
         if not (getattr(storage, "initialized", False) and hasattr(storage, "leaf_keys")):
             return data
-        expected = {_as_tuple(key) for key in storage.leaf_keys()}
-        given = {_as_tuple(key) for key in data.keys(True, True)}
+        expected = {as_tuple(key) for key in storage.leaf_keys()}
+        given = {as_tuple(key) for key in data.keys(True, True)}
         if given != expected:
             raise KeyError(
                 f"online data must have the offline data's entries: missing "
@@ -312,7 +322,15 @@ class OfflineToOnlineReplayBuffer:
             ValueError: for a bad ``batch_size`` or a schedule value outside ``[0, 1]``.
             RuntimeError: if offline rows are due and the offline buffer is empty.
         """
-        batch_size = self._resolve_batch_size(batch_size)
+        index, info = self._sample_index(self._resolve_batch_size(batch_size))
+        batch = self._fetch(index, info)
+        if return_info:
+            info_keys = (*INFO_KEYS, SOURCE_KEY)
+            return batch, {key: batch.get(key) for key in info_keys if key in batch.keys()}
+        return batch
+
+    def _sample_index(self, batch_size: int) -> Draw:
+        """Draw one mixed batch: each part's indices and info, merged (see ``_mixture_parts``)."""
         with self._lock:
             fraction = self._fraction_at(self._batches_sampled)
             n_offline = batch_size if len(self._online) == 0 else round(fraction * batch_size)
@@ -320,17 +338,25 @@ class OfflineToOnlineReplayBuffer:
                 raise RuntimeError(
                     f"cannot sample {n_offline} offline rows: the offline buffer is empty."
                 )
-            parts = []
-            if n_offline:
-                parts.append(_tag(self._offline.sample(n_offline), True))
-            if batch_size - n_offline:
-                parts.append(_tag(self._online.sample(batch_size - n_offline), False))
-            batch = parts[0] if len(parts) == 1 else _concat(*parts)
+            offline = self._offline._sample_index(n_offline) if n_offline else None
+            n_online = batch_size - n_offline
+            online = self._online._sample_index(n_online) if n_online else None
             self._batches_sampled += 1
-        if return_info:
-            info_keys = (*INFO_KEYS, SOURCE_KEY)
-            return batch, {key: batch.get(key) for key in info_keys if key in batch.keys()}
-        return batch
+        return merge_draws(offline, online)
+
+    def _fetch(self, index: torch.Tensor, info: dict[str, Any], **_: Any) -> TensorDictBase:
+        """Gather a mixed draw: each part gathers (and transforms) its own rows."""
+        batches = []
+        for offline, (rows, rows_info) in split_draw(index, info):
+            part = self._offline if offline else self._online
+            batches.append(tag(part._fetch(rows, rows_info, keep_info=True), offline))
+        return batches[0] if len(batches) == 1 else concat(*batches)
+
+    def _refilter(self, batch: TensorDictBase) -> TensorDictBase:
+        """Re-apply the online row filters to the online rows of a batch sampled ahead."""
+        source = batch.get(SOURCE_KEY)
+        online = self._online._refilter(batch[~source])
+        return concat(batch[source], online) if bool(source.any()) else online
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         """Yield batches of ``batch_size`` rows forever."""
@@ -348,7 +374,7 @@ class OfflineToOnlineReplayBuffer:
     def _fraction_at(self, step: int) -> float:
         if not callable(self._fraction):
             return self._fraction
-        return _check_fraction(
+        return check_fraction(
             self._fraction(step), f"offline_fraction schedule's value for batch {step}"
         )
 
@@ -358,8 +384,9 @@ class OfflineToOnlineReplayBuffer:
 
         Returns:
             ``size`` (offline + online), ``offline_size``, ``offline_fraction`` (for
-            the next batch), ``batches_sampled``, ``write_count`` (online) and the
-            online part's ``stats()`` entries prefixed with ``online_``.
+            the next batch), ``batches_sampled``, ``write_count`` (online), the
+            online part's ``stats()`` entries prefixed with ``online_`` and the
+            counters of a ReplayDataset or rate limiter serving this buffer.
         """
         out: dict[str, Any] = {
             "size": len(self),
@@ -369,7 +396,31 @@ class OfflineToOnlineReplayBuffer:
             "write_count": self._online.write_count,
         }
         out.update({f"online_{key}": value for key, value in self._online.stats().items()})
+        for source in list(self._stats_sources):  # a ReplayDataset's or rate limiter's counters
+            out.update(source())
         return out
+
+    def _sampling_state(self) -> dict[str, Any]:
+        """What decides the next mixed draws: both parts' sampler and RNG, the schedule position."""
+        return {
+            "offline": self._offline._sampling_state(),
+            "online": self._online._sampling_state(),
+            "batches_sampled": self._batches_sampled,
+        }
+
+    def _load_sampling_state(self, state: dict[str, Any]) -> None:
+        """Load :meth:`_sampling_state`'s output (absent entries: kept); unchanged on error."""
+        count = state.get("batches_sampled", self._batches_sampled)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"batches_sampled must be an int >= 0, got {count!r}.")
+        saved = self._offline._sampling_state()
+        self._offline._load_sampling_state(state.get("offline", {}))
+        try:
+            self._online._load_sampling_state(state.get("online", {}))
+        except BaseException:
+            self._offline._load_sampling_state(saved)
+            raise
+        self._batches_sampled = count
 
     def state_dict(self) -> dict[str, Any]:
         """The online part's full state, the offline sampler's state and the schedule position.
@@ -380,7 +431,7 @@ class OfflineToOnlineReplayBuffer:
         with self._lock:
             return {
                 "online": self._online.state_dict(),
-                "offline": _without_content(self._offline.state_dict()),
+                "offline": without_content(self._offline.state_dict()),
                 "batches_sampled": self._batches_sampled,
             }
 
@@ -394,9 +445,9 @@ class OfflineToOnlineReplayBuffer:
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ValueError(f"state_dict['batches_sampled'] must be an int >= 0, got {count!r}.")
         with self._lock:
-            before = _without_content(self._offline.state_dict())
+            before = without_content(self._offline.state_dict())
             if "offline" in state_dict:
-                self._offline.load_state_dict(_without_content(state_dict["offline"]))
+                self._offline.load_state_dict(without_content(state_dict["offline"]))
             try:
                 if "online" in state_dict:
                     self._online.load_state_dict(state_dict["online"])
@@ -440,53 +491,3 @@ class OfflineToOnlineReplayBuffer:
             f"{type(self).__name__}(offline_size={len(self._offline)}, online_size="
             f"{len(self._online)}, offline_fraction={fraction}, batch_size={self._batch_size})"
         )
-
-
-def _is_positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _check_fraction(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f"{what} must be a float in [0, 1], got {type(value).__name__} ({value!r})."
-        )
-    if not 0.0 <= float(value) <= 1.0:  # NaN fails too
-        raise ValueError(f"{what} must be a float in [0, 1], got {value!r}.")
-    return float(value)
-
-
-def _as_tuple(key: str | tuple[str, ...]) -> tuple[str, ...]:
-    return (key,) if isinstance(key, str) else tuple(key)
-
-
-def _tag(batch: Any, offline: bool) -> TensorDictBase:
-    if not isinstance(batch, TensorDictBase):
-        raise TypeError(
-            f"the {'offline' if offline else 'online'} part returned a "
-            f"{type(batch).__name__}; both parts must hold TensorDicts."
-        )
-    batch.set(SOURCE_KEY, torch.full(batch.shape[:1], offline, dtype=torch.bool))
-    return batch
-
-
-def _concat(offline: TensorDictBase, online: TensorDictBase) -> TensorDictBase:
-    for key in INFO_KEYS:
-        have_off, have_on = key in offline.keys(), key in online.keys()
-        if have_off != have_on:
-            src, dst = (offline, online) if have_off else (online, offline)
-            fill = torch.ones if key in _FILL_ONES else torch.zeros
-            ref = src.get(key)
-            dst.set(key, fill(dst.shape[0], *ref.shape[1:], dtype=ref.dtype))
-    off_keys, on_keys = set(offline.keys(True, True)), set(online.keys(True, True))
-    if off_keys != on_keys:
-        raise KeyError(
-            f"the offline and online samples have different entries: offline only "
-            f"{sorted(map(str, off_keys - on_keys))}, online only "
-            f"{sorted(map(str, on_keys - off_keys))}."
-        )
-    return torch.cat([offline, online], 0)
-
-
-def _without_content(state: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in state.items() if key != "storage"}

@@ -10,11 +10,16 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from tensordict import TensorDict
+from torch.utils.data import DataLoader
 
 from rbdata import (
+    LazyMemmapStorage,
     LazyTensorStorage,
     OfflineToOnlineReplayBuffer,
+    PolicyAgeFilter,
+    PolicyVersion,
     PrioritizedSampler,
+    ReplayDataset,
     TensorDictReplayBuffer,
     TensorDictRoundRobinWriter,
 )
@@ -368,3 +373,95 @@ def test_concurrent_collector_and_sampler() -> None:
         _check_rows(batch)
     thread.join()
     assert not errors and len(rb.online) == 100
+
+
+# ------------------------------------------------------------ served by a ReplayDataset
+
+
+def _draws(batches) -> list[tuple[list[int], list[bool]]]:
+    for batch in batches:
+        _check_rows(batch)
+    return [(b["index"].tolist(), b["is_offline"].tolist()) for b in batches]
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_a_replay_dataset_serves_mixed_batches_through_a_dataloader(prefetch):
+    rb = _mixture(0.25, batch_size=8)
+    with ReplayDataset(rb, num_batches=6, prefetch=prefetch) as ds:
+        batches = list(DataLoader(ds, batch_size=None))
+        assert rb.stats()["loader_sampled_batches"] == 6
+    assert len(batches) == 6 and rb.batches_sampled == 6
+    for batch in batches:
+        assert batch.batch_size == torch.Size([8])
+        assert int(batch["is_offline"].sum()) == 2
+    _draws(batches)
+    # the same seed gives the same batches as sampling the buffer directly
+    direct = _mixture(0.25, batch_size=8)
+    assert _draws(batches) == _draws([direct.sample() for _ in range(6)])
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_a_mixture_loader_resumes_mid_pass_schedule_included(prefetch, tmp_path):
+    def schedule(n: int) -> float:
+        return max(0.0, 0.75 - 0.125 * n)
+
+    rb = _mixture(schedule, batch_size=8, seed=0)
+    ds = ReplayDataset(rb, num_batches=7, prefetch=prefetch)
+    loader = ds.dataloader()
+    it = iter(loader)
+    head = [next(it) for _ in range(3)]
+    torch.save(loader.state_dict(), tmp_path / "loader.pt")
+    buffer_state = rb.state_dict()
+    tail = list(it)
+    ds.close()
+    counts = [int(b["is_offline"].sum()) for b in head + tail]
+    assert counts == [round(schedule(i) * 8) for i in range(7)]
+
+    rb2 = _mixture(schedule, batch_size=8, seed=123, n_online=0)
+    rb2.load_state_dict(buffer_state)
+    ds2 = ReplayDataset(rb2, num_batches=7, prefetch=prefetch)
+    loader2 = ds2.dataloader()
+    loader2.load_state_dict(torch.load(tmp_path / "loader.pt", weights_only=True))
+    assert _draws(list(loader2)) == _draws(tail)
+    ds2.close()
+
+
+def test_prefetched_online_rows_are_rechecked_against_the_policy_age_filter():
+    version = PolicyVersion()
+    offline = _data(N_OFFLINE, 0.0)
+    offline["policy_version"] = torch.zeros(N_OFFLINE, dtype=torch.long)
+    rb = OfflineToOnlineReplayBuffer(
+        offline,
+        online_capacity=100,
+        offline_fraction=0.5,
+        batch_size=4,
+        generator=torch.Generator().manual_seed(0),
+        online_transform=PolicyAgeFilter(version, max_policy_lag=1),
+    )
+    online = _data(20, 1.0, start=1000)
+    online["policy_version"] = torch.zeros(20, dtype=torch.long)
+    rb.extend(online)
+    with ReplayDataset(rb, num_batches=4, prefetch=2) as ds:
+        it = iter(ds)
+        first = next(it)
+        assert int((~first["is_offline"]).sum()) == 2  # fresh enough at version 0
+        version.set(5)  # the online rows of the batches sampled ahead are now too old
+        rest = list(it)
+    assert len(rest) == 3
+    for batch in rest:
+        assert batch["is_offline"].all() and batch.batch_size == torch.Size([2])
+        _check_rows(batch)
+
+
+def test_a_mixture_refuses_dataloader_workers_and_points_to_prefetch(tmp_path):
+    rb = OfflineToOnlineReplayBuffer(
+        _data(N_OFFLINE, 0.0),
+        online_storage=LazyMemmapStorage(100, scratch_dir=tmp_path),
+        batch_size=4,
+    )
+    rb.extend(_data(20, 1.0, start=1000))
+    ds = ReplayDataset(rb, num_batches=2)
+    with pytest.raises(RuntimeError, match="got OfflineToOnlineReplayBuffer.*prefetch"):
+        ds.dataloader(num_workers=1)
+    with pytest.raises(RuntimeError, match="got OfflineToOnlineReplayBuffer.*prefetch"):
+        list(DataLoader(ds, batch_size=None, num_workers=1))

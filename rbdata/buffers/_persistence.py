@@ -153,8 +153,37 @@ def _setstate(rb: ReplayBuffer, state: dict[str, Any]) -> None:
     rb._stats_sources = []
 
 
+def _sampling_state(rb: ReplayBuffer) -> dict[str, Any]:
+    """What decides the next draws: the sampler's state and the RNG's (call under the lock)."""
+    return {
+        "sampler": rb._sampler.state_dict(),
+        "rng": None if rb._generator is None else rb._generator.get_state(),
+    }
+
+
+def _load_sampling_state(rb: ReplayBuffer, state: dict[str, Any]) -> None:
+    """Load the ``sampler``/``rng`` entries of ``state`` (absent ones: kept); unchanged on error."""
+    saved = _sampling_state(rb)
+    try:
+        if state.get("sampler") is not None:
+            rb._sampler.load_state_dict(state["sampler"])
+        if state.get("rng") is not None and rb._generator is not None:
+            rb._generator.set_state(state["rng"])
+    except BaseException:
+        rb._sampler.load_state_dict(saved["sampler"])
+        if saved["rng"] is not None:
+            rb._generator.set_state(saved["rng"])
+        raise
+
+
 class _BufferPersistence:
     """state_dict / dumps / loads (and their aliases) and pickling of a buffer."""
+
+    def _sampling_state(self) -> dict[str, Any]:
+        return _sampling_state(self)
+
+    def _load_sampling_state(self, state: dict[str, Any]) -> None:
+        _load_sampling_state(self, state)
 
     def state_dict(self) -> dict[str, Any]:
         """The buffer's full state (content included) under fixed keys."""

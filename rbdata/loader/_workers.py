@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rbdata.buffers import ReplayBuffer
 from rbdata.loader._batch import as_replay_batch
 from rbdata.samplers import RandomSampler, Sampler, SamplerWithoutReplacement
 
@@ -58,6 +59,12 @@ class WorkerPosition:
 def check(ds: ReplayDataset, sampler: Sampler | None = None) -> None:
     """Raise a RuntimeError/ValueError unless ``ds`` can run in worker processes."""
     buffer = ds.buffer
+    if not isinstance(buffer, ReplayBuffer):
+        raise RuntimeError(
+            f"num_workers > 0 needs a ReplayBuffer, got {type(buffer).__name__}, which draws "
+            f"from two buffers whose sampling state worker processes cannot share; "
+            f"{_USE_PREFETCH}."
+        )
     sampler = buffer.sampler if sampler is None else sampler
     if type(sampler) not in (RandomSampler, SamplerWithoutReplacement):
         raise RuntimeError(

@@ -262,9 +262,7 @@ class ReplayDataset(IterableDataset):
         engine, buffer = self._engine, self.buffer
         with buffer_lock(buffer), engine.lock:
             state = engine.snapshot()
-            state["sampler"] = buffer.sampler.state_dict()
-            generator = _generator(buffer)
-            state["rng"] = None if generator is None else generator.get_state()
+            state.update(buffer._sampling_state())
         state["format"] = _STATE_FORMAT
         state["rate_limiter"] = (
             None if self.rate_limiter is None else self.rate_limiter.state_dict()
@@ -294,20 +292,7 @@ class ReplayDataset(IterableDataset):
         _validate_pass_state(state)
         self.close()
         with buffer_lock(buffer), engine.lock:
-            sampler = buffer.sampler
-            saved = sampler.state_dict()
-            generator = _generator(buffer)
-            saved_rng = None if generator is None else generator.get_state()
-            try:
-                if state_dict.get("sampler") is not None:
-                    sampler.load_state_dict(state_dict["sampler"])
-                if state_dict.get("rng") is not None and generator is not None:
-                    generator.set_state(state_dict["rng"])
-            except BaseException:
-                sampler.load_state_dict(saved)
-                if saved_rng is not None:
-                    generator.set_state(saved_rng)
-                raise
+            buffer._load_sampling_state(state_dict)
             engine.restore(state)
         if self.rate_limiter is not None and state_dict.get("rate_limiter") is not None:
             self.rate_limiter.load_state_dict(state_dict["rate_limiter"])
@@ -472,8 +457,3 @@ def _accelerator_available() -> bool:
     if accelerator is not None:
         return bool(accelerator.is_available())
     return torch.cuda.is_available()
-
-
-def _generator(buffer: Any) -> torch.Generator | None:
-    """The buffer's own sampling generator (None: torch's global RNG)."""
-    return getattr(buffer, "_generator", None)

@@ -1,0 +1,127 @@
+"""How OfflineToOnlineReplayBuffer splits and joins its two parts' draws and batches.
+
+A mixed draw is one ``(index, info)`` pair, as a single buffer's is: the
+offline rows first, then the online rows; ``index`` and ``info["index"]``
+hold each row's index *in its own part*, ``info[SOURCE_KEY]`` (bool ``[B]``)
+tells the parts apart, and every other per-row info entry is concatenated,
+the part that lacks it filled with 0 (1 for ``"_weight"``). Such a draw can
+be kept (a ReplayDataset's pending batches, a checkpoint) and gathered later:
+:func:`split_draw` gives each part its own ``(index, info)`` back.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from rbdata.buffers import INFO_KEYS
+
+SOURCE_KEY = "is_offline"
+"""The batch entry (bool ``[B]``) that is True for the rows drawn from the offline data."""
+
+_FILL_ONES = frozenset({"_weight"})  # info entries a part lacks are filled with 1 (else 0)
+
+Draw = tuple[torch.Tensor, dict[str, Any]]
+
+
+def merge_draws(offline: Draw | None, online: Draw | None) -> Draw:
+    """One mixed draw from each part's ``(index, info)`` (either may be None)."""
+    parts = [(True, draw) for draw in (offline,) if draw is not None]
+    parts += [(False, draw) for draw in (online,) if draw is not None]
+    index = torch.cat([draw[0] for _, draw in parts])
+    source = torch.cat(
+        [torch.full(draw[0].shape[:1], flag, dtype=torch.bool) for flag, draw in parts]
+    )
+    info: dict[str, Any] = {}
+    keys = {key for _, (_, part) in parts for key, value in part.items() if _per_row(value, part)}
+    for key in sorted(keys):
+        ref = next(part[key] for _, (_, part) in parts if key in part)
+        fill = torch.ones if key in _FILL_ONES else torch.zeros
+        info[key] = torch.cat(
+            [
+                part[key]
+                if key in part
+                else fill(idx.shape[0], *ref.shape[1:], dtype=ref.dtype, device=ref.device)
+                for _, (idx, part) in parts
+            ]
+        )
+    info["index"] = index
+    info[SOURCE_KEY] = source
+    return index, info
+
+
+def split_draw(index: torch.Tensor, info: dict[str, Any]) -> list[tuple[bool, Draw]]:
+    """Each part's ``(offline?, (index, info))`` in a mixed draw, offline first."""
+    source = info[SOURCE_KEY]
+    parts = []
+    for offline, rows in ((True, source), (False, ~source)):
+        if bool(rows.any()) or (not offline and not parts):  # an empty draw: online, empty
+            sub = {
+                key: value[rows]
+                for key, value in info.items()
+                if key != SOURCE_KEY and isinstance(value, torch.Tensor)
+            }
+            parts.append((offline, (index[rows], sub)))
+    return parts
+
+
+def _per_row(value: Any, info: dict[str, Any]) -> bool:
+    index = info["index"]
+    return isinstance(value, torch.Tensor) and value.shape[:1] == index.shape[:1]
+
+
+def tag(batch: Any, offline: bool) -> TensorDictBase:
+    """``batch`` with its ``SOURCE_KEY`` entry set (TypeError unless a TensorDict)."""
+    if not isinstance(batch, TensorDictBase):
+        raise TypeError(
+            f"the {'offline' if offline else 'online'} part returned a "
+            f"{type(batch).__name__}; both parts must hold TensorDicts."
+        )
+    batch.set(SOURCE_KEY, torch.full(batch.shape[:1], offline, dtype=torch.bool))
+    return batch
+
+
+def concat(offline: TensorDictBase, online: TensorDictBase) -> TensorDictBase:
+    """The offline rows, then the online rows; KeyError if their entries differ."""
+    for key in INFO_KEYS:
+        have_off, have_on = key in offline.keys(), key in online.keys()
+        if have_off != have_on:
+            src, dst = (offline, online) if have_off else (online, offline)
+            fill = torch.ones if key in _FILL_ONES else torch.zeros
+            ref = src.get(key)
+            dst.set(key, fill(dst.shape[0], *ref.shape[1:], dtype=ref.dtype))
+    off_keys, on_keys = set(offline.keys(True, True)), set(online.keys(True, True))
+    if off_keys != on_keys:
+        raise KeyError(
+            f"the offline and online samples have different entries: offline only "
+            f"{sorted(map(str, off_keys - on_keys))}, online only "
+            f"{sorted(map(str, on_keys - off_keys))}."
+        )
+    return torch.cat([offline, online], 0)
+
+
+def is_positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def check_fraction(value: Any, what: str) -> float:
+    """``value`` as a float in ``[0, 1]``; TypeError/ValueError naming ``what`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{what} must be a float in [0, 1], got {type(value).__name__} ({value!r})."
+        )
+    if not 0.0 <= float(value) <= 1.0:  # NaN fails too
+        raise ValueError(f"{what} must be a float in [0, 1], got {value!r}.")
+    return float(value)
+
+
+def as_tuple(key: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def without_content(state: dict[str, Any]) -> dict[str, Any]:
+    """A buffer state without its storage content (the offline data is not saved)."""
+    return {key: value for key, value in state.items() if key != "storage"}
