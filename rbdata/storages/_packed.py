@@ -96,15 +96,17 @@ class _PackedRows:
         self._shapes: dict[torch.Size, list[tuple[int, ...] | None]] = {}
         self._assembler = _RowAssembler(layout, self.device)
         self._filled: tuple[int, torch.Tensor | None] = (-1, None)
-        self._pool = _GatherPool(_WORD, self.device)
+        # CPU only: CUDA's caching allocator already reuses memory, and knows streams.
+        self._pool = _GatherPool(_WORD, self.device) if self.device.type == "cpu" else None
 
     # ----------------------------------------------------------------- read
     def read_index(self, index: torch.Tensor, filled: int | None = None) -> torch.Tensor:
         """Fresh copy of the rows at ``index`` (a 1-D LongTensor on any device).
 
-        The copy lands in recycled memory (see ``_recycle``) that nothing else
-        references. With ``filled``, only rows ``0 .. filled - 1`` may be read: any other
-        entry (negative ones included) raises ``IndexError``.
+        On CPU the copy lands in recycled memory (see ``_recycle``) that
+        nothing else references. With ``filled``, only rows ``0 .. filled - 1``
+        may be read: any other entry (negative ones included) raises
+        ``IndexError``.
         """
         if index.device != self.device:
             index = index.to(self.device)
@@ -114,8 +116,9 @@ class _PackedRows:
             if cached[0] != filled:
                 cached = self._filled = (filled, source[:filled])
             source = cached[1]
-        if self.out_device is not None:
-            return torch.index_select(source, 0, index).to(self.out_device)
+        if self._pool is None or self.out_device is not None:
+            rows = torch.index_select(source, 0, index)
+            return rows if self.out_device is None else rows.to(self.out_device)
         out = self._pool.take((index.shape[0], source.shape[1]))
         return torch.index_select(source, 0, index, out=out)
 
