@@ -206,3 +206,35 @@ def test_errors_on_the_prefetch_thread_reach_the_consumer():
     with pytest.raises(RuntimeError, match="transform exploded"):
         next(iter(ReplayDataset(rb, prefetch=2)))
     assert wait_until(lambda: threading.active_count() == before)
+
+
+def test_batches_held_by_the_loop_never_change_while_others_are_sampled_and_written():
+    """Recycled gather memory: kept batches stay intact under a collector and direct samples."""
+    rb = td_buffer(64, capacity=64, batch_size=8)
+    stop = threading.Event()
+
+    def collector() -> None:
+        start = 64
+        while not stop.is_set():
+            rb.extend(transitions(8, start=start))
+            start += 8
+
+    thread = threading.Thread(target=collector)
+    thread.start()
+    kept = []
+    try:
+        with ReplayDataset(rb, num_batches=60, prefetch=2) as ds:
+            for i, batch in enumerate(DataLoader(ds, batch_size=None)):
+                if i % 2:
+                    kept.append((batch, batch.clone()))
+                direct = rb.sample()
+                if i % 3 == 0:
+                    kept.append((direct, direct.clone()))
+    finally:
+        stop.set()
+        thread.join()
+    assert len(kept) == 50
+    for batch, copy in kept:
+        assert (batch == copy).all()
+        # rows are whole items: obs, reward and policy_version come from one write
+        assert torch.equal(batch["obs"][:, 0], batch["next", "reward"][:, 0])
