@@ -85,6 +85,7 @@ class _PackedRows:
         self.piece_rows = packed.view(_RowAssembler.piece_dtype)
         self.device = packed.device
         self.out_device = out_device
+        self._span = (packed.data_ptr(), packed.data_ptr() + packed.numel())  # bytes, for aliases()
         self.views = [
             packed[:, offset : offset + dtype.itemsize * numel]
             .view(dtype)
@@ -152,9 +153,8 @@ class _PackedRows:
     # ---------------------------------------------------------------- write
     def aliases(self, leaves: list[torch.Tensor]) -> bool:
         """Whether one of ``leaves`` is a view of these rows."""
-        lo = self.packed.data_ptr()
-        hi = lo + self.packed.numel()
-        return any(lo <= t.data_ptr() < hi for t in leaves)
+        lo, hi = self._span
+        return any([lo <= t.data_ptr() < hi for t in leaves])  # a list: cheaper than a generator
 
     def unaliased(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
         """``leaves``, cloned if one of them is a view of these rows.
