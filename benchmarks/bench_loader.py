@@ -9,9 +9,9 @@ row it must be compared with:
   (``rb.sample()`` + the step in a Python loop), ``loader prefetch=0``
   through ``DataLoader(ReplayDataset(rb), batch_size=None)`` vs raw (target
   >= 0.95), ``loader prefetch=2`` vs raw;
-- step longer than a sample (twice the measured sampling cost, at least
-  1 ms), so that sampling can hide behind it: ``loader prefetch=2`` vs that
-  step alone (target >= 0.95);
+- step longer than a sample (twice, then four times the measured sampling
+  cost, at least 1 ms), so that sampling can hide behind it: ``loader
+  prefetch=2`` vs that step alone (target >= 0.95);
 - step about as long as a sample: ``loader prefetch=2`` vs that raw loop
   (target >= 1.3; 2.0 is perfect overlap).
 
@@ -159,8 +159,17 @@ def _loops(rb: TensorDictReplayBuffer, step: Callable[[object], None]) -> dict[s
     }
 
 
-def _pick(loops: dict[str, Callable], *names: str) -> dict[str, Callable]:
-    return {name: loops[name] for name in names}
+def _measure(loops: dict[str, Callable], spec: list[tuple[str, str, str | None]]) -> list[Row]:
+    """Time the loops that ``spec`` names, in interleaved rounds, and return its rows.
+
+    ``spec`` holds ``(label, loop, reference loop)``; a row whose reference is
+    None is a reference itself (ratio 1).
+    """
+    rates = _rates({name: loops[name] for _, name, _ in spec})
+    return [
+        (label, statistics.median(rates[name]), 1.0 if ref is None else _ratio(rates, name, ref))
+        for label, name, ref in spec
+    ]
 
 
 def bench_loader() -> list[Row]:
@@ -179,59 +188,37 @@ def bench_loader() -> list[Row]:
 
         base = _loops(rb, _calibrate(1e-3))
         base["raw"]()  # warm up
-        rates = _rates(_pick(base, "alone", "raw", "dl_sample", "p0", "p2"))
-        heavy = _loops(rb, _calibrate(max(1e-3, 2 * sample_s)))
-        heavy_rates = _rates(_pick(heavy, "alone", "dl_one", "p2"))
-        heavier = _loops(rb, _calibrate(max(1e-3, 4 * sample_s)))
-        heavier_rates = _rates(_pick(heavier, "alone", "dl_one", "p2"))
-        same = _loops(rb, _calibrate(sample_s))
-        same_rates = _rates(_pick(same, "raw", "p2"))
+        rows = _measure(
+            base,
+            [
+                ("step alone (~1 ms)", "alone", None),
+                ("raw: rb.sample() + step", "raw", "alone"),
+                ("DataLoader over rb.sample() (vs raw)", "dl_sample", "raw"),
+                ("loader prefetch=0 (vs raw)", "p0", "raw"),
+                ("loader prefetch=2 (vs raw)", "p2", "raw"),
+            ],
+        )
+        for factor in (2, 4):
+            step_s = max(1e-3, factor * sample_s)
+            setting = f"step = {factor}x sample"
+            rows += _measure(
+                _loops(rb, _calibrate(step_s)),
+                [
+                    (f"step alone, {setting} ({step_s * 1e3:.1f} ms)", "alone", None),
+                    (f"DataLoader over one batch, {setting} (vs step)", "dl_one", "alone"),
+                    (f"loader prefetch=2, {setting} (vs step)", "p2", "alone"),
+                ],
+            )
+        rows += _measure(
+            _loops(rb, _calibrate(sample_s)),
+            [
+                (f"raw, step ~ sample ({sample_s * 1e3:.1f} ms)", "raw", None),
+                ("loader prefetch=2, step ~ sample (vs raw)", "p2", "raw"),
+            ],
+        )
     finally:
         torch.set_num_threads(threads)
-    med = statistics.median
-    return [
-        ("step alone (~1 ms)", med(rates["alone"]), 1.0),
-        ("raw: rb.sample() + step", med(rates["raw"]), _ratio(rates, "raw", "alone")),
-        (
-            "DataLoader over rb.sample() (vs raw)",
-            med(rates["dl_sample"]),
-            _ratio(rates, "dl_sample", "raw"),
-        ),
-        ("loader prefetch=0 (vs raw)", med(rates["p0"]), _ratio(rates, "p0", "raw")),
-        ("loader prefetch=2 (vs raw)", med(rates["p2"]), _ratio(rates, "p2", "raw")),
-        (f"step alone, step = 2x sample ({2e3 * sample_s:.1f} ms)", med(heavy_rates["alone"]), 1.0),
-        (
-            "DataLoader over one batch, step = 2x sample (vs step)",
-            med(heavy_rates["dl_one"]),
-            _ratio(heavy_rates, "dl_one", "alone"),
-        ),
-        (
-            "loader prefetch=2, step = 2x sample (vs step)",
-            med(heavy_rates["p2"]),
-            _ratio(heavy_rates, "p2", "alone"),
-        ),
-        (
-            f"step alone, step = 4x sample ({4e3 * sample_s:.1f} ms)",
-            med(heavier_rates["alone"]),
-            1.0,
-        ),
-        (
-            "DataLoader over one batch, step = 4x sample (vs step)",
-            med(heavier_rates["dl_one"]),
-            _ratio(heavier_rates, "dl_one", "alone"),
-        ),
-        (
-            "loader prefetch=2, step = 4x sample (vs step)",
-            med(heavier_rates["p2"]),
-            _ratio(heavier_rates, "p2", "alone"),
-        ),
-        (f"raw, step ~ sample ({sample_s * 1e3:.1f} ms)", med(same_rates["raw"]), 1.0),
-        (
-            "loader prefetch=2, step ~ sample (vs raw)",
-            med(same_rates["p2"]),
-            _ratio(same_rates, "p2", "raw"),
-        ),
-    ]
+    return rows
 
 
 def main() -> None:
