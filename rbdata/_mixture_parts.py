@@ -1,5 +1,7 @@
 """How OfflineToOnlineReplayBuffer splits and joins its two parts' draws and batches.
 
+(And the checks of its arguments and of online data against the offline layout.)
+
 A mixed draw is one ``(index, info)`` pair, as a single buffer's is: the
 offline rows first, then the online rows; ``index`` and ``info["index"]``
 hold each row's index *in its own part*, ``info[SOURCE_KEY]`` (bool ``[B]``)
@@ -101,6 +103,44 @@ def concat(offline: TensorDictBase, online: TensorDictBase) -> TensorDictBase:
             f"{sorted(map(str, on_keys - off_keys))}."
         )
     return torch.cat([offline, online], 0)
+
+
+def check_online_data(storage: Any, data: Any, *, batched: bool) -> TensorDictBase:
+    """``data`` without sample entries, checked against the offline ``storage``'s layout.
+
+    Raises:
+        TypeError: if ``data`` is not a TensorDict or an entry's dtype differs.
+        KeyError: if the entries differ from the offline data's.
+        ValueError: if an entry's per-item shape differs.
+    """
+    if not isinstance(data, TensorDictBase):
+        raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
+    extra = [key for key in (*INFO_KEYS, SOURCE_KEY) if key in data.keys()]
+    if extra:
+        data = data.exclude(*extra)
+    if not (getattr(storage, "initialized", False) and hasattr(storage, "leaf_keys")):
+        return data
+    expected = {as_tuple(key) for key in storage.leaf_keys()}
+    given = {as_tuple(key) for key in data.keys(True, True)}
+    if given != expected:
+        raise KeyError(
+            f"online data must have the offline data's entries: missing "
+            f"{sorted(expected - given)}, unexpected {sorted(given - expected)}."
+        )
+    for key in sorted(expected):
+        stored, value = storage.get_leaf(key), data.get(key)
+        shape = tuple(value.shape[1:] if batched else value.shape)
+        if shape != tuple(stored.shape[1:]):
+            raise ValueError(
+                f"online data entry {key} has per-item shape {list(shape)}; the offline "
+                f"data has {list(stored.shape[1:])}."
+            )
+        if value.dtype != stored.dtype:
+            raise TypeError(
+                f"online data entry {key} has dtype {value.dtype}; the offline data has "
+                f"{stored.dtype}."
+            )
+    return data
 
 
 def is_positive_int(value: Any) -> bool:

@@ -13,8 +13,8 @@ from tensordict import TensorDictBase
 from rbdata._mixture_parts import (
     SOURCE_KEY,
     Draw,
-    as_tuple,
     check_fraction,
+    check_online_data,
     concat,
     is_positive_int,
     merge_draws,
@@ -24,6 +24,7 @@ from rbdata._mixture_parts import (
 )
 from rbdata.buffers import INFO_KEYS, ReplayBuffer, TensorDictReplayBuffer
 from rbdata.buffers._helpers import _resolve_batch_size
+from rbdata.buffers._mutations import check_priority_update
 from rbdata.samplers import Sampler
 from rbdata.storages import LazyTensorStorage, Storage, TensorStorage
 from rbdata.transforms import Compose, PolicyAgeFilter, Transform
@@ -230,6 +231,55 @@ class OfflineToOnlineReplayBuffer:
         """The offline fraction of the next batch (the schedule's current value)."""
         return self._fraction_at(self._batches_sampled)
 
+    def set_rng(self, generator: torch.Generator | None) -> None:
+        """Use ``generator`` for both parts' sampling from now on (None: torch's global RNG)."""
+        self._offline.set_rng(generator)
+        self._online.set_rng(generator)
+        self._generator = generator
+
+    def update_priority(
+        self,
+        index: torch.Tensor | int,
+        priority: torch.Tensor | float,
+        *,
+        generation: torch.Tensor | None = None,
+        is_offline: torch.Tensor | None = None,
+    ) -> None:
+        """Update the priorities of a mixed batch's rows, each in its own part.
+
+        Args:
+            index: the batch's ``"index"`` (each row's index in its own part).
+            priority: one priority per row, or one for all.
+            generation: the batch's ``"index_generation"``: rows rewritten
+                since are skipped.
+            is_offline: the batch's ``"is_offline"`` entry, which tells the
+                parts apart (the indices alone do not).
+
+        Raises:
+            ValueError: without ``is_offline``, for one of another length, or for
+                a negative, NaN or infinite priority; nothing changes then.
+        """
+        index, priority = check_priority_update(index, priority)
+        if is_offline is None:
+            raise ValueError(
+                "update_priority needs is_offline=batch['is_offline']: a mixed batch's index "
+                "holds each row's index in its own part."
+            )
+        source = torch.as_tensor(is_offline, dtype=torch.bool).reshape(-1)
+        if source.numel() != index.numel():
+            raise ValueError(
+                f"is_offline has {source.numel()} entries, expected one per index "
+                f"({index.numel()})."
+            )
+        generation = None if generation is None else torch.as_tensor(generation).reshape(-1)
+        for part, rows in ((self._offline, source), (self._online, ~source)):
+            if bool(rows.any()):
+                part.update_priority(
+                    index[rows],
+                    priority[rows],
+                    generation=None if generation is None else generation[rows],
+                )
+
     def policy_age_filters(self) -> list[PolicyAgeFilter]:
         """The :class:`~rbdata.PolicyAgeFilter` instances of the online transform chain."""
         return self._online.policy_age_filters()
@@ -258,7 +308,7 @@ class OfflineToOnlineReplayBuffer:
             KeyError: if the entries differ from the offline data's.
             ValueError: if an entry's shape differs from the offline data's.
         """
-        data = self._check_online_data(data, batched=True)
+        data = check_online_data(self._offline.storage, data, batched=True)
         return self._online.extend(data, update_priority=update_priority)
 
     def add(self, data: TensorDictBase) -> int:
@@ -270,39 +320,8 @@ class OfflineToOnlineReplayBuffer:
         Returns:
             The index written in the online part.
         """
-        data = self._check_online_data(data, batched=False)
+        data = check_online_data(self._offline.storage, data, batched=False)
         return self._online.add(data)
-
-    def _check_online_data(self, data: Any, *, batched: bool) -> TensorDictBase:
-        if not isinstance(data, TensorDictBase):
-            raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
-        extra = [key for key in (*INFO_KEYS, SOURCE_KEY) if key in data.keys()]
-        if extra:
-            data = data.exclude(*extra)
-        storage = self._offline.storage
-        if not (getattr(storage, "initialized", False) and hasattr(storage, "leaf_keys")):
-            return data
-        expected = {as_tuple(key) for key in storage.leaf_keys()}
-        given = {as_tuple(key) for key in data.keys(True, True)}
-        if given != expected:
-            raise KeyError(
-                f"online data must have the offline data's entries: missing "
-                f"{sorted(expected - given)}, unexpected {sorted(given - expected)}."
-            )
-        for key in sorted(expected):
-            stored, value = storage.get_leaf(key), data.get(key)
-            shape = tuple(value.shape[1:] if batched else value.shape)
-            if shape != tuple(stored.shape[1:]):
-                raise ValueError(
-                    f"online data entry {key} has per-item shape {list(shape)}; the offline "
-                    f"data has {list(stored.shape[1:])}."
-                )
-            if value.dtype != stored.dtype:
-                raise TypeError(
-                    f"online data entry {key} has dtype {value.dtype}; the offline data has "
-                    f"{stored.dtype}."
-                )
-        return data
 
     # --------------------------------------------------------- sampling
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:

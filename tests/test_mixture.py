@@ -465,3 +465,35 @@ def test_a_mixture_refuses_dataloader_workers_and_points_to_prefetch(tmp_path):
         ds.dataloader(num_workers=1)
     with pytest.raises(RuntimeError, match="got OfflineToOnlineReplayBuffer.*prefetch"):
         list(DataLoader(ds, batch_size=None, num_workers=1))
+
+
+def test_update_priority_routes_each_row_to_its_part_and_checks_first():
+    rb = _mixture(
+        0.5,
+        batch_size=8,
+        online_sampler=PrioritizedSampler(100, alpha=1.0, beta=1.0),
+        online_writer=TensorDictRoundRobinWriter(track_generations=True),
+    )
+    batch = rb.sample()
+    before = rb.online.sample(20, return_info=True)[1]["_weight"]
+    assert before.unique().numel() == 1  # untouched priorities: uniform weights
+    with pytest.raises(ValueError, match="is_offline"):
+        rb.update_priority(batch["index"], torch.ones(8))
+    with pytest.raises(ValueError, match="is_offline has 3 entries"):
+        rb.update_priority(
+            batch["index"], torch.ones(8), is_offline=torch.ones(3, dtype=torch.bool)
+        )
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        rb.update_priority(batch["index"], -torch.ones(8), is_offline=batch["is_offline"])
+    assert rb.online.sample(20, return_info=True)[1]["_weight"].unique().numel() == 1
+    online = ~batch["is_offline"]
+    priority = torch.where(online, batch["action"].double() - 990.0, 5.0)
+    rb.update_priority(
+        batch["index"],
+        priority,
+        generation=batch["index_generation"],
+        is_offline=batch["is_offline"],
+    )
+    after = rb.online.sample(200, return_info=True)[1]
+    # online rows updated to (id - 990); ids 1000..1019, so weights now differ
+    assert after["_weight"].unique().numel() > 1

@@ -15,6 +15,38 @@ if TYPE_CHECKING:
     from rbdata.buffers.replay import ReplayBuffer
 
 
+def check_priority_update(
+    index: torch.Tensor | int, priority: torch.Tensor | float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``index`` and ``priority`` as 1-D tensors of one length (a scalar priority expanded).
+
+    Raises:
+        ValueError: if a priority is negative, NaN or infinite, or the lengths differ.
+    """
+    index = torch.as_tensor(index)
+    if index.dtype != torch.long:
+        index = index.long()
+    if index.ndim != 1:
+        index = index.reshape(-1)
+    priority = torch.as_tensor(priority).detach()
+    if not priority.is_floating_point():
+        priority = priority.double()
+    if priority.ndim != 1:
+        priority = priority.reshape(-1)
+    if priority.numel() == 1 and index.numel() != 1:
+        priority = priority.expand(index.numel())
+    if priority.numel() != index.numel():
+        raise ValueError(
+            f"priority has {priority.numel()} entries, expected one per index ({index.numel()})."
+        )
+    if priority.numel():
+        low, high = torch.aminmax(priority)
+        if not (low.item() >= 0 and high.item() < float("inf")):
+            bad = priority[~torch.isfinite(priority) | (priority < 0)][:5].tolist()
+            raise ValueError(f"priorities must be finite and >= 0, got {bad}.")
+    return index, priority
+
+
 class _BufferUpdates:
     """Priority updates, conditional patches, ``set_``/``update_`` and queries."""
 
@@ -31,28 +63,7 @@ class _BufferUpdates:
             ValueError: if a priority is negative, NaN or infinite, or the lengths differ;
                 nothing changes then.
         """
-        index = torch.as_tensor(index)
-        if index.dtype != torch.long:
-            index = index.long()
-        if index.ndim != 1:
-            index = index.reshape(-1)
-        priority = torch.as_tensor(priority).detach()
-        if not priority.is_floating_point():
-            priority = priority.double()
-        if priority.ndim != 1:
-            priority = priority.reshape(-1)
-        if priority.numel() == 1 and index.numel() != 1:
-            priority = priority.expand(index.numel())
-        if priority.numel() != index.numel():
-            raise ValueError(
-                f"priority has {priority.numel()} entries, expected one per index "
-                f"({index.numel()})."
-            )
-        if priority.numel():
-            low, high = torch.aminmax(priority)
-            if not (low.item() >= 0 and high.item() < float("inf")):
-                bad = priority[~torch.isfinite(priority) | (priority < 0)][:5].tolist()
-                raise ValueError(f"priorities must be finite and >= 0, got {bad}.")
+        index, priority = check_priority_update(index, priority)
         with self._lock:
             if generation is not None and getattr(self.writer, "_generations", None) is not None:
                 live = self._writer.generation(index) == torch.as_tensor(generation).reshape(-1)

@@ -11,6 +11,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rbdata.buffers import ReplayBuffer
+from rbdata.mixture import SOURCE_KEY, OfflineToOnlineReplayBuffer
 from rbdata.policy_version import PolicyVersion
 from rbdata.samplers import PrioritizedSampler
 
@@ -163,10 +164,14 @@ class ReplayCallback(pl.Callback):
         priority = torch.as_tensor(priority).detach()
         if priority.numel() == index.numel():
             priority = priority.reshape(index.shape)
+        mixed = {}
+        if isinstance(self.buffer, OfflineToOnlineReplayBuffer):  # rows of two parts
+            mixed["is_offline"] = _lookup(batch, SOURCE_KEY).cpu()
         self.buffer.update_priority(
             index.cpu(),
             priority.cpu(),
             generation=None if generation is None else generation.cpu(),
+            **mixed,
         )
 
     def _read_version(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> int:
