@@ -31,8 +31,7 @@ Draw = tuple[torch.Tensor, dict[str, Any]]
 
 def merge_draws(offline: Draw | None, online: Draw | None) -> Draw:
     """One mixed draw from each part's ``(index, info)`` (either may be None)."""
-    parts = [(True, draw) for draw in (offline,) if draw is not None]
-    parts += [(False, draw) for draw in (online,) if draw is not None]
+    parts = [(flag, draw) for flag, draw in ((True, offline), (False, online)) if draw is not None]
     index = torch.cat([draw[0] for _, draw in parts])
     source = torch.cat(
         [torch.full(draw[0].shape[:1], flag, dtype=torch.bool) for flag, draw in parts]

@@ -363,8 +363,14 @@ class OfflineToOnlineReplayBuffer:
             self._batches_sampled += 1
         return merge_draws(offline, online)
 
-    def _fetch(self, index: torch.Tensor, info: dict[str, Any], **_: Any) -> TensorDictBase:
-        """Gather a mixed draw: each part gathers (and transforms) its own rows."""
+    def _fetch(
+        self, index: torch.Tensor, info: dict[str, Any], *, keep_info: bool | None = None
+    ) -> TensorDictBase:
+        """Gather a mixed draw: each part gathers (and transforms) its own rows.
+
+        Mixed batches always keep their info entries (``keep_info`` is accepted
+        for the buffer protocol and has no effect).
+        """
         batches = []
         for offline, (rows, rows_info) in split_draw(index, info):
             part = self._offline if offline else self._online

@@ -22,6 +22,18 @@ TESTS_DIR = Path(__file__).parent
 ADD_PER_STEP = 4
 
 
+def quiet_trainer(max_steps, callbacks):
+    """A CPU Trainer without logger, progress bar or model summary."""
+    return L.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        max_steps=max_steps,
+        callbacks=callbacks,
+    )
+
+
 def fit(root, max_steps, *, ckpt_path=None, every=3, callbacks=(), dm_kwargs=None, **ckpt_kwargs):
     """Train a TinyModule that adds ADD_PER_STEP items per step; return (model, dm, trainer)."""
     L.seed_everything(0, verbose=False)
@@ -30,14 +42,7 @@ def fit(root, max_steps, *, ckpt_path=None, every=3, callbacks=(), dm_kwargs=Non
     checkpoint = ModelCheckpoint(
         dirpath=root, every_n_train_steps=every, **{"save_top_k": -1, **ckpt_kwargs}
     )
-    trainer = L.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        max_steps=max_steps,
-        callbacks=[checkpoint, ReplayCallback(), *callbacks],
-    )
+    trainer = quiet_trainer(max_steps, [checkpoint, ReplayCallback(), *callbacks])
     trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
     return model, dm, trainer
 
@@ -123,25 +128,13 @@ def test_the_policy_version_is_restored(tmp_path):
     model = TinyModule()
     dm = datamodule()
     cb = ReplayCallback(policy_version=version)
-    trainer = L.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        max_steps=3,
-        callbacks=[ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3), cb, Bumps(version)],
+    trainer = quiet_trainer(
+        3, [ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3), cb, Bumps(version)]
     )
     trainer.fit(model, datamodule=dm)
     assert version() == 6
     fresh = PolicyVersion()
-    trainer = L.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        max_steps=3,
-        callbacks=[ReplayCallback(policy_version=fresh)],
-    )
+    trainer = quiet_trainer(3, [ReplayCallback(policy_version=fresh)])
     trainer.fit(TinyModule(), datamodule=datamodule(), ckpt_path=tmp_path / "epoch=0-step=3.ckpt")
     assert fresh() == 6
 
@@ -284,13 +277,9 @@ def fit_mixture(root, max_steps, ckpt_path=None):
     # prefetch=0: with priorities updated after every step, what a prefetch thread
     # draws ahead depends on timing, and an exact replay needs a fixed order
     dm = ReplayDataModule(mixture_buffer, batch_size=8, batches_per_epoch=5, prefetch=0, seed=3)
-    trainer = L.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        max_steps=max_steps,
-        callbacks=[
+    trainer = quiet_trainer(
+        max_steps,
+        [
             ModelCheckpoint(dirpath=root, every_n_train_steps=4, save_last=True),
             ReplayCallback(priority_key="td_error"),
         ],
