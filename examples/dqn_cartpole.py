@@ -147,7 +147,7 @@ class DQN(L.LightningModule):
             next_q = self.target(next_obs).gather(-1, best).squeeze(-1)
             not_done = (~batch["next", "terminated"].squeeze(-1)).float()
             target = batch["next", "reward"].squeeze(-1) + self.gamma * not_done * next_q
-        weight = batch["_weight"].float()
+        weight = batch["priority_weight"].float()
         loss = (weight * nn.functional.smooth_l1_loss(q, target, reduction="none")).mean()
         return {"loss": loss, "td_error": (q - target).detach().abs()}
 

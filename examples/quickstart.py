@@ -30,8 +30,9 @@ prb.extend(data)
 for _, batch in zip(range(200), prb, strict=False):  # learn, then re-prioritize what was sampled
     batch["td_error"] = batch["reward"].abs().squeeze(-1)  # stands in for a TD error
     prb.update_tensordict_priority(batch)
-batch = prb.sample()  # large errors come more often, "_weight" corrects
+batch = prb.sample()  # large errors come more often, "priority_weight" corrects
+weight = batch["priority_weight"]
 print(
     f"mean |reward| {batch['reward'].abs().mean():.2f} sampled, {data['reward'].abs().mean():.2f}"
-    f" overall; importance weights {batch['_weight'].min():.2f}..{batch['_weight'].max():.2f}"
+    f" overall; importance weights {weight.min():.2f}..{weight.max():.2f}"
 )

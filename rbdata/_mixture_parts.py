@@ -6,7 +6,7 @@ A mixed draw is one ``(index, info)`` pair, as a single buffer's is: the
 offline rows first, then the online rows; ``index`` and ``info["index"]``
 hold each row's index *in its own part*, ``info[SOURCE_KEY]`` (bool ``[B]``)
 tells the parts apart, and every other per-row info entry is concatenated,
-the part that lacks it filled with 0 (1 for ``"_weight"``). Such a draw can
+the part that lacks it filled with 0 (1 for ``"priority_weight"``). Such a draw can
 be kept (a ReplayDataset's pending batches, a checkpoint) and gathered later:
 :func:`split_draw` gives each part its own ``(index, info)`` back.
 """
@@ -24,7 +24,7 @@ from rbdata.buffers import INFO_KEYS
 SOURCE_KEY = "is_offline"
 """The batch entry (bool ``[B]``) that is True for the rows drawn from the offline data."""
 
-_FILL_ONES = frozenset({"_weight"})  # info entries a part lacks are filled with 1 (else 0)
+_FILL_ONES = frozenset({"priority_weight"})  # info entries a part lacks are filled with 1 (else 0)
 
 Draw = tuple[torch.Tensor, dict[str, Any]]
 

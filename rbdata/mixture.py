@@ -48,9 +48,9 @@ class OfflineToOnlineReplayBuffer:
     A batch is one TensorDict: the offline rows first, then the online rows,
     with an ``"is_offline"`` entry (bool ``[B]``) telling where each row comes
     from and ``"index"`` holding each row's index *in its own part*. Other
-    sample entries (``"index_generation"``, ``"_weight"``) are kept; where one
+    sample entries (``"index_generation"``, ``"priority_weight"``) are kept; where one
     part provides them and the other does not, the other's rows get 0 (``1``
-    for ``"_weight"``). Both parts must hold the same entries: ``extend`` and
+    for ``"priority_weight"``). Both parts must hold the same entries: ``extend`` and
     ``add`` check the online data against the offline layout (keys, shapes,
     dtypes) before anything is written.
 
@@ -293,7 +293,7 @@ class OfflineToOnlineReplayBuffer:
 
         Args:
             data: a TensorDict with the offline data's entries (extra
-                ``"index"``, ``"index_generation"``, ``"_weight"`` and
+                ``"index"``, ``"index_generation"``, ``"priority_weight"`` and
                 ``"is_offline"`` entries, as in a sampled batch, are dropped).
 
         Keyword Args:
@@ -330,7 +330,7 @@ class OfflineToOnlineReplayBuffer:
         Args:
             batch_size: the number of rows (default: the constructor's ``batch_size``).
             return_info: also return a dict with the batch's ``"index"``,
-                ``"is_offline"`` (and ``"index_generation"``/``"_weight"`` when present).
+                ``"is_offline"`` (and ``"index_generation"``/``"priority_weight"`` when present).
 
         Returns:
             A TensorDict of ``batch_size`` rows (fewer when the online sampler

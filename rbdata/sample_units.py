@@ -56,7 +56,7 @@ class Transition(SampleUnit):
     Examples:
         >>> import torch
         >>> from rbdata import Transition
-        >>> Transition().expand(torch.tensor([0, 5]), None, {"_weight": torch.ones(2)})[0]
+        >>> Transition().expand(torch.tensor([0, 5]), None, {"priority_weight": torch.ones(2)})[0]
         tensor([0, 5])
     """
 
@@ -85,7 +85,7 @@ class Sequence(SampleUnit):
     * ``"bootstrap_mask"``: True at the bootstrap positions
       (``j >= burn_in + length``).
 
-    Per-anchor info entries (e.g. ``"_weight"``) are repeated along ``T``.
+    Per-anchor info entries (e.g. ``"priority_weight"``) are repeated along ``T``.
     Trajectories come from ``traj_key`` ids or ``end_key`` flags, detected as
     in :class:`~rbdata.SliceSampler` when not given; they are kept
     incrementally from the writes the buffer reports (``extend``).

@@ -268,7 +268,7 @@ def test_prioritized_weights_and_generation_guarded_updates():
     )
     rb.extend(td(4))
     batch = rb.sample()
-    assert "_weight" in batch.keys() and "index_generation" in batch.keys()
+    assert "priority_weight" in batch.keys() and "index_generation" in batch.keys()
     rb.extend(td(2, start=10))  # rewrites slots 0 and 1
     batch.set("td_error", torch.full((4,), 5.0))
     rb.update_tensordict_priority(batch)
@@ -280,7 +280,7 @@ def test_prioritized_replay_buffer_info():
     rb = PrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(10))
     rb.extend(torch.arange(10))
     data, info = rb.sample(5, return_info=True)
-    assert data.shape == (5,) and set(info) >= {"index", "_weight"}
+    assert data.shape == (5,) and set(info) >= {"index", "priority_weight"}
     assert torch.equal(data, info["index"])
 
 
@@ -461,7 +461,7 @@ def test_policy_age_filter_with_prioritized_tensordict_buffer():
     version["v"] = 6  # now version 4 is stale too
     batch, info = rb.sample(return_info=True)
     assert (batch["policy_version"] >= 5).all()
-    assert batch["_weight"].shape == batch["index"].shape == (batch.shape[0],)
+    assert batch["priority_weight"].shape == batch["index"].shape == (batch.shape[0],)
     # the index still points at the rows that were kept
     assert torch.equal(rb.storage[:]["policy_version"][batch["index"]], batch["policy_version"])
     assert torch.equal(info["index"], batch["index"])

@@ -299,5 +299,5 @@ def test_an_offline_to_online_buffer_trains_and_resumes_exactly_under_lightning(
     assert [int(b[1].sum()) for b in full.batches] == [6, 6, 5, 5, 4, 4, 4, 3, 3]
     for dm in (full_dm, resumed_dm):
         online = dm.buffer.online
-        weights = online.sample(30, return_info=True)[1]["_weight"]
+        weights = online.sample(30, return_info=True)[1]["priority_weight"]
         assert weights.unique().numel() > 1  # not the uniform weights of untouched priorities

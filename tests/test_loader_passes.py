@@ -183,7 +183,7 @@ def test_random_and_prioritized_passes_never_end():
     ds.close()
     rb = td_buffer(5, sampler=PrioritizedSampler(100, alpha=0.7, beta=0.5))
     batches = list(itertools.islice(ReplayDataset(rb), 30))
-    assert len(batches) == 30 and "_weight" in batches[0].keys()
+    assert len(batches) == 30 and "priority_weight" in batches[0].keys()
 
 
 def test_empty_buffer_ends_the_pass_at_once():

@@ -205,14 +205,14 @@ def test_keys_are_kept_and_generations_and_weights_filled() -> None:
         ("next", "done"),
         "index",
         "index_generation",
-        "_weight",
+        "priority_weight",
         "is_offline",
     }
     off = batch["is_offline"]
     assert torch.equal(batch["index_generation"][off], torch.zeros(5, dtype=torch.long))
     assert bool((batch["index_generation"][~off] == 1).all())  # each online slot written once
-    assert torch.equal(batch["_weight"][off], torch.ones(5, dtype=batch["_weight"].dtype))
-    assert set(info) == {"index", "index_generation", "_weight", "is_offline"}
+    assert torch.equal(batch["priority_weight"][off], torch.ones(5, dtype=batch["priority_weight"].dtype))
+    assert set(info) == {"index", "index_generation", "priority_weight", "is_offline"}
     assert torch.equal(info["index"], batch["index"])
     _check_rows(batch)
 
@@ -475,7 +475,7 @@ def test_update_priority_routes_each_row_to_its_part_and_checks_first():
         online_writer=TensorDictRoundRobinWriter(track_generations=True),
     )
     batch = rb.sample()
-    before = rb.online.sample(20, return_info=True)[1]["_weight"]
+    before = rb.online.sample(20, return_info=True)[1]["priority_weight"]
     assert before.unique().numel() == 1  # untouched priorities: uniform weights
     with pytest.raises(ValueError, match="is_offline"):
         rb.update_priority(batch["index"], torch.ones(8))
@@ -485,7 +485,7 @@ def test_update_priority_routes_each_row_to_its_part_and_checks_first():
         )
     with pytest.raises(ValueError, match="finite and >= 0"):
         rb.update_priority(batch["index"], -torch.ones(8), is_offline=batch["is_offline"])
-    assert rb.online.sample(20, return_info=True)[1]["_weight"].unique().numel() == 1
+    assert rb.online.sample(20, return_info=True)[1]["priority_weight"].unique().numel() == 1
     online = ~batch["is_offline"]
     priority = torch.where(online, batch["action"].double() - 990.0, 5.0)
     rb.update_priority(
@@ -496,4 +496,4 @@ def test_update_priority_routes_each_row_to_its_part_and_checks_first():
     )
     after = rb.online.sample(200, return_info=True)[1]
     # online rows updated to (id - 990); ids 1000..1019, so weights now differ
-    assert after["_weight"].unique().numel() > 1
+    assert after["priority_weight"].unique().numel() > 1

@@ -35,7 +35,7 @@ def make_storage(capacity: int, unit, *chunks: torch.Tensor, done=None):
 
 def test_transition_returns_its_input():
     anchors = torch.tensor([4, 0, 4])
-    info = {"_weight": torch.ones(3)}
+    info = {"priority_weight": torch.ones(3)}
     index, out = Transition().expand(anchors, None, info)
     assert index is anchors and out is info
 
@@ -101,9 +101,9 @@ def test_sequence_spans_the_wrap_point():
 def test_sequence_broadcasts_per_anchor_info():
     unit = Sequence(2, bootstrap=1)
     storage, _ = make_storage(20, unit, torch.zeros(10, dtype=torch.long))
-    info = {"_weight": torch.tensor([0.5, 2.0]), "note": "kept", "scalar": torch.tensor(1.0)}
+    info = {"priority_weight": torch.tensor([0.5, 2.0]), "note": "kept", "scalar": torch.tensor(1.0)}
     _, out = unit.expand(torch.tensor([1, 4]), storage, info)
-    assert torch.equal(out["_weight"], torch.tensor([[0.5] * 3, [2.0] * 3]))
+    assert torch.equal(out["priority_weight"], torch.tensor([[0.5] * 3, [2.0] * 3]))
     assert out["note"] == "kept" and out["scalar"].shape == ()
 
 

@@ -244,8 +244,8 @@ def test_prioritized_frequencies_and_weights():
     for _ in range(40):
         index, info = sampler.sample(Slots(5), 250)
         counts += torch.bincount(index, minlength=5)
-        torch.testing.assert_close(info["_weight"].double(), expected_w[index], rtol=1e-5, atol=0)
-        assert info["_weight"].dtype == torch.float
+        torch.testing.assert_close(info["priority_weight"].double(), expected_w[index], rtol=1e-5, atol=0)
+        assert info["priority_weight"].dtype == torch.float
     torch.testing.assert_close(counts / counts.sum(), (p / p.sum()).float(), atol=0.01, rtol=0)
     sampler.update_priority(torch.tensor([0]), torch.tensor([1000.0]))
     index = torch.cat([sampler.sample(Slots(5), 250)[0] for _ in range(8)])
@@ -344,7 +344,7 @@ def test_prioritized_consume_zeroes_and_rewrite_restores():
     sampler = _prioritized([1.0, 2.0, 3.0, 4.0], alpha=1.0, eps=0.0)
     sampler.set_consume_after_n(1)
     index, info = sampler.sample(Slots(4), 2)
-    assert index.unique().numel() == 2 and info["_weight"].shape == (2,)
+    assert index.unique().numel() == 2 and info["priority_weight"].shape == (2,)
     assert sampler._tree.leaves[index].tolist() == [0.0, 0.0]
     sampler.update_priority(index, torch.tensor([10.0, 10.0]))
     assert sampler._tree.leaves[index].tolist() == [0.0, 0.0]
@@ -427,6 +427,6 @@ def test_prioritized_sample_weights_and_update_on_a_two_level_tree():
     share = torch.isin(index, hot).float().mean()
     expected = hot.numel() * 1e5 / (hot.numel() * 1e5 + n - hot.numel())  # 0.5
     assert abs(float(share) - expected) < 0.05
-    torch.testing.assert_close(info["_weight"], 1 / sampler._tree.leaves[index])
+    torch.testing.assert_close(info["priority_weight"], 1 / sampler._tree.leaves[index])
     sampler._update_priority_validated(index, torch.zeros(index.numel()))
     assert not bool(torch.isin(sampler.sample(Slots(n), 4096)[0], index).any())

@@ -498,7 +498,7 @@ def test_prioritized_slice_frequencies_follow_priorities():
         index, info = sampler.sample(ring.storage, 4 * 500)
         check_slices(ring, index, 4)
         counts += torch.bincount(index.view(-1, 4)[:, 0], minlength=100)
-        start_weight = info["_weight"].view(-1, 4)
+        start_weight = info["priority_weight"].view(-1, 4)
         assert (start_weight == start_weight[:, :1]).all()
     assert counts[~valid].sum() == 0
     assert 0.5 * (counts / counts.sum() - expected).abs().sum() < 0.04
@@ -516,7 +516,7 @@ def test_prioritized_slice_weights_and_masked_updates():
     index, info = sampler.sample(ring.storage, 3 * 400)
     starts = index.view(-1, 3)[:, 0]
     assert set(starts.tolist()) == {0, 1, 2, 5, 6, 7}
-    weight = info["_weight"].view(-1, 3)
+    weight = info["priority_weight"].view(-1, 3)
     assert (weight == weight[:, :1]).all()
     assert torch.allclose(weight[starts == 2, 0], torch.tensor(1 / 3.0))
     assert torch.allclose(weight[starts != 2, 0], torch.tensor(1.0))

@@ -10,7 +10,7 @@ from tensordict import TensorDictBase
 from torch.utils._pytree import tree_map
 from torch.utils.data._utils.collate import default_collate
 
-INFO_KEYS = ("index", "index_generation", "_weight")
+INFO_KEYS = ("index", "index_generation", "priority_weight")
 
 
 def _build(obj: Any, kind: type, default: Callable[[], Any], argname: str) -> Any:

@@ -63,7 +63,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
 
 
 class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
-    """A prioritized buffer of TensorDicts; samples carry ``index`` and ``_weight``.
+    """A prioritized buffer of TensorDicts; samples carry ``index`` and ``priority_weight``.
 
     Keyword Args:
         alpha: the priority exponent.
@@ -82,7 +82,7 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         ...     storage=LazyTensorStorage(10), batch_size=4)
         >>> _ = rb.extend(TensorDict({"obs": torch.zeros(10, 3)}, [10]))
         >>> batch = rb.sample()
-        >>> batch.set("td_error", torch.rand(4)).get("_weight").shape
+        >>> batch.set("td_error", torch.rand(4)).get("priority_weight").shape
         torch.Size([4])
         >>> rb.update_tensordict_priority(batch)
     """

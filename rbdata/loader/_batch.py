@@ -132,7 +132,7 @@ def as_replay_batch(data: Any, info: Mapping[str, Any]) -> Any:
 
     Args:
         data: the gathered (and transformed) batch.
-        info: the sampling info (``index``, ``index_generation``, ``_weight``...).
+        info: the sampling info (``index``, ``index_generation``, ``priority_weight``...).
 
     Returns:
         A ReplayBatch, or a dict of the entries.

@@ -29,7 +29,7 @@ class ReplayDataset(IterableDataset):
     torchdata's ``StatefulDataLoader`` (``ds.dataloader(**kwargs)`` builds
     one), or iterate it directly. Each batch is a
     :class:`~rbdata.loader.ReplayBatch` (a TensorDict) holding ``index`` and,
-    when the writer tracks them, ``index_generation`` (``_weight`` for
+    when the writer tracks them, ``index_generation`` (``priority_weight`` for
     prioritized buffers); it survives torch's default conversion.
 
     **Passes.** With ``num_batches`` a pass yields exactly that many batches

@@ -15,7 +15,7 @@ class Sampler(abc.ABC):
 
     A sampler picks the slots a batch reads: ``sample(storage, batch_size)``
     returns ``(index, info)`` where ``index`` is a 1-D LongTensor of slots and
-    ``info`` a dict of per-item tensors (e.g. ``"_weight"``). The buffer tells
+    ``info`` a dict of per-item tensors (e.g. ``"priority_weight"``). The buffer tells
     the sampler about writes (``extend`` / ``add``), hands it a random
     generator (``set_rng``; None means torch's global RNG) and, for
     consume-after-n, the number of returns after which an item leaves the

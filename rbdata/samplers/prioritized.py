@@ -35,7 +35,7 @@ def _checked_values(priority: torch.Tensor) -> tuple[np.ndarray, float, float]:
 class PrioritizedSampler(Sampler):
     """Prioritized sampling: item ``i`` is drawn with probability ``p_i**alpha / sum_j p_j**alpha``.
 
-    The sample's info holds ``"_weight"``, the importance-sampling weights
+    The sample's info holds ``"priority_weight"``, the importance-sampling weights
     ``(N * P(i)) ** -beta`` divided by their maximum over the whole buffer,
     i.e. ``(P(i) / P_min) ** -beta``. New (and rewritten) items get the
     current maximum priority (1.0 at first). ``update_priority`` stores
@@ -69,7 +69,7 @@ class PrioritizedSampler(Sampler):
         >>> index, info = sampler.sample(Slots(), 8)
         >>> sorted(set(index.tolist())) in ([2, 3], [3])
         True
-        >>> info["_weight"].shape
+        >>> info["priority_weight"].shape
         torch.Size([8])
     """
 
@@ -264,7 +264,7 @@ class PrioritizedSampler(Sampler):
 
     # ------------------------------------------------------------ sampling
     def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Draw slots proportionally to their priority; ``info["_weight"]`` holds IS weights."""
+        """Draw slots proportionally to their priority (IS weights in ``"priority_weight"``)."""
         self._check_batch_size(batch_size)
         self._check_storage(storage)
         live = self._live_set(storage)
@@ -281,7 +281,7 @@ class PrioritizedSampler(Sampler):
         if live is not None:
             done = live.consume(index)
             self._tree.update(done, torch.zeros(done.shape, dtype=self.dtype))
-        return index, {"_weight": torch.from_numpy(weight)}
+        return index, {"priority_weight": torch.from_numpy(weight)}
 
     def _sample_distinct(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw up to ``k`` distinct slots, removing drawn ones from the tree between rounds."""

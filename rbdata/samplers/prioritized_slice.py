@@ -18,7 +18,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
     Every transition has a priority (new ones get the current maximum); only
     transitions that can start a slice (see :class:`SliceSampler`: far enough
     from their trajectory's end, unless ``span`` lets slices be truncated on
-    the right) have a non-zero probability. The info holds ``"_weight"``, the
+    the right) have a non-zero probability. The info holds ``"priority_weight"``, the
     importance-sampling weight of each slice's start repeated over its
     transitions, and the slice markers of :class:`SliceSampler`.
     ``update_priority(index, priority)`` sets per-transition priorities
@@ -202,7 +202,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
 
     # ------------------------------------------------------------ sampling
     def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Draw slices whose starts follow the priorities; ``info["_weight"]`` per transition."""
+        """Draw slices whose starts follow the priorities (``"priority_weight"`` per step)."""
         num_slices, slice_len = self._shape(batch_size)
         self._check_storage(storage)
         self._sync(storage)
@@ -215,10 +215,10 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         starts = self._index.slots_to_v(slots)
         if self.strict_length and self._index.weight.right == 0:
             index, info = self._gather(storage, starts.view(-1, 1), None, slice_len)
-            info["_weight"] = weight.repeat_interleave(slice_len)
+            info["priority_weight"] = weight.repeat_interleave(slice_len)
         else:
             index, info = self._clip(storage, starts, self._index.locate(starts), slice_len)
-            info["_weight"] = weight.index_select(0, info["slice_id"])
+            info["priority_weight"] = weight.index_select(0, info["slice_id"])
         return index, info
 
     # ------------------------------------------------------------ state
