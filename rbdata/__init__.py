@@ -57,7 +57,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "ReplayCallback": ("rbdata.lightning", "lightning"),
     "load_offline_data": ("rbdata.datasets", None),
     "load_d4rl_hdf5": ("rbdata.datasets", "hdf5"),
-    "OfflineToOnlineReplayBuffer": ("rbdata.mixture", None),
+    "OfflineToOnlineReplayBuffer": ("rbdata.buffers.offline_to_online", None),
 }
 
 
