@@ -10,6 +10,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rbdata.checkpoint import MANIFEST, read_dump
 from rbdata.datasets.hdf5 import load_d4rl_hdf5
+from rbdata.datasets.minari import MAIN_DATA, METADATA, datasets_root, load_minari
 from rbdata.storages import LazyTensorStorage
 
 __all__ = ["load_offline_data"]
@@ -31,7 +32,9 @@ def load_offline_data(
     - a memory-mapped TensorDict directory (``TensorDict.memmap(path)``, a
       ``meta.json`` at its root): loaded with ``TensorDict.load_memmap``, still
       memory-mapped;
-    - a D4RL-style ``.hdf5`` / ``.h5`` file: see :func:`load_d4rl_hdf5`.
+    - a D4RL-style ``.hdf5`` / ``.h5`` file: see :func:`load_d4rl_hdf5`;
+    - a local Minari dataset: its directory or its ``data/`` directory, or a
+      dataset id found under ``$MINARI_DATASETS_PATH``: see :func:`load_minari`.
 
     Args:
         source: the data or where it is.
@@ -59,11 +62,12 @@ def load_offline_data(
     if isinstance(source, TensorDictBase):
         data = source
     elif isinstance(source, (str, os.PathLike)):
-        data = _load_path(Path(source), progress)
+        data = _load_path(source, progress)
     else:
         raise TypeError(
             "offline data must be a TensorDict or a path (dumps directory, memmap TensorDict "
-            f"directory, .hdf5/.h5 file), got {type(source).__name__}."
+            "directory, .hdf5/.h5 file, Minari dataset directory or id), got "
+            f"{type(source).__name__}."
         )
     if not data.batch_dims:
         raise ValueError(
@@ -73,7 +77,8 @@ def load_offline_data(
     return data
 
 
-def _load_path(path: Path, progress: bool) -> TensorDictBase:
+def _load_path(source: str | os.PathLike, progress: bool) -> TensorDictBase:
+    path = Path(source)
     if path.is_file():
         if path.suffix.lower() in _HDF5_SUFFIXES:
             return load_d4rl_hdf5(path, progress=progress)
@@ -86,11 +91,27 @@ def _load_path(path: Path, progress: bool) -> TensorDictBase:
             return _read_dump_items(path)
         if (path / _MEMMAP_META).is_file():
             return TensorDict.load_memmap(path)
+        if _is_minari_dir(path):
+            return load_minari(path, progress=progress)
         raise ValueError(
             f"offline data directory {str(path)!r} is neither a replay-buffer dump (no "
-            f"{MANIFEST}) nor a memory-mapped TensorDict (no {_MEMMAP_META})."
+            f"{MANIFEST}), a memory-mapped TensorDict (no {_MEMMAP_META}) nor a Minari dataset "
+            f"(no {METADATA} and {MAIN_DATA} in it or in its data/ directory)."
         )
-    raise FileNotFoundError(f"offline data path {str(path)!r} does not exist.")
+    if isinstance(source, str) and _is_minari_dir(datasets_root() / source):
+        return load_minari(source, progress=progress)
+    raise FileNotFoundError(
+        f"offline data path {str(path)!r} does not exist (nor is it a Minari dataset id under "
+        f"{str(datasets_root())!r})."
+    )
+
+
+def _is_minari_dir(path: Path) -> bool:
+    """A Minari dataset's directory or its ``data/`` directory."""
+    return any(
+        (data / METADATA).is_file() and (data / MAIN_DATA).is_file()
+        for data in (path, path / "data")
+    )
 
 
 def _read_dump_items(path: Path) -> TensorDictBase:
