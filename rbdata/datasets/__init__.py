@@ -6,6 +6,13 @@ Reading HDF5 files (D4RL-style or Minari) needs h5py (the ``hdf5`` or
 
 from rbdata.datasets.hdf5 import load_d4rl_hdf5
 from rbdata.datasets.minari import MinariReader, load_minari, minari_data_dir
-from rbdata.datasets.offline import load_offline_data
+from rbdata.datasets.offline import load_offline_data, offline_data_format
 
-__all__ = ["MinariReader", "load_d4rl_hdf5", "load_minari", "load_offline_data", "minari_data_dir"]
+__all__ = [
+    "MinariReader",
+    "load_d4rl_hdf5",
+    "load_minari",
+    "load_offline_data",
+    "minari_data_dir",
+    "offline_data_format",
+]

@@ -104,6 +104,26 @@ def datasets_root() -> Path:
     return Path(os.environ.get(DATASETS_ENV) or DEFAULT_ROOT).expanduser()
 
 
+def is_minari_dataset(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a Minari dataset's directory or its ``data/`` directory.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from rbdata.datasets.minari import is_minari_dataset
+        >>> data = Path(tempfile.mkdtemp(), "data")
+        >>> data.mkdir()
+        >>> for name in ("metadata.json", "main_data.hdf5"):
+        ...     (data / name).touch()
+        >>> is_minari_dataset(data.parent), is_minari_dataset(data), is_minari_dataset("/")
+        (True, True, False)
+    """
+    return any(
+        (data / METADATA).is_file() and (data / MAIN_DATA).is_file()
+        for data in (Path(path), Path(path) / "data")
+    )
+
+
 class MinariReader:
     """A local Minari dataset opened for reading in the TED layout.
 
