@@ -44,6 +44,7 @@ def write_minari(dst: Path, chunks: Iterator[TensorDictBase], max_rows: int) -> 
         for chunk in chunks:
             if storage is None:
                 dropped = _check_layout(chunk)
+                (tmp / "data").mkdir(parents=True)
                 storage = MinariStorage.new(
                     tmp / "data",
                     observation_space=_space(chunk["observation"]),

@@ -24,6 +24,7 @@ from rbdata.datasets import offline_data_format
 __all__ = ["add_parser", "convert", "run"]
 
 _CHUNK_BYTES = 64 << 20
+_PROGRESS_DELAY_S = 0.5  # a progress bar appears only for conversions that take longer
 _HDF5_SUFFIXES = (".hdf5", ".h5")
 
 
@@ -94,7 +95,11 @@ def convert(
     n = len(source)
     rows = chunk_rows or max(1, _CHUNK_BYTES // max(1, source.row_bytes))
     with tqdm(
-        total=n, unit="steps", desc=f"converting {Path(src).name}", disable=not progress
+        total=n,
+        unit="steps",
+        desc=f"converting {Path(src).name}",
+        disable=not progress,
+        delay=_PROGRESS_DELAY_S,
     ) as bar:
         chunks = _counted(source, rows, bar)
         if dst_format == "minari":
