@@ -8,6 +8,7 @@ nested keys); images are stored raw, not JPEG-encoded, so nothing is lost.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from tensordict import TensorDictBase
 from rbdata.cli._sinks import replacing
 from rbdata.datasets.minari import datasets_root
 
+_DATASET_ID = re.compile(r"([\w.-]+/)*[\w.-]+-v\d+")  # minari's [namespace/]name-v<version>
 _WRITTEN = {
     ("observation",),
     ("action",),
@@ -166,19 +168,15 @@ def _check_layout(chunk: TensorDictBase) -> list[str]:
 
 def _dataset_id(dst: Path) -> str:
     """The id a dataset at ``dst`` has: its path under the datasets root, else its name."""
-    from minari.dataset.minari_dataset import parse_dataset_id
-
     try:
         dataset_id = dst.resolve().relative_to(datasets_root().resolve()).as_posix()
     except ValueError:
         dataset_id = dst.name
-    try:
-        parse_dataset_id(dataset_id)
-    except ValueError as err:
+    if not _DATASET_ID.fullmatch(dataset_id):
         raise ValueError(
             f"a Minari dataset's id must read [namespace/]name-v<version>, e.g. "
             f"'cartpole-converted-v0'; {str(dst)!r} gives {dataset_id!r}."
-        ) from err
+        )
     return dataset_id
 
 

@@ -88,7 +88,7 @@ def write_d4rl(dst: Path, chunks: Chunks, n: int) -> list[str]:
 
 def _d4rl_datasets(f: object, chunk: TensorDictBase, n: int) -> list[str]:
     """Create the file's datasets from the first chunk's layout; the keys left out."""
-    keys = set(chunk.keys(include_nested=True, leaves_only=True))
+    keys = {_as_tuple(k) for k in chunk.keys(include_nested=True, leaves_only=True)}
     for name, key in D4RL_FIELDS.items():
         if key in keys:
             value = chunk[key]
@@ -102,7 +102,7 @@ def _d4rl_datasets(f: object, chunk: TensorDictBase, n: int) -> list[str]:
                 + "."
             )
     written = set(D4RL_FIELDS.values()) | {("next", "done")}
-    return sorted(".".join(_as_tuple(k)) for k in keys if _as_tuple(k) not in written)
+    return sorted(".".join(k) for k in keys - written)
 
 
 def write_dump(dst: Path, chunks: Chunks, n: int) -> list[str]:
