@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
 import importlib.util
+import sys
 import tempfile
 import threading
 import time
@@ -63,6 +63,9 @@ from rbdata import (
     load_offline_data,
 )
 from rbdata.loader import SampleToInsertRatio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helpers beside this script
+from learning_curve import Curve  # noqa: E402
 
 ENV_ID = "CartPole-v1"
 OFFLINE_VERSION = -1  # policy_version stamped on the offline data (not made by the learner)
@@ -350,63 +353,6 @@ class Logger:
         print(f"[{self.elapsed():6.1f}s] {msg}", flush=True)
 
 
-class Curve:
-    """The learning curve: one row per progress point, saved as CSV and drawn as PNG."""
-
-    FIELDS = ("update", "phase", "eval_return", "collector_return", "offline_share", "loss")
-
-    def __init__(self) -> None:
-        self.rows: list[dict[str, Any]] = []
-
-    def add(self, **row: Any) -> None:
-        self.rows.append({field: row.get(field, float("nan")) for field in self.FIELDS})
-
-    def write_csv(self, path: Path) -> None:
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self.FIELDS)
-            writer.writeheader()
-            writer.writerows(self.rows)
-
-    def plot(self, path: Path, title: str) -> bool:
-        """Return and offline share against updates; False when matplotlib is missing."""
-        try:
-            from matplotlib.figure import Figure
-        except ImportError:
-            return False
-        fig = Figure(figsize=(8, 5.5))
-        top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(2, 1))
-        updates = [r["update"] for r in self.rows]
-        top.plot(updates, [r["eval_return"] for r in self.rows], "o-", label="greedy eval return")
-        online = [r for r in self.rows if r["phase"] == "online"]
-        top.plot(
-            [r["update"] for r in online],
-            [r["collector_return"] for r in online],
-            "s--",
-            label="collector return (last 10 episodes)",
-        )
-        top.set_ylabel("return")
-        top.legend(loc="best")
-        bottom.plot(updates, [r["offline_share"] for r in self.rows], "o-", color="#d9822b")
-        bottom.set_ylabel("offline share")
-        bottom.set_ylim(0, 1.05)
-        bottom.set_xlabel("learner updates")
-        offline_end = max(r["update"] for r in self.rows if r["phase"] == "offline")
-        for ax in (top, bottom):
-            ax.axvline(offline_end, color="gray", linestyle=":", linewidth=1)
-        top.annotate(
-            "fine-tuning starts",
-            (offline_end, 0),
-            xytext=(4, 4),
-            textcoords="offset points",
-            xycoords=("data", "axes fraction"),
-            fontsize=8,
-        )
-        top.set_title(title)
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        return True
-
-
 class PretrainSteps:
     """After each offline update: evaluate and record a point four times per phase."""
 
@@ -568,11 +514,9 @@ def finetune(
 
 def lightning_phases() -> Any:
     """The Lightning versions of steps 2 and 3 (offline_to_online_lightning.py beside this)."""
-    path = Path(__file__).with_name("offline_to_online_lightning.py")
-    spec = importlib.util.spec_from_file_location("offline_to_online_lightning", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    import offline_to_online_lightning
+
+    return offline_to_online_lightning
 
 
 def _main(args: argparse.Namespace) -> dict[str, Any]:
