@@ -9,7 +9,9 @@ import numpy as np
 import torch
 
 
-def draw_histograms(series: dict[str, torch.Tensor], out: str | os.PathLike, *, title: str) -> None:
+def draw_histograms(
+    series: dict[str, torch.Tensor], out: str | os.PathLike[str], *, title: str
+) -> None:
     """Save one histogram per series side by side in the image file ``out``.
 
     A series the dump lacks is not drawn; with none at all, the figure says so.

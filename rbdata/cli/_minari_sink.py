@@ -82,7 +82,7 @@ class _Episodes:
         for end in ends.tolist():
             if end >= 0:
                 self._open.append(chunk[start : end + 1])
-            done.append(_episode_buffer(torch.cat(self._open)) if self._open else None)
+            done.append(_episode_buffer(_concat(self._open)) if self._open else None)
             self._open, start = [], end + 1
         if start < chunk.shape[0]:
             self._open.append(chunk[start:])
@@ -90,9 +90,14 @@ class _Episodes:
 
     def finish(self) -> list[Any]:
         """The last, unfinished episode, if any."""
-        rest = [_episode_buffer(torch.cat(self._open))] if self._open else []
+        rest = [_episode_buffer(_concat(self._open))] if self._open else []
         self._open = []
         return rest
+
+
+def _concat(parts: list[TensorDictBase]) -> TensorDictBase:
+    out: TensorDictBase = torch.cat(parts)  # type: ignore[arg-type,assignment]
+    return out
 
 
 def _ends(chunk: TensorDictBase) -> torch.Tensor:
@@ -108,7 +113,8 @@ def _ends(chunk: TensorDictBase) -> torch.Tensor:
     if "episode" in keys:
         ids = chunk["episode"].reshape(n)
         end[:-1] |= ids[1:] != ids[:-1]
-    return end.nonzero().squeeze(-1)
+    rows: torch.Tensor = end.nonzero().squeeze(-1)
+    return rows
 
 
 def _episode_buffer(rows: TensorDictBase) -> Any:

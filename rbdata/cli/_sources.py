@@ -56,7 +56,7 @@ class _TensorDictSource:
 
     @property
     def row_bytes(self) -> int:
-        return sum(t[:1].numel() * t.element_size() for t in self._data.values(True, True))
+        return int(self._data[:1].bytes())
 
     def chunks(self, max_rows: int) -> Iterator[TensorDictBase]:
         for start in range(0, len(self), max_rows):
@@ -69,7 +69,7 @@ class _D4RLSource:
     def __init__(self, path: Path) -> None:
         self._path = path
         head = load_d4rl_hdf5(path, progress=False, rows=slice(0, 1))  # checks the layout
-        self.row_bytes = sum(t.numel() * t.element_size() for t in head.values(True, True))
+        self.row_bytes = int(head.bytes())
         import h5py
 
         with h5py.File(path, "r") as f:

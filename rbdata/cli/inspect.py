@@ -39,7 +39,7 @@ def add_parser(sub: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def summarize(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def summarize(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """A dump's summary (JSON-able) and the series its histograms are drawn from.
 
     Args:
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _items(path: str | os.PathLike) -> TensorDictBase | None:
+def _items(path: str | os.PathLike[str]) -> TensorDictBase | None:
     """The dump's items oldest first, or None when they are not TensorDicts in a 1-D storage."""
     try:
         return load_offline_data(path, progress=False)
@@ -140,9 +140,13 @@ def _trajectory_lengths(items: TensorDictBase) -> torch.Tensor | None:
     if ("next", "done") in keys:
         done = items["next", "done"].reshape(items.shape[0], -1).any(-1)
         ends = done.nonzero().squeeze(-1)
-        return torch.diff(ends, prepend=torch.tensor([-1])) if ends.numel() else None
+        lengths: torch.Tensor = torch.diff(ends, prepend=torch.tensor([-1]))
+        return lengths if ends.numel() else None
     if "episode" in keys:
-        return torch.unique_consecutive(items["episode"].reshape(-1), return_counts=True)[1]
+        counts: torch.Tensor = torch.unique_consecutive(
+            items["episode"].reshape(-1), return_counts=True
+        )[1]
+        return counts
     return None
 
 

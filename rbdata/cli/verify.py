@@ -25,7 +25,7 @@ def add_parser(sub: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def check_dump(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
+def check_dump(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[str]]:
     """A dump's manifest and its entries shorter than the manifest's length (none: sound).
 
     Raises:

@@ -46,7 +46,7 @@ class Leaf:
 def read_metadata(path: Path) -> dict[str, Any]:
     """``metadata.json``, checked for the HDF5 format and the serialized spaces."""
     try:
-        metadata = json.loads(path.read_text())
+        metadata: Any = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise ValueError(f"{str(path)!r} is not valid JSON: {err}.") from err
     if not isinstance(metadata, dict):
@@ -60,7 +60,8 @@ def read_metadata(path: Path) -> dict[str, Any]:
     for field in ("observation_space", "action_space"):
         if field not in metadata:
             raise KeyError(f"{str(path)!r} has no {field!r}; rbdata needs the serialized spaces.")
-    return metadata
+    checked: dict[str, Any] = metadata
+    return checked
 
 
 def episode_ids(f: Any, metadata: dict[str, Any], file: Path) -> list[int]:
@@ -80,8 +81,10 @@ def episode_ids(f: Any, metadata: dict[str, Any], file: Path) -> list[int]:
 
 
 def _space(metadata: dict[str, Any], field: str) -> dict[str, Any]:
-    space = metadata[field]
-    return json.loads(space) if isinstance(space, str) else space
+    space: dict[str, Any] = (
+        json.loads(metadata[field]) if isinstance(metadata[field], str) else metadata[field]
+    )
+    return space
 
 
 def layout(group: Any, metadata: dict[str, Any], file: Path) -> list[Leaf]:

@@ -45,7 +45,7 @@ _PROGRESS_DELAY_S = 0.5  # a progress bar appears only for loads that take longe
 S = TypeVar("S", bound=Storage)
 
 
-def minari_data_dir(dataset_id_or_path: str | os.PathLike) -> Path:
+def minari_data_dir(dataset_id_or_path: str | os.PathLike[str]) -> Path:
     """Find a local Minari dataset's ``data/`` directory (nothing is downloaded).
 
     Args:
@@ -104,7 +104,7 @@ def datasets_root() -> Path:
     return Path(os.environ.get(DATASETS_ENV) or DEFAULT_ROOT).expanduser()
 
 
-def is_minari_dataset(path: str | os.PathLike) -> bool:
+def is_minari_dataset(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a Minari dataset's directory or its ``data/`` directory.
 
     Examples:
@@ -165,7 +165,7 @@ class MinariReader:
         [2, 1]
     """
 
-    def __init__(self, dataset_id_or_path: str | os.PathLike) -> None:
+    def __init__(self, dataset_id_or_path: str | os.PathLike[str]) -> None:
         h5py = _import_h5py()
         self.path = minari_data_dir(dataset_id_or_path)
         for name in (METADATA, MAIN_DATA):
@@ -230,10 +230,14 @@ class MinariReader:
     ) -> TensorDictBase | Storage:
         """Read every transition into memory or into ``storage`` (see :func:`load_minari`)."""
         n = len(self)
-        target = storage(n) if callable(storage) and not isinstance(storage, Storage) else storage
-        if target is not None:
+        out: TensorDictBase | Storage
+        if storage is None:
+            out = _empty_ted(self._leaves, n)
+            write: Callable[[slice, TensorDictBase], None] = out.__setitem__
+        else:
+            target = storage if isinstance(storage, Storage) else storage(n)
             _check_storage(target, n)
-        out = None if target is not None else _empty_ted(self._leaves, n)
+            out, write = target, target.set
         with tqdm(
             total=n,
             unit="steps",
@@ -244,13 +248,10 @@ class MinariReader:
             start = 0
             for chunk in self.chunks():
                 stop = start + chunk.shape[0]
-                if out is not None:
-                    out[start:stop] = chunk
-                else:
-                    target.set(slice(start, stop), chunk)
+                write(slice(start, stop), chunk)
                 bar.update(stop - start)
                 start = stop
-        return out if out is not None else target
+        return out
 
     def _read_pieces(self, f: Any, pieces: list[tuple[int, int, int]]) -> TensorDict:
         columns: dict[Key, list[np.ndarray]] = {}
@@ -275,18 +276,21 @@ class MinariReader:
 
 @overload
 def load_minari(
-    dataset_id_or_path: str | os.PathLike, *, storage: None = None, progress: bool = True
+    dataset_id_or_path: str | os.PathLike[str], *, storage: None = None, progress: bool = True
 ) -> TensorDictBase: ...
 
 
 @overload
 def load_minari(
-    dataset_id_or_path: str | os.PathLike, *, storage: S | Callable[[int], S], progress: bool = True
+    dataset_id_or_path: str | os.PathLike[str],
+    *,
+    storage: S | Callable[[int], S],
+    progress: bool = True,
 ) -> S: ...
 
 
 def load_minari(
-    dataset_id_or_path: str | os.PathLike,
+    dataset_id_or_path: str | os.PathLike[str],
     *,
     storage: Storage | Callable[[int], Storage] | None = None,
     progress: bool = True,

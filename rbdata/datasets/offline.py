@@ -26,7 +26,7 @@ _MEMMAP_META = "meta.json"  # written by TensorDict.memmap() at the root of its 
 
 
 def load_offline_data(
-    source: TensorDictBase | str | os.PathLike, *, progress: bool = True
+    source: TensorDictBase | str | os.PathLike[str], *, progress: bool = True
 ) -> TensorDictBase:
     """Load offline experience as a TensorDict whose first dimension indexes items.
 
@@ -83,7 +83,7 @@ def load_offline_data(
     return data
 
 
-def offline_data_format(path: str | os.PathLike) -> str:
+def offline_data_format(path: str | os.PathLike[str]) -> str:
     """Which kind of offline data is at ``path``, the reader :func:`load_offline_data` uses.
 
     ``"d4rl"``, ``"dumps"``, ``"memmap"`` or ``"minari"``; ``path`` may also be
@@ -131,14 +131,14 @@ def offline_data_format(path: str | os.PathLike) -> str:
     )
 
 
-def _load_path(path: str | os.PathLike, progress: bool) -> TensorDictBase:
+def _load_path(path: str | os.PathLike[str], progress: bool) -> TensorDictBase:
     kind = offline_data_format(path)
     if kind == "d4rl":
         return load_d4rl_hdf5(path, progress=progress)
     if kind == "dumps":
         return _read_dump_items(Path(path))
     if kind == "memmap":
-        return TensorDict.load_memmap(path)
+        return TensorDict.load_memmap(Path(path))
     return load_minari(path, progress=progress)
 
 
