@@ -441,7 +441,7 @@ def test_cli_inspect_and_verify(tmp_path, capsys):
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
     rb.extend(td(4))
     rb.dumps(tmp_path / "d")
-    assert main(["inspect", str(tmp_path / "d")]) == 0
+    assert main(["inspect", str(tmp_path / "d"), "--json"]) == 0
     assert '"length": 4' in capsys.readouterr().out
     assert main(["verify", str(tmp_path / "d")]) == 0
     assert main(["verify", str(tmp_path / "missing")]) == 2
