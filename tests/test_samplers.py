@@ -247,7 +247,9 @@ def test_prioritized_frequencies_and_weights():
     for _ in range(40):
         index, info = sampler.sample(Slots(5), 250)
         counts += torch.bincount(index, minlength=5)
-        torch.testing.assert_close(info["priority_weight"].double(), expected_w[index], rtol=1e-5, atol=0)
+        torch.testing.assert_close(
+            info["priority_weight"].double(), expected_w[index], rtol=1e-5, atol=0
+        )
         assert info["priority_weight"].dtype == torch.float
     torch.testing.assert_close(counts / counts.sum(), (p / p.sum()).float(), atol=0.01, rtol=0)
     sampler.update_priority(torch.tensor([0]), torch.tensor([1000.0]))

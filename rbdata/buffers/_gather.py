@@ -38,8 +38,10 @@ def finish_batch(
     """
     data = collate_fn(data)
     if index.ndim > 1 and isinstance(data, torch.Tensor | TensorDictBase):
-        data = data.reshape(*index.shape, *data.shape[1:]) if isinstance(data, torch.Tensor) else (
-            data.reshape(*index.shape)
+        data = (
+            data.reshape(*index.shape, *data.shape[1:])
+            if isinstance(data, torch.Tensor)
+            else (data.reshape(*index.shape))
         )
     # Row filters drop rows: the info entries travel inside the batch so they stay aligned.
     if isinstance(data, TensorDictBase) and (keep_info or transform.filters_rows):
@@ -59,4 +61,3 @@ def finish_batch(
 
 def _pin(value: Any) -> Any:
     return value.pin_memory() if isinstance(value, torch.Tensor) else value
-

@@ -284,4 +284,3 @@ class _PassEngine:
 def _has_rows(batch: Any) -> bool:
     shape = getattr(batch, "batch_size", None)
     return shape is None or len(shape) == 0 or shape[0] > 0
-

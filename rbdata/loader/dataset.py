@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
-
 from torch.utils.hooks import RemovableHandle
 
 from rbdata._validation import check_bool, check_int, check_number, check_optional_int

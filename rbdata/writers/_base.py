@@ -129,7 +129,9 @@ class Writer(abc.ABC):
     def storage(self) -> Storage:
         """The storage registered with :meth:`register_storage`."""
         if self._storage is None:
-            raise RuntimeError(f"{type(self).__name__} has no storage: call register_storage first.")
+            raise RuntimeError(
+                f"{type(self).__name__} has no storage: call register_storage first."
+            )
         return self._storage
 
     def _capacity(self) -> int:
@@ -222,12 +224,12 @@ class Writer(abc.ABC):
                 (nothing is changed then).
         """
         generation = state_dict.get("_generation")
-        if generation is not None and self._generation is not None:
-            if generation.shape != self._generation.shape:
-                raise ValueError(
-                    f"writer generations have shape {tuple(generation.shape)}, expected "
-                    f"{tuple(self._generation.shape)} (one per storage slot)."
-                )
+        current = self._generation
+        if generation is not None and current is not None and generation.shape != current.shape:
+            raise ValueError(
+                f"writer generations have shape {tuple(generation.shape)}, expected "
+                f"{tuple(current.shape)} (one per storage slot)."
+            )
         self._cursor = int(state_dict.get("_cursor", self._cursor))
         self._write_count = int(state_dict.get("_write_count", self._write_count))
         if generation is not None:

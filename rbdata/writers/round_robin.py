@@ -46,8 +46,10 @@ class RoundRobinWriter(Writer):
     def _write_batch(self, data: Any) -> torch.Tensor:
         storage = self.storage
         kind = type(data)
-        n = data.shape[0] if (kind is TensorDict or kind is torch.Tensor) and data.shape else (
-            batch_len(data)
+        n = (
+            data.shape[0]
+            if (kind is TensorDict or kind is torch.Tensor) and data.shape
+            else (batch_len(data))
         )
         if n > 1 and storage.ndim > 1 and not storage.initialized:
             # A multi-dim lazy storage learns its item capacity from its first item.
