@@ -192,7 +192,7 @@ def test_without_replacement_drop_last_and_order():
     assert sampler.sample(slots, 4)[0].tolist() == [4, 5, 6, 7]
     assert sampler.ran_out
     assert sampler.sample(slots, 4)[0].tolist() == [0, 1, 2, 3]
-    with pytest.raises(RuntimeError, match="drop_last=True needs at least batch_size=20"):
+    with pytest.raises(ValueError, match="The batch size 20 is greater than the storage capacity"):
         SamplerWithoutReplacement(drop_last=True).sample(slots, 20)
 
 

@@ -134,6 +134,11 @@ class _BufferCore:
         self._writer: Writer = build_component(
             args["writer"], Writer, lambda: self._default_writer(self._compilable), "writer"
         )
+        if self._batch_size is None and getattr(self._sampler, "drop_last", False):
+            raise ValueError(
+                "Samplers with drop_last=True must work with a predictable batch-size: pass "
+                "batch_size=... to the buffer (with drop_last the pass length depends on it)."
+            )
         self._writer.register_storage(self._storage)
         self._sampler.set_rng(self._generator)
         self._sampler.set_consume_after_n(self._consume_after_n)

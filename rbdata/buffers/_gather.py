@@ -45,8 +45,13 @@ def finish_batch(
         )
     # Row filters drop rows: the info entries travel inside the batch so they stay aligned.
     if isinstance(data, TensorDictBase) and (keep_info or transform.filters_rows):
+        batch = data.batch_size
         for key, value in info.items():
             if isinstance(value, torch.Tensor) and value.shape[: index.ndim] == index.shape:
+                if value.ndim < len(batch) and batch[: value.ndim] == value.shape:
+                    # items that are themselves batches (a list storage of [T] TensorDicts)
+                    value = value.reshape(*value.shape, *[1] * (len(batch) - value.ndim))
+                    value = value.expand(batch)
                 data.set(key, value)
         if len(transform):
             data = transform(data)

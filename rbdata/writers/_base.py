@@ -10,12 +10,12 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves, tree_map
 
 from rbdata._validation import check_bool
 from rbdata.storages import Storage
 
-__all__ = ["Writer", "batch_len"]
+__all__ = ["Writer", "batch_len", "slice_batch"]
 
 _STATE_FILE = "writer.json"
 _GENERATIONS_FILE = "generations.pt"
@@ -44,6 +44,13 @@ def batch_len(data: Any) -> int:
             f"{list(shape)}; use add() for a single item."
         )
     return int(shape[0])
+
+
+def slice_batch(data: Any, rows: slice) -> Any:
+    """``rows`` of a batch: tensors, TensorDicts (tensorclasses) and lists sliced, PyTrees leafwise."""
+    if isinstance(data, torch.Tensor | TensorDictBase | list) or hasattr(data, "_tensordict"):
+        return data[rows]
+    return tree_map(lambda leaf: leaf[rows], data)
 
 
 class Writer(abc.ABC):
