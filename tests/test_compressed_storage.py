@@ -355,3 +355,34 @@ def test_reads_match_a_plain_model_of_the_slots(ops):
     written = sorted(model)
     assert torch.equal(storage.get(torch.tensor(written)), torch.stack([model[s] for s in written]))
     assert storage.bytes() == sum(len(storage._frames[s][0]) for s in written)
+
+
+def test_pickled_storage_reads_the_same_items():
+    import pickle
+
+    storage = CompressedListStorage(8)
+    data = _transitions(5)
+    storage.set(slice(0, 5), data)
+    copy = pickle.loads(pickle.dumps(storage))
+    _assert_td_equal(copy[:], data)
+    assert copy.bytes() == storage.bytes() and copy.codec == storage.codec
+
+
+def test_batches_kept_by_the_user_are_never_overwritten():
+    """Decoded batches come from recycled memory: one still referenced must not be reused."""
+    storage = CompressedListStorage(8)
+    frames = _frames(8)
+    storage.set(slice(0, 8), frames)
+    kept = storage.get(torch.tensor([0, 1]))
+    for _ in range(3):
+        other = storage.get(torch.tensor([6, 7]))
+        assert torch.equal(other, frames[[6, 7]])
+    assert torch.equal(kept, frames[[0, 1]])
+
+
+def test_frames_of_the_wrong_size_are_reported():
+    storage = CompressedListStorage(4)
+    storage.set(slice(0, 2), torch.ones(2, 3))
+    storage._frames[1] = (storage._codec.compress(b"\x00" * 5),)
+    with pytest.raises(RuntimeError, match="does not decompress to 12 bytes"):
+        storage.get(torch.tensor([0, 1]))

@@ -17,12 +17,14 @@ import torch
 from ._base import Index, Storage, _as_index, _get_index, _set_index
 from ._codecs import _Codec, _default_codec
 from ._pytree import _Structure
+from ._recycle import _GatherPool
 
 Frame = bytes  # one compressed leaf of one item (the class's bytes() method shadows the name)
 Frames = tuple[Frame, ...]
 CompressFn = Callable[[torch.Tensor], Any]
 DecompressFn = Callable[[torch.Tensor, dict[str, Any]], torch.Tensor]
 _CUSTOM = "custom"
+_ALIGN = 64  # byte alignment of each leaf in a decoded block
 
 
 class _Schema:
@@ -52,6 +54,10 @@ class _Schema:
                     f"{structure.key_repr(i)}: a batch needs a leading items dim, got a 0-d tensor."
                 )
         return cls(structure, [t.shape[lead:] for t in leaves], [t.dtype for t in leaves])
+
+    def state(self) -> dict[str, Any]:
+        """Plain values describing the schema (what :func:`_parse_schema` reads)."""
+        return {"structure": self.structure.state(), "spec": self.spec()}
 
     def spec(self) -> dict[str, dict[str, Any]]:
         return {
@@ -158,6 +164,7 @@ class CompressedListStorage(Storage):
         self._frames: list[Frames | None] = [None] * max_size
         self._schema: _Schema | None = None
         self._nbytes = 0
+        self._pool = _GatherPool(torch.uint8, torch.device("cpu"))
 
     # ----------------------------------------------------------- properties
     @property
@@ -185,6 +192,22 @@ class CompressedListStorage(Storage):
             f"{type(self).__name__}(max_size={self.max_size}, len={len(self)}, "
             f"codec={self.codec!r}, bytes={self._nbytes}, keys={keys})"
         )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        # recycled memory (and its lock) stays with this process; codecs and the schema's
+        # compiled builders are rebuilt from plain values
+        del state["_pool"], state["_codec"]
+        schema = state.pop("_schema")
+        state["_schema_state"] = None if schema is None else schema.state()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        schema = state.pop("_schema_state")
+        self.__dict__.update(state)
+        self._schema = None if schema is None else _parse_schema(schema)
+        self._pool = _GatherPool(torch.uint8, torch.device("cpu"))
+        self._codec = _default_codec(self.compression_level)
 
     # ---------------------------------------------------------------- write
     def _set(self, index: Index, data: Any) -> int:
@@ -243,33 +266,60 @@ class CompressedListStorage(Storage):
             hole = positions[found.index(None)]
             raise IndexError(f"slot {hole} was never written: nothing to read there.")
         items = cast(list[Frames], found)
-        leaves = [
-            self._decode_leaf([item[i] for item in items], shape, dtype, batch)
-            for i, (shape, dtype) in enumerate(zip(schema.shapes, schema.dtypes, strict=True))
-        ]
+        if self.decompression_fn is None:
+            leaves = self._decode_block(items, schema, batch)
+        else:
+            leaves = [
+                self._decode_custom([item[i] for item in items], shape, dtype, batch)
+                for i, (shape, dtype) in enumerate(zip(schema.shapes, schema.dtypes, strict=True))
+            ]
+        if self._device.type != "cpu":
+            leaves = [leaf.to(self._device) for leaf in leaves]
         return schema.structure.build(leaves, batch, self._device)
 
-    def _decode_leaf(
+    def _decode_block(
+        self, items: list[Frames], schema: _Schema, batch: torch.Size
+    ) -> list[torch.Tensor]:
+        """Decompress every frame straight into one recycled block, leaf after leaf.
+
+        Each leaf's frames land one after the other, so the leaf is a
+        contiguous piece of the block; the block comes from a pool that reuses
+        it once nothing references the previous batch (no fresh pages to
+        fault in per batch, see ``_recycle``).
+        """
+        n = len(items)
+        starts = [0]
+        for nbytes in schema.nbytes:
+            starts.append(starts[-1] + -(-n * nbytes // _ALIGN) * _ALIGN)
+        flat = self._pool.take((1, starts[-1])).view(-1)
+        block = flat.numpy().data  # a writable memoryview of the block
+        decompress = self._codec.decompress
+        leaves = []
+        for i, (start, nbytes) in enumerate(zip(starts, schema.nbytes, strict=False)):
+            pos = start
+            try:
+                for item in items:
+                    block[pos : pos + nbytes] = decompress(item[i])
+                    pos += nbytes
+            except ValueError:  # a frame of another size than the leaf's
+                raise RuntimeError(
+                    f"a frame of {schema.structure.key_repr(i)} does not decompress to "
+                    f"{nbytes} bytes (shape {list(schema.shapes[i])}, dtype "
+                    f"{schema.dtypes[i]}): the frames do not match the storage."
+                ) from None
+            piece = flat[start:pos].view(schema.dtypes[i])
+            leaves.append(piece.view(torch.Size((*batch, *schema.shapes[i]))))
+        return leaves
+
+    def _decode_custom(
         self, frames: list[Frame], shape: torch.Size, dtype: torch.dtype, batch: torch.Size
     ) -> torch.Tensor:
-        fn = self.decompression_fn
-        if fn is not None:
-            meta = {"type": "tensor", "shape": shape, "dtype": dtype, "device": self._device}
-            parts = [fn(_as_uint8(frame), meta) for frame in frames]
-            out = torch.stack(parts) if parts else torch.empty(0, *shape, dtype=dtype)
-            return out.reshape(torch.Size((*batch, *shape))).to(self._device)
-        raw = bytearray().join(map(self._codec.decompress, frames))
-        size = math.prod(shape) * dtype.itemsize * len(frames)
-        if len(raw) != size:
-            raise RuntimeError(
-                f"decompressed {len(raw)} bytes for {len(frames)} item(s) of shape {list(shape)} "
-                f"and dtype {dtype}, expected {size}: the frames do not match the storage."
-            )
-        flat = (
-            torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-        )
-        out = flat.view(dtype).view(torch.Size((*batch, *shape)))
-        return out if self._device.type == "cpu" else out.to(self._device)
+        """One leaf of the batch through ``decompression_fn``, one call per item."""
+        assert self.decompression_fn is not None
+        meta = {"type": "tensor", "shape": shape, "dtype": dtype, "device": self._device}
+        parts = [self.decompression_fn(_as_uint8(frame), meta).cpu() for frame in frames]
+        out = torch.stack(parts) if parts else torch.empty(0, *shape, dtype=dtype)
+        return out.reshape(torch.Size((*batch, *shape)))
 
     def _empty(self) -> None:
         self._frames = [None] * self.max_size
@@ -297,8 +347,7 @@ class CompressedListStorage(Storage):
         return {
             "len": filled,
             "codec": self.codec,
-            "structure": schema.structure.state(),
-            "spec": schema.spec(),
+            **schema.state(),
             "frames": frames,
             "frame_sizes": torch.tensor(sizes, dtype=torch.int64),
         }
