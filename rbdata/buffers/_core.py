@@ -447,30 +447,27 @@ class _BufferCore:
         """The buffer's full state (content included) under fixed keys."""
         self._init()
         with self._sync.lock:
-            return _persistence.buffer_state(
-                self._storage,
-                self._sampler,
-                self._writer,
-                self._sample_unit,
-                self._generator,
-                self._stats,
-            )
+            return _persistence.buffer_state(self._parts())
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output (validated first; unchanged on error)."""
         self._init()
         with self._sync.cond:
             self._prefetcher.drain()
-            _persistence.load_buffer_state(
-                state_dict,
-                self._storage,
-                self._sampler,
-                self._writer,
-                self._sample_unit,
-                self._generator,
-                self._stats,
-            )
+            _persistence.load_buffer_state(state_dict, self._parts())
             self._sync.cond.notify_all()
+
+    def _parts(self) -> _persistence.Parts:
+        return _persistence.Parts(
+            self._storage,
+            self._sampler,
+            self._writer,
+            self._sample_unit,
+            self._transform,
+            self._generator,
+            self._batch_size,
+            self._stats,
+        )
 
     def sampling_state(self) -> dict[str, Any]:
         """What decides the next draws: the sampler's and the generator's state."""
