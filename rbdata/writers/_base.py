@@ -196,6 +196,19 @@ class Writer(abc.ABC):
             self._write_count += int(written.numel())
         return index
 
+    def write_at(self, index: torch.Tensor, data: Any) -> torch.Tensor:
+        """Write a batch at the explicit slots ``index`` without moving the cursor.
+
+        Used to reuse the slots of consumed items (``consume_after_n_samples``).
+        The slots' generations advance, so handles captured before are stale.
+        """
+        index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
+        if index.numel():
+            self.storage.set(index, data)
+            self._stamp(index)
+            self._write_count += int(index.numel())
+        return index
+
     @abc.abstractmethod
     def _write_one(self, data: Any) -> int:
         """Pick the slot of one item and write it there; return the slot (or -1)."""

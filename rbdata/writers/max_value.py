@@ -108,6 +108,8 @@ class TensorDictMaxValueWriter(Writer):
         reduced = getattr(rank, self._reduction)(-1)
         return reduced if isinstance(reduced, torch.Tensor) else reduced.values
 
+    write_at = None  # type: ignore[assignment]  # slots are chosen by rank, never given
+
     def _write_one(self, data: Any) -> int:
         return int(self._write_batch(data.unsqueeze(0))[0])
 
