@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
-from rbdata.checkpoint import CheckpointError, read_dump
+from rbdata.checkpoint import CheckpointError, read_dump, verify_dump
 
 __all__ = ["main"]
 
@@ -24,17 +25,19 @@ def _inspect(path: str) -> int:
 
 
 def _verify(path: str) -> int:
-    manifest, state, objects = read_dump(path)
-    storage = state.get("storage", {})
-    length = manifest.get("length")
-    content = storage.get("content", {})
-    bad = [k for k, v in content.items() if v.shape[0] < (length or 0)]
-    if objects is not None and len(objects) < (length or 0):
-        bad.append("items")
-    if bad:
-        print(f"{path}: entries shorter than the manifest length {length}: {bad}", file=sys.stderr)
+    """Check every file of the dump at ``path``; print one line; 0 ok, 1 damaged, 2 bad path."""
+    try:
+        summary = verify_dump(path)
+    except CheckpointError as err:
+        if not os.path.isdir(path):
+            raise  # not a dump directory at all: main reports it (exit status 2)
+        print(f"{path}: damaged: {' '.join(str(err).splitlines())}", file=sys.stderr)
         return 1
-    print(f"{path}: ok ({length} items, components {manifest.get('components')})")
+    print(
+        f"{path}: ok ({summary['length']} items, write_count {summary['write_count']}, "
+        f"{summary['files']} files, {summary['bytes']} bytes checked, objects: "
+        f"{summary['objects']}, components {summary['components']})"
+    )
     return 0
 
 

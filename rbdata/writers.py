@@ -156,7 +156,8 @@ class Writer:
 
     def state_dict(self) -> dict[str, Any]:
         """Return the writer's state (counters and generations)."""
-        return {"write_count": self._write_count, "generations": self._generations}
+        gens = None if self._generations is None else self._generations.clone()
+        return {"write_count": self._write_count, "generations": gens}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the writer's state."""
@@ -380,7 +381,8 @@ class TensorDictMaxValueWriter(Writer):
 
     def state_dict(self) -> dict[str, Any]:
         """Return the counters, generations and the rank table."""
-        return {**super().state_dict(), "ranks": self._ranks}
+        ranks = None if self._ranks is None else self._ranks.clone()
+        return {**super().state_dict(), "ranks": ranks}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the counters, generations and the rank table."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch.multiprocessing as mp
 
 from rbdata.checkpoint import CheckpointError, read_dump, write_dump
+from rbdata.storages.list import ListStorage
 
 if TYPE_CHECKING:
     from rbdata.buffers.replay import ReplayBuffer
@@ -93,12 +94,17 @@ def _dumps(rb: ReplayBuffer, path: str | os.PathLike) -> None:
     write_dump(path, manifest, sd, objects)
 
 
-def _loads(rb: ReplayBuffer, path: str | os.PathLike) -> None:
-    """Read a dump into ``rb`` after checking it matches the buffer's components."""
+def _loads(rb: ReplayBuffer, path: str | os.PathLike, allow_pickle: bool) -> None:
+    """Read and check a dump, then load it into ``rb``; on any error ``rb`` is unchanged.
+
+    Pickled objects are unpickled only with ``allow_pickle`` and only into a list storage.
+    """
     rb._init()
-    manifest, sd, objects = read_dump(path)
+    holds_objects = isinstance(rb._storage, ListStorage)
+    manifest, sd, objects = read_dump(path, allow_pickle=allow_pickle and holds_objects)
     expected = _components(rb)
-    found = manifest.get("components", {})
+    found = manifest.get("components")
+    found = found if isinstance(found, dict) else {}
     for name, cls in expected.items():
         if found.get(name) != cls:
             raise CheckpointError(
@@ -110,13 +116,23 @@ def _loads(rb: ReplayBuffer, path: str | os.PathLike) -> None:
             f"dump at {str(path)!r} has storage max_size {manifest.get('max_size')}; this buffer's "
             f"storage has max_size {rb._storage.max_size}."
         )
+    if (objects is not None) != holds_objects:
+        raise CheckpointError(
+            f"dump at {str(path)!r} {'holds' if objects is not None else 'lacks'} list-storage "
+            f"objects; this buffer's storage is a {type(rb._storage).__name__}."
+        )
     if objects is not None:
         sd["storage"] = {**sd["storage"], "items": objects}
     storage_sd = sd["storage"]
     for hook in rb._storage._load_hooks:
         storage_sd = hook(storage_sd)
     sd["storage"] = storage_sd
-    _load_state_dict(rb, sd)
+    try:
+        _load_state_dict(rb, sd)
+    except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as err:
+        if isinstance(err, CheckpointError):
+            raise
+        raise CheckpointError(f"dump at {str(path)!r} does not fit this buffer: {err}") from err
 
 
 def share(rb: ReplayBuffer) -> None:
@@ -197,9 +213,13 @@ class _BufferPersistence:
         """Save the buffer atomically in the directory ``path``."""
         _dumps(self, path)
 
-    def loads(self, path: str | os.PathLike) -> None:
-        """Load a buffer saved with :meth:`dumps` (validated; unchanged on error)."""
-        _loads(self, path)
+    def loads(self, path: str | os.PathLike, *, allow_pickle: bool = False) -> None:
+        """Load a buffer saved with :meth:`dumps` (checked first; unchanged on error).
+
+        ``allow_pickle=True`` lets a list storage's pickled objects be unpickled
+        (which runs code from the file: only for dumps you trust).
+        """
+        _loads(self, path, allow_pickle)
 
     def dump(self, *args: Any, **kwargs: Any) -> None:
         """Alias for :meth:`dumps`."""
