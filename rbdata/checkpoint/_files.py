@@ -85,7 +85,12 @@ def fsync_dir(path: str | os.PathLike[str] | int) -> None:
 
 def open_entry(dir_fd: int, name: str, where: str, *, directory: bool = False) -> int:
     """Open the regular file (or directory) ``name`` of ``dir_fd``; never through a symlink."""
-    flags = os.O_RDONLY | _NOFOLLOW | (os.O_DIRECTORY if directory else 0)
+    flags = (
+        os.O_RDONLY
+        | _NOFOLLOW
+        | getattr(os, "O_NONBLOCK", 0)
+        | (os.O_DIRECTORY if directory else 0)
+    )
     try:
         fd = os.open(name, flags, dir_fd=dir_fd)
     except FileNotFoundError as err:
