@@ -57,6 +57,8 @@ def check_consistency(manifest: dict[str, Any], state: Any, objects: Any, where:
             f"{where}: cursor {cursor} disagrees with the writer state "
             f"({writer.get('cursor')!r}) or exceeds max_size {max_size}."
         )
+    if objects is not None and "content" in storage:
+        raise CheckpointError(f"{where}: objects stored beside a tensor storage's content.")
     if isinstance(objects, list) and len(objects) != length:
         raise CheckpointError(f"{where}: length {length}, but {len(objects)} objects are stored.")
     _check_content(manifest, storage, length, where)

@@ -75,7 +75,7 @@ def _read_manifest(root_fd: int, root: Path, names: list[str]) -> dict[str, Any]
     where = str(root / MANIFEST)
     if MANIFEST not in names:
         raise CheckpointError(
-            f"{str(root)!r} is not a complete replay-buffer dump: {MANIFEST} is missing "
+            f"{where}: missing, so {str(root)!r} is not a complete replay-buffer dump "
             "(the dump was interrupted or the directory is something else)."
         )
     fd = open_entry(root_fd, MANIFEST, where)
@@ -142,11 +142,16 @@ class _DataReader:
                 "storage, only if you trust it."
             )
 
-    def objects(self, node: Any, unpickle: bool, where: str) -> tuple[Any, bool]:
-        """The objects ``node`` describes and whether they were pickled (None: not unpickled)."""
+    def objects(self, node: Any, storage: Any, unpickle: bool, where: str) -> tuple[Any, bool]:
+        """The objects ``node`` describes and whether they were pickled (None: not unpickled).
+
+        Pickled objects are read only for a list storage (a ``storage`` state without content).
+        """
         if node != _PICKLED:
             return _decode(node, self.tensor, where), False
         path = self.data / OBJECTS
+        if "content" in storage:
+            raise CheckpointError(f"{path}: pickled objects in a tensor storage's dump; not read.")
         raw = read_bytes(self.data_fd, OBJECTS, self._claim(OBJECTS, where), str(path))
         if not unpickle:
             return None, True
@@ -179,15 +184,19 @@ def open_dump(path: str | os.PathLike[str], pickles: Pickles) -> Dump:
             if pickles is Pickles.REFUSE:
                 reader.refuse_pickle(manifest.get("objects"))
             state = _decode(manifest.get("state"), reader.tensor, f"{where}: state")
+            storage = state.get("storage") if isinstance(state, dict) else None
             objects, pickled = reader.objects(
-                manifest.get("objects"), pickles is Pickles.LOAD, f"{where}: objects"
+                manifest.get("objects"),
+                storage if isinstance(storage, dict) else {},
+                pickles is Pickles.LOAD,
+                f"{where}: objects",
             )
+            check_consistency(manifest, state, objects, where)
             if reader.unused():
                 raise CheckpointError(f"{data / reader.unused()[0]}: not used by any entry.")
         finally:
             os.close(data_fd)
     finally:
         os.close(root_fd)
-    check_consistency(manifest, state, objects, where)
     sizes = [entry["nbytes"] for entry in manifest["files"].values()]
     return Dump(manifest, state, objects, pickled, len(sizes), sum(sizes))
