@@ -379,7 +379,7 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def victim_and_witness():
     pair = []
     for _ in range(2):
