@@ -25,7 +25,10 @@ BYTEORDER = sys.byteorder  # raw files hold native bytes; the manifest says whic
 
 def _bytes_of(tensor: torch.Tensor) -> memoryview:
     """A byte view of ``tensor``'s memory (``tensor`` on the CPU, contiguous)."""
-    return tensor.reshape(-1).view(torch.uint8).numpy().data
+    flat = tensor.reshape(-1)
+    if flat.stride(0) != 1:  # a tensor of 0 or 1 items can be "contiguous" at stride 2
+        flat = torch.empty(flat.shape, dtype=flat.dtype).copy_(flat)
+    return flat.view(torch.uint8).numpy().data
 
 
 def dtype_name(dtype: torch.dtype) -> str:
