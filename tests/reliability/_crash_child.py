@@ -29,6 +29,7 @@ from rbdata import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
 from rbdata.checkpoint import verify_dump
 
 # os-level operations that change the file system (or make it durable), counted in the child
+_HANG_S, _HUNG = 60.0, 999  # a child still running after _HANG_S seconds reports _HUNG
 _OPS = ("mkdir", "open", "write", "fsync", "rename", "replace", "unlink", "rmdir")
 
 
@@ -99,8 +100,16 @@ def _fork(child: Any) -> int:
             os._exit(0)
         except BaseException:
             os._exit(3)
-    _, status = os.waitpid(pid, 0)
-    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    deadline = time.monotonic() + _HANG_S
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        if time.monotonic() > deadline:  # a hung child is a failure, not a hung campaign
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return _HUNG
+        time.sleep(0.001)
 
 
 def _count_ops(new: TensorDictPrioritizedReplayBuffer, path: Path) -> int:
