@@ -6,6 +6,7 @@ import json
 import os
 import pickle
 import shutil
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +62,18 @@ def _write_data(data: Path, leaves: list[torch.Tensor], pickled: bytes | None) -
     total = sum(t.numel() * t.element_size() for t in leaves) + len(pickled or b"")
     fd = os.open(data, os.O_RDONLY)
     try:
-        with tqdm(
-            total=total, unit="B", unit_scale=True, desc="dump", disable=total < _PROGRESS_BYTES
-        ) as bar:
+        # Small dumps never touch tqdm: even a disabled bar takes tqdm's process-shared
+        # lock, which a process killed mid-dump would leave held for its forked siblings.
+        big = total >= _PROGRESS_BYTES
+        with (
+            tqdm(total=total, unit="B", unit_scale=True, desc="dump")
+            if big
+            else nullcontext() as bar
+        ):
             for position, leaf in enumerate(leaves):
                 files[leaf_name(position)] = write_tensor(fd, leaf_name(position), leaf)
-                bar.update(files[leaf_name(position)]["nbytes"])
+                if bar is not None:
+                    bar.update(files[leaf_name(position)]["nbytes"])
             if pickled is not None:
                 files[OBJECTS] = write_file(fd, OBJECTS, pickled)
         fsync_dir(fd)
