@@ -420,12 +420,12 @@ class TestDumpsLoads:
         rb.extend(td(3))
         rb.dumps(tmp_path / "d")
         rb.extend(td(3, start=3))
-        import rbdata.checkpoint as ck
+        import rbdata.checkpoint._write as ck
 
         def boom(*a, **k):
             raise OSError("disk full")
 
-        monkeypatch.setattr(ck, "_write_json", boom)
+        monkeypatch.setattr(ck, "swap_into_place", boom)
         with pytest.raises(OSError):
             rb.dumps(tmp_path / "d")
         monkeypatch.undo()

@@ -281,7 +281,11 @@ class _BufferCore:
         with self._sync.cond:
             if len(self._transform):
                 data = self._transform.inv(data)
-            index = self._writer.add(data)
+            free = self._sampler.reusable_slots(1) if self._consume_after_n is not None else None
+            if free is not None and free.numel():
+                index = int(self._writer.write_at(free, [data])[0])
+            else:
+                index = self._writer.add(data)
             self._note_written(torch.tensor([index]))
             self._sync.cond.notify_all()
         return index
@@ -460,7 +464,7 @@ class _BufferCore:
         """Tell the sampler and sample unit that slots were edited in place."""
         if isinstance(index, slice):
             index = torch.arange(*index.indices(len(self._storage)))
-        self._sampler.mark_update(torch.as_tensor(index, dtype=torch.long).reshape(-1))
+        self._sampler.mark_edited(torch.as_tensor(index, dtype=torch.long).reshape(-1))
 
     def empty(self, empty_write_count: bool = True) -> None:
         """Empty the buffer and reset the cursor to 0."""

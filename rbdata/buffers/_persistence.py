@@ -15,7 +15,7 @@ from rbdata._validation import transaction
 from rbdata.checkpoint import CheckpointError, read_dump, write_dump
 from rbdata.sample_units import SampleUnit
 from rbdata.samplers import Sampler
-from rbdata.storages import Storage
+from rbdata.storages import ListStorage, Storage
 from rbdata.transforms import Compose
 from rbdata.writers import Writer
 
@@ -166,18 +166,23 @@ def _dumps(rb: _Persistable, path: str | os.PathLike[str]) -> None:
         "components": _components(rb),
         "max_size": rb.storage.max_size,
         "length": len(rb.storage),
-        "cursor": int(getattr(writer, "cursor", 0)),
+        "cursor": writer.cursor,
         "write_count": writer.write_count,
         "spec": storage_sd.get("spec"),
     }
     write_dump(path, manifest, sd, objects)
 
 
-def _loads(rb: _Persistable, path: str | os.PathLike[str]) -> None:
-    """Read a dump into ``rb`` after checking it matches the buffer's components."""
-    manifest, sd, objects = read_dump(path)
+def _loads(rb: _Persistable, path: str | os.PathLike[str], allow_pickle: bool) -> None:
+    """Read and check a dump, then load it into ``rb``; on any error ``rb`` is unchanged.
+
+    Pickled objects are unpickled only with ``allow_pickle`` and only into a list storage.
+    """
+    holds_objects = isinstance(rb.storage, ListStorage)
+    manifest, sd, objects = read_dump(path, allow_pickle=allow_pickle and holds_objects)
     expected = _components(rb)
-    found = manifest.get("components", {})
+    found = manifest.get("components")
+    found = found if isinstance(found, dict) else {}
     for name, cls in expected.items():
         if found.get(name) != cls:
             raise CheckpointError(
@@ -189,9 +194,19 @@ def _loads(rb: _Persistable, path: str | os.PathLike[str]) -> None:
             f"dump at {str(path)!r} has storage max_size {manifest.get('max_size')}; this buffer's "
             f"storage has max_size {rb.storage.max_size}."
         )
+    if (objects is not None) != holds_objects:
+        raise CheckpointError(
+            f"dump at {str(path)!r} {'holds' if objects is not None else 'lacks'} list-storage "
+            f"objects; this buffer's storage is a {type(rb.storage).__name__}."
+        )
     storage_sd = _entry(sd, "_storage") or {}
     if objects is not None:
         storage_sd = {**storage_sd, "items": objects}
     sd["_storage"] = rb.storage.apply_load_hooks(storage_sd)
     sd.pop("storage", None)
-    rb.load_state_dict(sd)
+    try:
+        rb.load_state_dict(sd)
+    except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as err:
+        if isinstance(err, CheckpointError):
+            raise
+        raise CheckpointError(f"dump at {str(path)!r} does not fit this buffer: {err}") from err

@@ -171,6 +171,11 @@ class ReplayBuffer(_BufferCore):
             index, priority = check_priority_update(index, priority, len(self._storage))
             if generation is not None and self._writer.tracks_generations:
                 generation = torch.as_tensor(generation, dtype=torch.long).reshape(-1)
+                if generation.numel() != index.numel():
+                    raise ValueError(
+                        f"generation has {generation.numel()} entries, expected one per index "
+                        f"({index.numel()})."
+                    )
                 live = self._writer.generations_of(index) == generation
                 self._stats.count_skipped_priority_updates(int((~live).sum()))
                 index, priority = index[live], priority[live]
@@ -282,10 +287,18 @@ class ReplayBuffer(_BufferCore):
         self._init()
         _persistence._dumps(self, path)
 
-    def loads(self, path: str | os.PathLike[str]) -> None:
-        """Load a buffer saved with :meth:`dumps` (validated; unchanged on error)."""
+    def loads(self, path: str | os.PathLike[str], *, allow_pickle: bool = False) -> None:
+        """Load a buffer saved with :meth:`dumps` (checked first; unchanged on error).
+
+        ``allow_pickle=True`` lets a list storage's pickled objects be unpickled
+        (which runs code from the file: only for dumps you trust).
+
+        Raises:
+            CheckpointError: naming the file and the problem, for a missing,
+                damaged or mismatched dump.
+        """
         self._init()
-        _persistence._loads(self, path)
+        _persistence._loads(self, path, allow_pickle)
 
     def dump(self, path: str | os.PathLike[str]) -> None:
         """Alias for :meth:`dumps`."""
@@ -295,9 +308,9 @@ class ReplayBuffer(_BufferCore):
         """Alias for :meth:`dumps`."""
         self.dumps(path)
 
-    def load(self, path: str | os.PathLike[str]) -> None:
+    def load(self, path: str | os.PathLike[str], *, allow_pickle: bool = False) -> None:
         """Alias for :meth:`loads`."""
-        self.loads(path)
+        self.loads(path, allow_pickle=allow_pickle)
 
     def reader(self, sampler: Sampler) -> ReplayBuffer:
         """A buffer sharing this one's storage, writer and transforms that draws with ``sampler``.

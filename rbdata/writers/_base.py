@@ -112,6 +112,11 @@ class Writer(abc.ABC):
         self._counters[1] = value
 
     @property
+    def cursor(self) -> int:
+        """The writer's position: the slot the next item goes to (round robin)."""
+        return self._cursor
+
+    @property
     def write_count(self) -> int:
         """Total number of items written through ``add`` and ``extend``."""
         return self._write_count
