@@ -103,6 +103,11 @@ class _BufferCore:
             "transform": transform,
             "transform_factory": transform_factory,
         }
+        if sample_unit is not None and not isinstance(sample_unit, SampleUnit):
+            raise TypeError(
+                f"sample_unit must be a SampleUnit (Transition, Sequence), got "
+                f"{type(sample_unit).__name__}."
+            )
         self._sample_unit: SampleUnit = Transition() if sample_unit is None else sample_unit
         self._collate_arg = collate_fn
         self._pin_memory = bool(pin_memory)

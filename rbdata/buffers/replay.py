@@ -12,6 +12,7 @@ from tensordict import TensorDictBase
 from rbdata._updates import ConditionalUpdateResult, conditional_update
 from rbdata._validation import NestedKey, normalize_key
 from rbdata.buffers import _persistence
+from rbdata.buffers._anchor_priority import reduce_to_anchors
 from rbdata.buffers._core import _BufferCore
 from rbdata.buffers._prefetch import _BatchPrefetcher
 from rbdata.buffers._priority import check_priority_update
@@ -182,7 +183,11 @@ class ReplayBuffer(_BufferCore):
             self._sampler.update_priority(index, priority, storage=self._storage)
 
     def update_batch_priority(self, batch: Any, priority: torch.Tensor) -> None:
-        """Apply new priorities to a batch this buffer handed out (skipping rewritten rows)."""
+        """Apply new priorities to a batch this buffer handed out (skipping rewritten rows).
+
+        With a :class:`~rbdata.Sequence` unit the records' priorities go to
+        their anchors (the max over each window's valid records).
+        """
         if not self.prioritized:
             return
         index = batch["index"]
@@ -194,7 +199,26 @@ class ReplayBuffer(_BufferCore):
         priority = torch.as_tensor(priority).detach()
         if priority.numel() == index.numel():
             priority = priority.reshape(index.shape)
-        self.update_priority(index, priority, generation=generation)
+        self._update_record_priority(batch, index, priority, generation)
+
+    def _update_record_priority(
+        self, batch: Any, index: torch.Tensor, priority: torch.Tensor, generation: Any
+    ) -> None:
+        """Priorities of a sampled batch's records: to the records, or to their anchors."""
+        anchors = self._sample_unit.anchors_of(batch, self.storage)
+        if anchors is None:
+            self.update_priority(index, priority, generation=generation)
+            return
+        with self._sync.lock:
+            live = None
+            if generation is not None and self._writer.tracks_generations:
+                generation = torch.as_tensor(generation, dtype=torch.long).reshape(-1)
+                live = self._writer.generations_of(index.reshape(-1)) == generation
+            anchors, priority, skipped = reduce_to_anchors(
+                anchors, priority, batch.get("validity_mask", None), live
+            )
+            self._stats.count_skipped_priority_updates(skipped)
+            self.update_priority(anchors, priority)
 
     def update_if_present(
         self,
