@@ -9,9 +9,9 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-__all__ = ["Compose", "PolicyAgeFilter", "Transform"]
+from rbdata._validation import NestedKey
 
-NestedKey = str | tuple[str, ...]
+__all__ = ["Compose", "PolicyAgeFilter", "Transform"]
 
 
 class Transform:

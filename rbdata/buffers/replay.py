@@ -1,47 +1,46 @@
-"""ReplayBuffer: the thin orchestrator of storage, sampler, writer, sample unit and transforms."""
+"""ReplayBuffer: torchrl's replay-buffer API around the buffer engine (``_core``)."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
-from torch.utils._pytree import tree_map
+from tensordict import TensorDictBase
 
+from rbdata._updates import ConditionalUpdateResult, conditional_update
+from rbdata._validation import NestedKey, normalize_key
 from rbdata.buffers import _persistence
-from rbdata.buffers._components import _BufferComponents
-from rbdata.buffers._helpers import (
-    _build,
-    _check_init_args,
-    _collate_list,
-    _identity,
-    _is_empty,
-    _resolve_batch_size,
-    _unsqueeze,
-)
-from rbdata.buffers._mutations import _BufferUpdates
-from rbdata.buffers._persistence import _BufferPersistence
+from rbdata.buffers._core import _BufferCore
 from rbdata.buffers._prefetch import _BatchPrefetcher
-from rbdata.sample_units import SampleUnit, Transition
-from rbdata.samplers import RandomSampler, Sampler
-from rbdata.storages import LazyStackStorage, ListStorage, Storage
-from rbdata.transforms import Compose, Transform
-from rbdata.writers import RoundRobinWriter, Writer
+from rbdata.buffers._priority import check_priority_update
+from rbdata.buffers._sync import _BufferSync
+from rbdata.samplers import Sampler
+from rbdata.storages import Storage
+from rbdata.transforms import Transform, as_transform
+from rbdata.writers import Writer
 
 __all__ = ["ReplayBuffer"]
 
 
-class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
+class ReplayBuffer(_BufferCore):
     """A generic, composable replay buffer (torchrl's ``ReplayBuffer`` API).
+
+    The buffer owns its components and the lock they are used under, and
+    forwards to them: the storage holds the items, the writer picks where
+    new items go, the sampler picks what a batch reads, the sample unit
+    expands drawn anchors into records and the transforms run on both paths.
+    It implements :class:`~rbdata.buffers.protocol.ServableBuffer`, so
+    :class:`~rbdata.ReplayDataset` serves it.
 
     Keyword Args:
         storage: a Storage or a callable building one; defaults to ``ListStorage(1000)``.
         sampler: a Sampler or a callable building one; defaults to :class:`RandomSampler`.
         sample_unit: expands sampled anchors into records; None means :class:`Transition`.
         writer: a Writer or a callable building one; defaults to :class:`RoundRobinWriter`.
-        collate_fn: merges items read from a list storage; the default depends on the storage.
+        collate_fn: merges what the storage returns for a batch; defaults to the
+            storage's own (stacking for list storages, identity for tensor storages).
         pin_memory: pin sampled batches.
         prefetch: number of batches sampled ahead on a background thread.
         transform: a Transform or callable run on ``sample`` (see :class:`Compose`).
@@ -50,12 +49,20 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
         dim_extend: the dimension ``extend`` iterates over (defaults to ``storage.ndim - 1``).
         generator: a ``torch.Generator`` for sampling (None: torch's global RNG).
         consume_after_n_samples: items leave the sampleable set after being returned this
-            many times (works with every sampler and with ``prefetch``).
+            many times (works with every sampler and with ``prefetch``); ``len`` then
+            counts the items still sampleable.
         shared: share the buffer with ``torch.multiprocessing`` child processes.
         compilable: keep the writer's bookkeeping compatible with ``torch.compile``.
         delayed_init: build the components on first use (default: True with a transform_factory).
         service_backend: ``"direct"`` (default) or ``"ray"``.
         service_backend_options: Ray options (``ray_init_config``, ``remote_config``).
+        use_ray_service: the deprecated spelling of ``service_backend="ray"``.
+        transport: how a remote buffer moves payloads (``"auto"``, ``"ray"``, ``"distributed"``).
+        transport_options: options of the transport (``{"backend": "gloo" | "nccl"}``).
+
+    Raises:
+        TypeError: for an argument of the wrong type.
+        ValueError: for an argument out of range.
 
     Examples:
         >>> import torch
@@ -67,328 +74,73 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
         tensor([4, 9, 3, 0, 3])
     """
 
-    _default_writer: type[Writer] = RoundRobinWriter
-
-    def __init__(
-        self,
-        *,
-        storage: Storage | Callable[[], Storage] | None = None,
-        sampler: Sampler | Callable[[], Sampler] | None = None,
-        sample_unit: SampleUnit | None = None,
-        writer: Writer | Callable[[], Writer] | None = None,
-        collate_fn: Callable[[Any], Any] | None = None,
-        pin_memory: bool = False,
-        prefetch: int | None = None,
-        transform: Transform | Callable[[Any], Any] | None = None,
-        transform_factory: Callable[[], Transform | Callable[[Any], Any]] | None = None,
-        batch_size: int | None = None,
-        dim_extend: int | None = None,
-        generator: torch.Generator | None = None,
-        consume_after_n_samples: int | None = None,
-        shared: bool = False,
-        compilable: bool = False,
-        delayed_init: bool | None = None,
-        service_backend: str | None = None,
-        service_backend_options: dict[str, Any] | None = None,
-        use_ray_service: bool = False,
-        transport: str = "auto",
-        transport_options: dict[str, Any] | None = None,
-    ) -> None:
-        backend = _check_init_args(
-            service_backend="ray" if use_ray_service else service_backend,
-            transform=transform,
-            transform_factory=transform_factory,
-            batch_size=batch_size,
-            prefetch=prefetch,
-            consume_after_n_samples=consume_after_n_samples,
-            generator=generator,
-        )
-        self._args = {
-            "storage": storage,
-            "sampler": sampler,
-            "writer": writer,
-            "transform": transform,
-            "transform_factory": transform_factory,
-        }
-        self._sample_unit: SampleUnit = sample_unit if sample_unit is not None else Transition()
-        self._collate_arg = collate_fn
-        self._pin_memory = pin_memory
-        self._prefetch = prefetch or 0
-        self._batch_size = batch_size
-        self._dim_extend_arg = dim_extend
-        self._generator = generator
-        self._consume_after_n = consume_after_n_samples
-        self._shared = shared
-        self._compilable = compilable
-        self._service_backend = backend
-        self._service_backend_options = service_backend_options
-        self._alive = True
-        self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
-        self._prefetcher = _BatchPrefetcher(self._prefetch)
-        self._iterator: Iterator[Any] | None = None
-        self._stats_sources: list[Callable[[], dict[str, Any]]] = []
-        self._skipped_priority_updates = 0
-        self._initialized = False
-        if delayed_init is None:
-            delayed_init = transform_factory is not None
-        if not delayed_init:
+    def set_storage(
+        self, storage: Storage, collate_fn: Callable[[Any], Any] | None = None
+    ) -> Storage:
+        """Set a new storage and return the previous one."""
+        with self._sync.lock:
             self._init()
+            prev, self._storage = self._storage, storage
+            self._writer.register_storage(storage)
+            self._collate_arg = collate_fn
+            self._collate_fn = collate_fn or storage.default_collate_fn()
+            return prev
 
-    # ----------------------------------------------------------- components
-    def _init(self) -> None:
-        if self._initialized:
-            return
-        args = self._args
-        self._storage: Storage = _build(
-            args["storage"], Storage, lambda: ListStorage(1000), "storage"
-        )
-        self._sampler: Sampler = _build(args["sampler"], Sampler, RandomSampler, "sampler")
-        self._writer: Writer = _build(args["writer"], Writer, self._make_writer, "writer")
-        self._writer.register_storage(self._storage)
-        self._sampler.set_rng(self._generator)
-        self._sampler.set_consume_after_n(self._consume_after_n)
-        transform = (
-            args["transform"] if args["transform_factory"] is None else args["transform_factory"]()
-        )
-        self._transform = (
-            transform
-            if isinstance(transform, Compose)
-            else (Compose() if transform is None else Compose(transform))
-        )
-        self._collate_fn = self._collate_arg or self._default_collate()
-        if self._shared:
-            _persistence.share(self)
-        self._initialized = True
+    def set_sampler(self, sampler: Sampler) -> Sampler:
+        """Set a new sampler and return the previous one."""
+        with self._sync.lock:
+            self._init()
+            prev, self._sampler = self._sampler, sampler
+            sampler.set_rng(self._generator)
+            sampler.set_consume_after_n(self._consume_after_n)
+            return prev
 
-    def _make_writer(self) -> Writer:
-        return self._default_writer(compilable=self._compilable)
+    def set_writer(self, writer: Writer) -> Writer:
+        """Set a new writer and return the previous one."""
+        with self._sync.lock:
+            self._init()
+            prev, self._writer = self._writer, writer
+            writer.register_storage(self._storage)
+            return prev
 
-    def _default_collate(self) -> Callable[[Any], Any]:
-        if isinstance(self._storage, LazyStackStorage):
-            return _identity
-        if isinstance(self._storage, ListStorage):
-            return _collate_list
-        return _identity
-
-    # -------------------------------------------------------------- writing
-    def _prepare(self, data: Any, *, move_dim: bool = True) -> Any:
-        storage = self._storage
-        if isinstance(storage, ListStorage):
-            return data if isinstance(data, (list, TensorDictBase, torch.Tensor)) else list(data)
-        if isinstance(data, list):
-            data = (
-                torch.stack(data)
-                if isinstance(data[0], (torch.Tensor, TensorDictBase))
-                else (torch.as_tensor(data))
+    def set_rng(self, generator: torch.Generator | None) -> None:
+        """Use ``generator`` for sampling from now on (None: torch's global RNG)."""
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(
+                f"generator must be a torch.Generator or None, got {type(generator).__name__}."
             )
-        if not move_dim:
-            return data
-        dim = self._dim_extend_arg
-        if dim is None:
-            dim = storage.ndim - 1
-        if dim > 0:
-            data = (
-                data.movedim(dim, 0)
-                if isinstance(data, torch.Tensor)
-                else (
-                    data.transpose(dim, 0)
-                    if isinstance(data, TensorDictBase)
-                    else tree_map(lambda t: t.movedim(dim, 0), data)
-                )
-            )
-        return data
+        with self._sync.lock:
+            self._generator = generator
+            if self._initialized:
+                self._sampler.set_rng(generator)
 
-    def add(self, data: Any) -> int:
-        """Add a single element and return the index where it lives."""
-        self._init()
-        if isinstance(self._storage, ListStorage) and not isinstance(
-            self._storage, LazyStackStorage
-        ):
-            with self._cond:
-                data = self._transform.inv(data)
-                index = self._writer.add(data)
-                self._sampler.add(index)
-                self._sample_unit.add(index)
-                self._cond.notify_all()
-            return index
-        index = self._extend(self._prepare(_unsqueeze(data), move_dim=False), None)
-        return int(index[0]) if index.numel() else -1
+    def append_transform(
+        self, transform: Transform | Callable[[Any], Any], *, invert: bool = False
+    ) -> ReplayBuffer:
+        """Append a transform (``invert=True``: run it on writes, its inverse on reads)."""
+        self.transform.append(as_transform(transform, invert=invert))
+        return self
 
-    def extend(self, data: Any, *, update_priority: bool | None = None) -> torch.Tensor:
-        """Extend the buffer with a batch of elements; return their indices.
+    def insert_transform(
+        self, index: int, transform: Transform | Callable[[Any], Any], *, invert: bool = False
+    ) -> ReplayBuffer:
+        """Insert a transform at ``index`` (``invert`` as in :meth:`append_transform`)."""
+        self.transform.insert(index, as_transform(transform, invert=invert))
+        return self
 
-        A list at the root is a stack of items; a tuple is a PyTree. Inverse
-        transforms run first; bad data raises before anything is written.
-        """
-        self._init()
-        return self._extend(self._prepare(data), update_priority)
+    def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
+        """Register a hook applied to the storage content before ``dumps``."""
+        self.storage.register_save_hook(hook)
 
-    def _extend(self, data: Any, update_priority: bool | None) -> torch.Tensor:
-        with self._cond:
-            if len(self._transform):
-                data = self._transform.inv(data)
-            kind = type(data)
-            if kind is TensorDict or kind is torch.Tensor:
-                shape = data.shape
-                empty = bool(shape) and shape[0] == 0
-            else:
-                empty = _is_empty(data)
-            if empty:
-                return torch.empty(0, dtype=torch.long)
-            writer = self._writer
-            index = writer.extend(data)
-            written = index[index >= 0] if writer._drops_items else index
-            self._sampler.extend(written)
-            self._sample_unit.extend(written)
-            self._after_extend(data, index, update_priority)
-            self._cond.notify_all()
-        return index
-
-    def _after_extend(self, data: Any, index: torch.Tensor, update_priority: bool | None) -> None:
-        """Hook for subclasses (priorities read from the data)."""
-
-    # ------------------------------------------------------------- sampling
-    def _sample_index(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Draw the indices of one batch (under the lock); empty when nothing is sampleable."""
-        self._init()
-        with self._lock:
-            if len(self._storage) == 0:
-                raise RuntimeError(
-                    "cannot sample from an empty buffer (size 0, capacity "
-                    f"{self._storage.max_size}); extend it first."
-                )
-            if self._sampler.exhausted(self._storage):
-                return torch.empty(0, dtype=torch.long), {"index": torch.empty(0, dtype=torch.long)}
-            index, info = self._sampler.sample(self._storage, batch_size)
-            index, info = self._sample_unit.expand(index, self._storage, info)
-            info = dict(info)
-            if getattr(self._writer, "_generations", None) is not None:
-                info["index_generation"] = self._writer.generation(index)
-            info["index"] = index
-            return index, info
-
-    def _fetch(
-        self, index: torch.Tensor, info: dict[str, Any], *, keep_info: bool | None = None
-    ) -> Any:
-        """Gather the records of ``index`` (a copy), attach ``info`` and run the transforms."""
-        with self._lock:  # a write must not tear the rows being gathered
-            data = self._storage.get(index if index.ndim == 1 else index.reshape(-1))
-        if isinstance(self._storage, ListStorage) and not isinstance(
-            self._storage, LazyStackStorage
-        ):
-            data = self._collate_fn(data)
-        if index.ndim > 1 and isinstance(data, (torch.Tensor, TensorDictBase)):
-            data = (
-                data.reshape(*index.shape, *data.shape[1:])
-                if isinstance(data, torch.Tensor)
-                else (data.reshape(*index.shape))
-            )
-        keep = self._keeps_info if keep_info is None else keep_info
-        if isinstance(data, TensorDictBase) and (keep or self._transform.filters_rows):
-            for key, value in info.items():
-                if isinstance(value, torch.Tensor) and value.shape[: index.ndim] == index.shape:
-                    data.set(key, value)
-            if len(self._transform):
-                data = self._transform(data)
-            if not keep:
-                data = data.exclude(*[k for k in info if k in data.keys()])
-        elif len(self._transform):
-            data = self._transform(data)
-        if self._pin_memory and torch.cuda.is_available():
-            data = (
-                data.pin_memory()
-                if hasattr(data, "pin_memory")
-                else tree_map(lambda t: t.pin_memory(), data)
-            )
-        return data
-
-    _keeps_info = False
-
-    def _refilter(self, batch: Any) -> Any:
-        """Re-apply the sample-path row filters (for batches sampled ahead)."""
-        return self.transform.refilter(batch)
-
-    def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
-        """Sample a batch (``(batch, info)`` with ``return_info``)."""
-        self._init()
-        if self._prefetch:
-            if batch_size is not None and batch_size != self._batch_size:
-                raise ValueError(
-                    f"with prefetch={self._prefetch} the batch size is fixed at construction "
-                    f"({self._batch_size}); got batch_size={batch_size}."
-                )
-            data, info = self._next_prefetched()
-        else:
-            data, info = self._sample_once(self._resolve_batch_size(batch_size))
-        if return_info:
-            if isinstance(data, TensorDictBase) and "index" in data.keys():
-                info = {k: data.get(k) for k in info if k in data.keys()}
-            return data, info
-        return data
-
-    def _resolve_batch_size(self, batch_size: int | None) -> int:
-        return _resolve_batch_size(batch_size, self._batch_size)
-
-    def _sample_once(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
-        index, info = self._sample_index(batch_size)
-        return self._fetch(index, info, keep_info=self._keeps_info or None), info
-
-    def _next_prefetched(self) -> tuple[Any, dict[str, Any]]:
-        batch_size = self._resolve_batch_size(None)
-        data, info = self._prefetcher.next(lambda: self._sample_once(batch_size))
-        if self._transform.filters_rows:
-            data = self._refilter(data)
-        return data, info
-
-    def __iter__(self) -> Iterator[Any]:
-        while True:
-            if self.sampler.exhausted(self.storage):
-                return
-            yield self.sample()
-            if self._sampler.ran_out:
-                return
-
-    def next(self) -> Any:
-        """Return the next batch of the buffer's iterator (None when a pass ends)."""
-        if self._iterator is None:
-            self._iterator = iter(self)
-        try:
-            return next(self._iterator)
-        except StopIteration:
-            self._iterator = None
-            return None
-
-    # ---------------------------------------------------------- reading etc.
-    def __len__(self) -> int:
-        return len(self.storage) if self._initialized else 0
-
-    def __getitem__(self, index: Any) -> Any:
-        data = self.storage.get(index)
-        if (
-            isinstance(self._storage, ListStorage)
-            and not isinstance(index, int)
-            and isinstance(data, list)
-        ):
-            data = self._collate_fn(data)
-        return self._transform(data) if len(self._transform) else data
+    def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
+        """Register a hook applied to the storage content after ``loads``."""
+        self.storage.register_load_hook(hook)
 
     def __setitem__(self, index: Any, data: Any) -> None:
-        with self._cond:
+        with self._sync.cond:
             self.storage.set(index, data)
             self._mark_update(index)
-            self._cond.notify_all()
-
-    def _mark_update(self, index: Any) -> None:
-        """Tell trajectory-aware components that slots were edited in place."""
-        hook = getattr(self._sampler, "mark_update", None)
-        if hook is None:
-            return
-        if isinstance(index, slice):
-            index = torch.arange(*index.indices(len(self._storage)))
-        elif isinstance(index, int):
-            index = torch.tensor([index])
-        hook(torch.as_tensor(index, dtype=torch.long).reshape(-1))
+            self._sync.cond.notify_all()
 
     def read_all_in_order(self, end: int | None = None) -> Any:
         """Read storage contents in physical order (``rb[:end]``)."""
@@ -397,56 +149,172 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
     def write_all(self, data: Any, end: int | None = None) -> None:
         """Write ``data`` back to storage in physical order (``rb[:end] = data``)."""
         if end is None:
-            end = data.shape[0] if isinstance(data, (torch.Tensor, TensorDictBase)) else len(data)
+            end = data.shape[0] if isinstance(data, torch.Tensor | TensorDictBase) else len(data)
         self[:end] = data
 
-    def empty(self, empty_write_count: bool = True) -> None:
-        """Empty the buffer and reset the cursor to 0."""
-        with self._cond:
+    def update_priority(
+        self,
+        index: torch.Tensor | int,
+        priority: torch.Tensor | float,
+        *,
+        generation: torch.Tensor | None = None,
+    ) -> None:
+        """Update the priorities of ``index`` (skipping slots rewritten since ``generation``).
+
+        Raises:
+            TypeError: for an index that does not hold integers.
+            ValueError: if a priority is negative, NaN or infinite, the lengths
+                differ, or an index is outside the written slots; nothing changes then.
+        """
+        self._init()
+        with self._sync.lock:
+            index, priority = check_priority_update(index, priority, len(self._storage))
+            if generation is not None and self._writer.tracks_generations:
+                generation = torch.as_tensor(generation, dtype=torch.long).reshape(-1)
+                live = self._writer.generations_of(index) == generation
+                self._stats.count_skipped_priority_updates(int((~live).sum()))
+                index, priority = index[live], priority[live]
+            self._sampler.update_priority(index, priority, storage=self._storage)
+
+    def update_batch_priority(self, batch: Any, priority: torch.Tensor) -> None:
+        """Apply new priorities to a batch this buffer handed out (skipping rewritten rows)."""
+        if not self.prioritized:
+            return
+        index = batch["index"]
+        generation = (
+            batch.get("index_generation", None)
+            if isinstance(batch, Mapping | TensorDictBase)
+            else None
+        )
+        priority = torch.as_tensor(priority).detach()
+        if priority.numel() == index.numel():
+            priority = priority.reshape(index.shape)
+        self.update_priority(index, priority, generation=generation)
+
+    def update_if_present(
+        self,
+        *,
+        index: torch.Tensor,
+        generation: torch.Tensor,
+        patch: Mapping[Any, torch.Tensor] | TensorDictBase,
+        version_key: Any = None,
+        version: int | torch.Tensor | None = None,
+        require_newer: bool = False,
+    ) -> ConditionalUpdateResult:
+        """Patch the records whose ``(index, generation)`` is still live (see the reference doc)."""
+        self._init()
+        with self._sync.lock:
+            result = conditional_update(
+                self._storage,
+                self._writer,
+                index=index,
+                generation=generation,
+                patch=patch,
+                version_key=version_key,
+                version=version,
+                require_newer=require_newer,
+            )
+            self._mark_update(torch.as_tensor(index).reshape(-1)[result.updated])
+            return result
+
+    def set_(self, key: NestedKey, value: torch.Tensor) -> ReplayBuffer:
+        """Set the value of ``key`` across the whole buffer in place."""
+        with self._sync.lock:
+            leaf = self._leaf(key)
+            leaf[: len(self._storage)] = torch.as_tensor(value).to(leaf.dtype)
+            self._mark_update(slice(0, len(self._storage)))
+        return self
+
+    def set_at_(self, key: NestedKey, value: torch.Tensor, index: Any) -> ReplayBuffer:
+        """Set the value of ``key`` at ``index`` in place."""
+        with self._sync.lock:
+            leaf = self._leaf(key)
+            leaf[index] = torch.as_tensor(value).to(leaf.dtype)
+            self._mark_update(index)
+        return self
+
+    def update_(
+        self,
+        input_dict_or_td: Mapping[Any, torch.Tensor] | TensorDictBase,
+        clone: bool = False,
+        *,
+        keys_to_update: Any = None,
+    ) -> ReplayBuffer:
+        """Update stored entries in place from a dict or TensorDict covering the buffer."""
+        src = input_dict_or_td
+        items = src.items(True, True) if isinstance(src, TensorDictBase) else src.items()
+        wanted = None
+        if keys_to_update is not None:
+            wanted = {normalize_key(k, "keys_to_update") for k in keys_to_update}
+        for key, value in items:
+            if wanted is None or normalize_key(key) in wanted:
+                self.set_(key, value.clone() if clone else value)
+        return self
+
+    def _leaf(self, key: Any) -> torch.Tensor:
+        self._init()
+        leaf_keys = getattr(self._storage, "leaf_keys", None)
+        if leaf_keys is None:
+            raise RuntimeError(f"{type(self._storage).__name__} does not support per-key updates.")
+        key = normalize_key(key, "key", dotted=False)
+        if key not in set(leaf_keys()):
+            raise KeyError(f"key {key!r} is not stored; stored keys are {leaf_keys()}.")
+        return self._storage.get_leaf(key)  # type: ignore[attr-defined,no-any-return]
+
+    def query(
+        self, predicate: Callable[..., bool] | None = None, *, trajectory_key: Any = None
+    ) -> list[Any]:
+        """Return the stored trajectories matching ``predicate``, oldest first."""
+        from rbdata.query import run_query
+
+        with self._sync.lock:
             self._init()
-            self._drain_prefetch()
-            self._storage.empty()
-            write_count = self._writer.write_count
-            self._writer._empty()
-            self._writer._write_count = 0 if empty_write_count else write_count
-            self._sampler._empty()
-            self._sample_unit._empty()
-            self._cond.notify_all()
+            return run_query(
+                self._storage,
+                transform=self._transform,
+                cursor=int(getattr(self._writer, "cursor", 0)),
+                predicate=predicate,
+                trajectory_key=trajectory_key,
+            )
 
-    def wait_for_data(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
-        """Wait (without busy-looping) until ``predicate()`` holds or ``timeout`` seconds pass."""
-        with self._cond:
-            return self._cond.wait_for(predicate, timeout)
+    def dumps(self, path: str | os.PathLike[str]) -> None:
+        """Save the buffer atomically in the directory ``path``."""
+        self._init()
+        _persistence._dumps(self, path)
 
-    # ------------------------------------------------------------ updating
-    def stats(self) -> dict[str, int | float | bool]:
-        """A cheap, serializable snapshot of the buffer's operational state."""
-        if not self._initialized:
-            out: dict[str, Any] = {
-                "size": 0,
-                "write_count": 0,
-                "prefetch_queue_size": 0,
-                "initialized": False,
-            }
-            storage = self._args["storage"]
-            if isinstance(storage, Storage):
-                out.update(capacity=storage.max_size, utilization=0.0)
-            return out
-        size = len(self._storage)
-        out = {
-            "size": size,
-            "write_count": self._writer.write_count,
-            "prefetch_queue_size": len(self._prefetcher),
-            "initialized": True,
-            "capacity": self._storage.max_size,
-            "utilization": size / self._storage.max_size,
-            "skipped_priority_updates": self._skipped_priority_updates,
-        }
-        for source in list(self._stats_sources):
-            out.update(source())
-        return out
+    def loads(self, path: str | os.PathLike[str]) -> None:
+        """Load a buffer saved with :meth:`dumps` (validated; unchanged on error)."""
+        self._init()
+        _persistence._loads(self, path)
 
-    # ------------------------------------------------------------ lifecycle
+    def dump(self, path: str | os.PathLike[str]) -> None:
+        """Alias for :meth:`dumps`."""
+        self.dumps(path)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Alias for :meth:`dumps`."""
+        self.dumps(path)
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Alias for :meth:`loads`."""
+        self.loads(path)
+
+    def reader(self, sampler: Sampler) -> ReplayBuffer:
+        """A buffer sharing this one's storage, writer and transforms that draws with ``sampler``.
+
+        It has its own lock; used by DataLoader worker processes, which read a
+        private copy of the buffer.
+        """
+        self._init()
+        copy = object.__new__(type(self))
+        copy.__dict__.update(self.__dict__)
+        copy._sync = _BufferSync()
+        copy._prefetcher = _BatchPrefetcher(0)
+        copy._iterator = None
+        copy._sampler = sampler
+        sampler.set_consume_after_n(None)
+        return copy
+
     def start(self) -> ReplayBuffer:
         """Return this already-started direct replay buffer."""
         return self
@@ -455,20 +323,14 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
         """Return self for the zero-overhead direct backend."""
         return self
 
-    def _drain_prefetch(self) -> None:
-        self._prefetcher.drain()
-
-    def shutdown(self, timeout: float | None = None) -> None:
-        """Stop the prefetch thread and mark this buffer as shut down."""
-        self._prefetcher.shutdown()
-        self._alive = False
-
-    close = shutdown
+    def close(self, timeout: float | None = None) -> None:
+        """Alias for :meth:`shutdown`."""
+        self.shutdown(timeout)
 
     def __enter__(self) -> ReplayBuffer:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
     @classmethod
@@ -479,13 +341,3 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
         except ImportError as err:
             raise ImportError("as_remote needs Ray: pip install 'rbdata[ray]'.") from err
         return ray.remote(**(remote_config or {"num_cpus": 1}))(cls)
-
-    def __repr__(self) -> str:
-        if not self._initialized:
-            return f"{type(self).__name__}(initialized=False)"
-        return (
-            f"{type(self).__name__}(storage={type(self._storage).__name__}(max_size="
-            f"{self._storage.max_size}), sampler={type(self._sampler).__name__}, writer="
-            f"{type(self._writer).__name__}, size={len(self._storage)}, "
-            f"batch_size={self._batch_size})"
-        )
