@@ -34,9 +34,14 @@ def batch(kind: str, n: int, start: int = 0) -> Any:
             batch_size=[n],
         )
     if kind == "tensorclass":
-        return Step(obs=(pos[:, None] * 10 + torch.arange(3)).float(), reward=pos.double(), batch_size=[n])
+        return Step(
+            obs=(pos[:, None] * 10 + torch.arange(3)).float(), reward=pos.double(), batch_size=[n]
+        )
     if kind == "pytree":
-        return {"a": (pos[:, None] * 10 + torch.arange(3)).float(), "b": (pos.clone(), [pos[:, None] * 2])}
+        return {
+            "a": (pos[:, None] * 10 + torch.arange(3)).float(),
+            "b": (pos.clone(), [pos[:, None] * 2]),
+        }
     if kind == "objects":
         return [f"item{i}" if i % 2 else {"i": int(i)} for i in pos.tolist()]
     raise ValueError(kind)

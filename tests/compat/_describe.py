@@ -33,7 +33,9 @@ def describe(value: Any) -> Any:
     if isinstance(value, dict):
         return ("dict", {_key(k): describe(v) for k, v in sorted(value.items(), key=_sort_key)})
     if isinstance(value, (list, tuple)):
-        if value and not any(isinstance(v, (torch.Tensor, TensorDictBase, list, tuple)) for v in value):
+        if value and not any(
+            isinstance(v, (torch.Tensor, TensorDictBase, list, tuple)) for v in value
+        ):
             return (type(value).__name__, len(value))  # Python objects: which ones is a draw
         return (type(value).__name__, [describe(v) for v in value])
     return type(value).__name__

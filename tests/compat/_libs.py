@@ -13,14 +13,39 @@ LIBS = ("torchrl", "rbdata")
 
 #: the public names compared (the 32 core names of issue 10, plus Sampler)
 NAMES = (
-    "ReplayBuffer TensorDictReplayBuffer PrioritizedReplayBuffer TensorDictPrioritizedReplayBuffer "
-    "ListStorage LazyStackStorage TensorStorage LazyTensorStorage LazyMemmapStorage Storage "
-    "Sampler RandomSampler SamplerWithoutReplacement PrioritizedSampler SliceSampler "
-    "SliceSamplerWithoutReplacement PrioritizedSliceSampler "
-    "Writer RoundRobinWriter TensorDictRoundRobinWriter TensorDictMaxValueWriter "
-    "ImmutableDatasetWriter SampleUnit Transition Sequence traj Trajectory "
-    "ConditionalUpdateResult Transform Compose PolicyAgeFilter OfflineToOnlineReplayBuffer"
-).split()
+    "ReplayBuffer",
+    "TensorDictReplayBuffer",
+    "PrioritizedReplayBuffer",
+    "TensorDictPrioritizedReplayBuffer",
+    "ListStorage",
+    "LazyStackStorage",
+    "TensorStorage",
+    "LazyTensorStorage",
+    "LazyMemmapStorage",
+    "Storage",
+    "Sampler",
+    "RandomSampler",
+    "SamplerWithoutReplacement",
+    "PrioritizedSampler",
+    "SliceSampler",
+    "SliceSamplerWithoutReplacement",
+    "PrioritizedSliceSampler",
+    "Writer",
+    "RoundRobinWriter",
+    "TensorDictRoundRobinWriter",
+    "TensorDictMaxValueWriter",
+    "ImmutableDatasetWriter",
+    "SampleUnit",
+    "Transition",
+    "Sequence",
+    "traj",
+    "Trajectory",
+    "ConditionalUpdateResult",
+    "Transform",
+    "Compose",
+    "PolicyAgeFilter",
+    "OfflineToOnlineReplayBuffer",
+)
 
 _TORCHRL_MODULES = (
     "torchrl.data",

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import re
+import sys
+import typing
 from typing import Any
 
 #: members of torchrl's tensorclass-based results that matter to users (the rest is
@@ -39,12 +42,33 @@ def init_params(cls: type) -> dict[str, inspect.Parameter]:
             if p.name == "self" or p.kind == p.VAR_POSITIONAL:
                 continue
             if p.kind == p.VAR_KEYWORD:
-                forwards = True
+                unpacked = _unpacked_keywords(init, p)
+                if unpacked is None:
+                    forwards = True
+                for name in unpacked or ():
+                    params.setdefault(name, inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY))
                 continue
             params.setdefault(p.name, p)
         if not forwards:
             break
     return params
+
+
+def _unpacked_keywords(init: Any, param: inspect.Parameter) -> list[str] | None:
+    """The keys of ``**kwargs: Unpack[SomeTypedDict]`` (None for a plain ``**kwargs``)."""
+    annotation = param.annotation
+    if isinstance(annotation, str):
+        match = re.fullmatch(r"(?:typing\.|typing_extensions\.)?Unpack\[(\w+)\]", annotation)
+        if match is None:
+            return None
+        annotation = getattr(sys.modules[init.__module__], match.group(1), None)
+    elif typing.get_origin(annotation) is typing.Unpack:
+        annotation = typing.get_args(annotation)[0]
+    else:
+        return None
+    if annotation is None or not typing.is_typeddict(annotation):
+        return None
+    return list(annotation.__annotations__)
 
 
 def public_members(torchrl_obj: Any) -> list[str]:

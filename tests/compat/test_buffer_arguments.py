@@ -35,7 +35,10 @@ def _torchrl_disagrees(request, ns, reason):
 def test_defaults(lib):
     rb = lib.ReplayBuffer()
     assert (type(rb.storage).__name__, rb.storage.max_size) == ("ListStorage", 1000)
-    assert (type(rb.sampler).__name__, type(rb.writer).__name__) == ("RandomSampler", "RoundRobinWriter")
+    assert (type(rb.sampler).__name__, type(rb.writer).__name__) == (
+        "RandomSampler",
+        "RoundRobinWriter",
+    )
     assert type(lib.TensorDictReplayBuffer().writer).__name__ == "TensorDictRoundRobinWriter"
 
 
@@ -47,11 +50,14 @@ def test_component_factories(lib, component):
         "writer": lib.RoundRobinWriter,
     }[component]
     rb = lib.ReplayBuffer(**{component: factory})
-    assert type(getattr(rb, component)).__name__ == {
-        "storage": "LazyTensorStorage",
-        "sampler": "SamplerWithoutReplacement",
-        "writer": "RoundRobinWriter",
-    }[component]
+    assert (
+        type(getattr(rb, component)).__name__
+        == {
+            "storage": "LazyTensorStorage",
+            "sampler": "SamplerWithoutReplacement",
+            "writer": "RoundRobinWriter",
+        }[component]
+    )
 
 
 @pytest.mark.parametrize("component,value", [("storage", 5), ("sampler", "x")])
@@ -60,7 +66,9 @@ def test_bad_component_is_a_type_error(lib, component, value):
 
 
 def test_sample_unit_argument(lib):
-    rb = lib.TensorDictReplayBuffer(storage=lib.LazyTensorStorage(8), sample_unit=lib.Transition(), batch_size=2)
+    rb = lib.TensorDictReplayBuffer(
+        storage=lib.LazyTensorStorage(8), sample_unit=lib.Transition(), batch_size=2
+    )
     rb.extend(TensorDict({"a": torch.arange(8)}, [8]))
     assert tuple(rb.sample().batch_size) == (2,)
 
@@ -84,7 +92,10 @@ def test_reference_example_python_objects(lib):
 def test_pin_memory_without_an_accelerator():
     """Deliberate: rbdata skips pinning without CUDA (torchrl raises RuntimeError)."""
     assert _filled(load("rbdata"), pin_memory=True).sample().shape == (2,)
-    assert outcome(lambda: _filled(load("torchrl"), pin_memory=True).sample()) == ("raises", "RuntimeError")
+    assert outcome(lambda: _filled(load("torchrl"), pin_memory=True).sample()) == (
+        "raises",
+        "RuntimeError",
+    )
 
 
 def test_prefetch(lib):
@@ -134,14 +145,22 @@ def test_dim_extend_add_and_extend_are_equivalent(lib):
 
 
 def test_ndim2_extend_returns_coordinates(lib, request):
-    parity_gap(request, lib, "ndim=2 storages: extend returns flat time indices; torchrl (N, 2) coordinates")
+    parity_gap(
+        request,
+        lib,
+        "ndim=2 storages: extend returns flat time indices; torchrl (N, 2) coordinates",
+    )
     rb = lib.ReplayBuffer(storage=lib.LazyTensorStorage(12, ndim=2), dim_extend=1)
     index = rb.extend(torch.arange(12.0).reshape(3, 4))
     assert tuple(index.shape) == (12, 2)
 
 
 def test_ndim2_sample_info_index_is_a_coordinate_tuple(lib, request):
-    parity_gap(request, lib, "ndim=2 storages: info['index'] is a flat Tensor; torchrl a tuple of coordinates")
+    parity_gap(
+        request,
+        lib,
+        "ndim=2 storages: info['index'] is a flat Tensor; torchrl a tuple of coordinates",
+    )
     rb = lib.ReplayBuffer(storage=lib.LazyTensorStorage(12, ndim=2), batch_size=4)
     rb.extend(torch.arange(12).reshape(3, 4))
     _, info = rb.sample(return_info=True)
@@ -155,7 +174,9 @@ def test_generator_makes_draws_reproducible(lib):
     draws = []
     for _ in range(2):
         rb = lib.ReplayBuffer(
-            storage=lib.LazyTensorStorage(100), batch_size=5, generator=torch.Generator().manual_seed(7)
+            storage=lib.LazyTensorStorage(100),
+            batch_size=5,
+            generator=torch.Generator().manual_seed(7),
         )
         rb.extend(torch.arange(100))
         draws.append(rb.sample().tolist())
@@ -186,7 +207,12 @@ def test_delayed_init(lib):
 
 def test_stats_of_an_uninitialized_buffer_with_a_storage_factory(lib):
     rb = lib.ReplayBuffer(storage=lambda: lib.LazyTensorStorage(4), delayed_init=True)
-    assert rb.stats() == {"size": 0, "write_count": 0, "prefetch_queue_size": 0, "initialized": False}
+    assert rb.stats() == {
+        "size": 0,
+        "write_count": 0,
+        "prefetch_queue_size": 0,
+        "initialized": False,
+    }
 
 
 # --- service backend and transport ---------------------------------------------------
@@ -219,8 +245,7 @@ def test_ray_backend(lib, request):
     ],
     ids=["transport", "transport_options", "service_backend_options"],
 )
-def test_transport_arguments_are_validated(lib, request, kwargs):
-    parity_gap(request, lib, f"{next(iter(kwargs))} accepted and ignored; torchrl raises ValueError")
+def test_transport_arguments_are_validated(lib, kwargs):
     assert outcome(lambda: lib.ReplayBuffer(**kwargs)) == ("raises", "ValueError")
 
 
@@ -240,7 +265,10 @@ def test_next(lib, request):
 
 def test_read_all_in_order(lib):
     rb = _filled(lib)
-    assert (contents(rb.read_all_in_order()), contents(rb.read_all_in_order(2))) == ([0, 1, 2, 3], [0, 1])
+    assert (contents(rb.read_all_in_order()), contents(rb.read_all_in_order(2))) == (
+        [0, 1, 2, 3],
+        [0, 1],
+    )
 
 
 def test_write_all(lib, request):
@@ -266,7 +294,9 @@ def test_empty_keeps_write_count_on_request(lib):
 
 def test_extend_update_priority_keyword(lib, request):
     """The reference: update_priority is without effect in this (non-prioritized) class."""
-    _torchrl_disagrees(request, lib, "extend(..., update_priority=False) raises NotImplementedError")
+    _torchrl_disagrees(
+        request, lib, "extend(..., update_priority=False) raises NotImplementedError"
+    )
     rb = lib.ReplayBuffer(storage=lib.LazyTensorStorage(4))
     assert rb.extend(torch.arange(2), update_priority=False).tolist() == [0, 1]
 
@@ -279,7 +309,10 @@ def test_extend_list_is_a_stack_tuple_is_a_pytree(lib):
     rb = lib.ReplayBuffer(storage=lib.LazyTensorStorage(4))
     rb.extend((torch.arange(3), torch.zeros(3, 2)))
     assert len(rb) == 3
-    assert describe(rb.sample(2)) == ("tuple", [("Tensor", (2,), "torch.int64"), ("Tensor", (2, 2), "torch.float32")])
+    assert describe(rb.sample(2)) == (
+        "tuple",
+        [("Tensor", (2,), "torch.int64"), ("Tensor", (2, 2), "torch.float32")],
+    )
 
 
 def test_reference_example_pytree_with_transform(lib, tmp_path):
@@ -289,7 +322,9 @@ def test_reference_example_pytree_with_transform(lib, tmp_path):
         storage=lib.LazyMemmapStorage(100, scratch_dir=tmp_path),
         transform=lambda x: tree_map(lambda y: y * 0, x),
     )
-    rb.add({"a": torch.randn(3), "b": {"c": (torch.zeros(2), [torch.ones(1)])}, 30: -torch.ones(())})
+    rb.add(
+        {"a": torch.randn(3), "b": {"c": (torch.zeros(2), [torch.ones(1)])}, 30: -torch.ones(())}
+    )
     sample = rb.sample(10)
     assert all((leaf == 0).all() for leaf in torch.utils._pytree.tree_leaves(sample))
     assert describe(sample["b"]["c"][1][0]) == ("Tensor", (10, 1), "torch.float32")
@@ -365,7 +400,9 @@ def test_persistence_aliases(lib, tmp_path, save, load_):
 
 def test_extend_scalar(lib, request):
     parity_gap(request, lib, "extend(0-d tensor) raises ValueError; torchrl TypeError")
-    assert outcome(lambda: lib.ReplayBuffer(storage=lib.LazyTensorStorage(8)).extend(torch.tensor(3.0))) == (
+    assert outcome(
+        lambda: lib.ReplayBuffer(storage=lib.LazyTensorStorage(8)).extend(torch.tensor(3.0))
+    ) == (
         "raises",
         "TypeError",
     )

@@ -59,14 +59,18 @@ def _gaps(buffer: str, storage: str, data_kind: str) -> list[str]:
             }.get(storage, "tensorclass data refused by tensor storages (TypeError)")
         )
     if data_kind == "pytree" and storage in TENSOR_STORAGES:
-        gaps.append("PyTree extend across the capacity wrap raises TypeError (writer slices a dict)")
+        gaps.append(
+            "PyTree extend across the capacity wrap raises TypeError (writer slices a dict)"
+        )
     if data_kind == "objects" and storage == "lazystack":
         gaps.append(
             "LazyStackStorage of Python objects: load_state_dict and dumps raise AttributeError "
             "(ListStorage round-trips them)"
         )
     if buffer.startswith("TensorDict"):
-        gaps.append('TensorDict buffers: stored rows lack the "index" entry torchrl writes (rb[i], rb[:])')
+        gaps.append(
+            'TensorDict buffers: stored rows lack the "index" entry torchrl writes (rb[i], rb[:])'
+        )
     return gaps
 
 

@@ -40,27 +40,45 @@ def test_exact_offline_share_per_batch(lib):
 
 
 def test_online_storage_argument(lib):
-    rb = lib.OfflineToOnlineReplayBuffer(_offline(lib), online_storage=lib.LazyTensorStorage(5), batch_size=4)
+    rb = lib.OfflineToOnlineReplayBuffer(
+        _offline(lib), online_storage=lib.LazyTensorStorage(5), batch_size=4
+    )
     rb.extend(_online(3))
     assert len(rb) == 103
 
 
-@pytest.mark.parametrize("kwargs", [{"online_capacity": 5, "online_storage": None}, {}], ids=["both", "neither"])
+@pytest.mark.parametrize(
+    "kwargs", [{"online_capacity": 5, "online_storage": None}, {}], ids=["both", "neither"]
+)
 def test_online_storage_xor_capacity(lib, kwargs):
     if "online_storage" in kwargs:
         kwargs = {**kwargs, "online_storage": lib.LazyTensorStorage(5)}
-    assert outcome(lambda: lib.OfflineToOnlineReplayBuffer(_offline(lib), **kwargs)) == ("raises", "ValueError")
+    assert outcome(lambda: lib.OfflineToOnlineReplayBuffer(_offline(lib), **kwargs)) == (
+        "raises",
+        "ValueError",
+    )
 
 
 def test_fraction_out_of_range(lib):
-    make = lambda: lib.OfflineToOnlineReplayBuffer(_offline(lib), online_capacity=5, offline_fraction=1.5)  # noqa: E731
+    def make():
+        return lib.OfflineToOnlineReplayBuffer(
+            _offline(lib), online_capacity=5, offline_fraction=1.5
+        )
+
     assert outcome(make) == ("raises", "ValueError")
 
 
-@pytest.mark.parametrize("fraction", [0.0, 1.0, lambda batches: 0.5], ids=["zero", "one", "schedule"])
+@pytest.mark.parametrize(
+    "fraction", [0.0, 1.0, lambda batches: 0.5], ids=["zero", "one", "schedule"]
+)
 def test_fraction_bounds_and_schedules(fraction):
     """Deliberate: 0, 1 and schedules are allowed (torchrl: ValueError / TypeError)."""
-    make = lambda ns: ns.OfflineToOnlineReplayBuffer(_offline(ns), online_capacity=5, offline_fraction=fraction)  # noqa: E731
+
+    def make(ns):
+        return ns.OfflineToOnlineReplayBuffer(
+            _offline(ns), online_capacity=5, offline_fraction=fraction
+        )
+
     assert outcome(lambda: make(load("rbdata")), lambda rb: "ok") == "ok"
     assert outcome(lambda: make(load("torchrl")))[0] == "raises"
 
@@ -94,7 +112,11 @@ def test_offline_and_online_buffers(lib, request):
 
 
 def test_transform_argument(lib, request):
-    parity_gap(request, lib, "OfflineToOnlineReplayBuffer(transform=...) missing (rbdata: online_transform)")
+    parity_gap(
+        request,
+        lib,
+        "OfflineToOnlineReplayBuffer(transform=...) missing (rbdata: online_transform)",
+    )
     rb = lib.OfflineToOnlineReplayBuffer(
         _offline(lib), online_capacity=5, batch_size=4, transform=lambda d: d.exclude("src")
     )
@@ -104,5 +126,7 @@ def test_transform_argument(lib, request):
 
 def test_offline_dataset_keyword(lib, request):
     parity_gap(request, lib, "first argument is named offline; torchrl offline_dataset")
-    rb = lib.OfflineToOnlineReplayBuffer(offline_dataset=_offline(lib), online_capacity=5, batch_size=4)
+    rb = lib.OfflineToOnlineReplayBuffer(
+        offline_dataset=_offline(lib), online_capacity=5, batch_size=4
+    )
     assert tuple(rb.sample().batch_size) == (4,)

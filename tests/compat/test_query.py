@@ -50,12 +50,18 @@ def test_trajectory_properties(lib, request, member, expected):
 def test_trajectory_get_and_keys(lib, request):
     parity_gap(request, lib, "Trajectory.get / Trajectory.keys missing")
     t = _buffer(lib).query()[1]
-    assert contents(t.get("reward")) == contents(t.get(("next", "reward"))) == [[4.0], [5.0], [6.0], [7.0]]
+    assert (
+        contents(t.get("reward"))
+        == contents(t.get(("next", "reward")))
+        == [[4.0], [5.0], [6.0], [7.0]]
+    )
     assert {"action", "next", "observation"} <= set(t.keys())
 
 
 def test_trajectory_slicing_gives_a_trajectory(lib, request):
-    parity_gap(request, lib, "Trajectory[:k] raises TypeError (torchrl: a Trajectory, it is a tensorclass)")
+    parity_gap(
+        request, lib, "Trajectory[:k] raises TypeError (torchrl: a Trajectory, it is a tensorclass)"
+    )
     part = _buffer(lib).query()[1][:2]
     assert (type(part).__name__, part.observation.shape[0]) == ("Trajectory", 2)
 

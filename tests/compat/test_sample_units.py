@@ -24,9 +24,7 @@ _SEQUENCE = (
 
 
 def _buffer(ns, unit):
-    rb = ns.TensorDictReplayBuffer(
-        storage=ns.LazyTensorStorage(24), sample_unit=unit, batch_size=3
-    )
+    rb = ns.TensorDictReplayBuffer(storage=ns.LazyTensorStorage(24), sample_unit=unit, batch_size=3)
     rb.extend(episodes(24, 4))
     return rb
 
@@ -77,9 +75,8 @@ def test_sequence_done_key(lib, request):
     assert tuple(data.batch_size) == (12,)
 
 
-def test_custom_sample_unit_protocol(lib, request):
+def test_custom_sample_unit_protocol(lib):
     """A user SampleUnit written for torchrl: expand(index, info, storage) -> (index, info)."""
-    parity_gap(request, lib, "SampleUnit.expand takes (anchors, storage, info); torchrl (index, info, storage)")
 
     class Doubled(lib.SampleUnit):
         def expand(self, index, info, storage):

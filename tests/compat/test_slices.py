@@ -28,7 +28,9 @@ SAMPLERS = {
     "end_key": lambda ns: ns.SliceSampler(slice_len=4, end_key=("next", "done")),
     "default_keys": lambda ns: ns.SliceSampler(slice_len=4),
     "cache_values": lambda ns: ns.SliceSampler(slice_len=4, traj_key="episode", cache_values=True),
-    "without_replacement": lambda ns: ns.SliceSamplerWithoutReplacement(slice_len=4, traj_key="episode"),
+    "without_replacement": lambda ns: ns.SliceSamplerWithoutReplacement(
+        slice_len=4, traj_key="episode"
+    ),
     "without_replacement_drop_last": lambda ns: ns.SliceSamplerWithoutReplacement(
         num_slices=2, traj_key="episode", drop_last=True
     ),
@@ -69,19 +71,27 @@ def test_slice_sample_info_keys(lib, request, kind):
 
 
 def test_slice_info_index_is_a_tuple_of_coordinates(lib, request):
-    parity_gap(request, lib, "slice samplers' info['index'] is a Tensor; torchrl: a tuple of coordinate tensors")
+    parity_gap(
+        request,
+        lib,
+        "slice samplers' info['index'] is a Tensor; torchrl: a tuple of coordinate tensors",
+    )
     _, info = _buffer(lib, SAMPLERS["slice_len"](lib), cls="ReplayBuffer").sample(return_info=True)
     assert describe(info["index"]) == ("tuple", [("Tensor", (8,), "torch.int64")])
 
 
 def test_slice_in_a_plain_replay_buffer(lib):
-    data, info = _buffer(lib, SAMPLERS["slice_len"](lib), cls="ReplayBuffer").sample(return_info=True)
+    data, info = _buffer(lib, SAMPLERS["slice_len"](lib), cls="ReplayBuffer").sample(
+        return_info=True
+    )
     assert keys_of(data) == [k for k in SAMPLE_KEYS if k != "index"]
     assert sorted(map(str, info)) == SLICE_INFO
 
 
 def test_prioritized_slice_sample(prio_lib, request):
-    parity_gap(request, prio_lib, "TensorDictReplayBuffer + slice sampler: sample(return_info=True) fails")
+    parity_gap(
+        request, prio_lib, "TensorDictReplayBuffer + slice sampler: sample(return_info=True) fails"
+    )
     sampler = prio_lib.PrioritizedSliceSampler(24, 0.7, 0.5, slice_len=4, traj_key="episode")
     data, info = _buffer(prio_lib, sampler).sample(return_info=True)
     assert keys_of(data) == sorted([*SAMPLE_KEYS, "priority_weight"])
@@ -103,7 +113,11 @@ def test_slice_without_replacement_pass():
     ids=["batch-not-multiple-of-slice_len", "batch-6-slice_len-4"],
 )
 def test_batch_not_divisible_by_slice_len(lib, request, kwargs, batch):
-    parity_gap(request, lib, "batch size not a multiple of slice_len raises ValueError; torchrl RuntimeError")
+    parity_gap(
+        request,
+        lib,
+        "batch size not a multiple of slice_len raises ValueError; torchrl RuntimeError",
+    )
     rb = _buffer(lib, lib.SliceSampler(traj_key="episode", **kwargs))
     assert outcome(lambda: rb.sample(batch)) == ("raises", "RuntimeError")
 
@@ -114,12 +128,21 @@ def test_batch_not_divisible_by_slice_len(lib, request, kwargs, batch):
     ids=["both", "neither"],
 )
 def test_slice_len_xor_num_slices(lib, request, kwargs):
-    parity_gap(request, lib, "SliceSampler with both/neither of slice_len, num_slices: ValueError; torchrl TypeError")
-    assert outcome(lambda: lib.SliceSampler(traj_key="episode", **kwargs)) == ("raises", "TypeError")
+    parity_gap(
+        request,
+        lib,
+        "SliceSampler with both/neither of slice_len, num_slices: ValueError; torchrl TypeError",
+    )
+    assert outcome(lambda: lib.SliceSampler(traj_key="episode", **kwargs)) == (
+        "raises",
+        "TypeError",
+    )
 
 
 def test_pad_output(lib, request):
     parity_gap(request, lib, "SliceSampler(pad_output=...) missing")
-    sampler = lib.SliceSampler(slice_len=6, traj_key="episode", pad_output=True, strict_length=False)
+    sampler = lib.SliceSampler(
+        slice_len=6, traj_key="episode", pad_output=True, strict_length=False
+    )
     rb = _buffer(lib, sampler)
     assert outcome(lambda: rb.sample(12), lambda d: tuple(d.batch_size)) == (12,)

@@ -48,12 +48,17 @@ def test_policy_age_filter_in_a_tensordict_buffer(storage):
         )
         rb.extend(_stamped())
         current["version"] = 4
-        results[name] = outcome(lambda: rb.sample(6), lambda d: sorted(set(d["policy_version"].tolist())))  # noqa: B023
+        results[name] = outcome(
+            lambda: rb.sample(6),  # noqa: B023
+            lambda d: sorted(set(d["policy_version"].tolist())),
+        )
     assert results == {"torchrl": ("raises", "RuntimeError"), "rbdata": [3]}
 
 
 def test_policy_age_filter_int_version_and_key(lib):
-    rb = lib.ReplayBuffer(storage=lib.LazyStackStorage(100), transform=lib.PolicyAgeFilter(3, max_policy_lag=0))
+    rb = lib.ReplayBuffer(
+        storage=lib.LazyStackStorage(100), transform=lib.PolicyAgeFilter(3, max_policy_lag=0)
+    )
     rb.extend(_stamped())
     assert len(rb) == 1
     keyed = lib.PolicyAgeFilter(3, max_policy_lag=0, policy_version_key="pv")
@@ -65,11 +70,14 @@ def test_policy_age_filter_int_version_and_key(lib):
 def test_policy_age_filter_strict(lib):
     unstamped = TensorDict({"x": torch.zeros(4)}, [4])
     strict = lib.ReplayBuffer(
-        storage=lib.LazyStackStorage(100), transform=lib.PolicyAgeFilter(3, max_policy_lag=0, strict=True)
+        storage=lib.LazyStackStorage(100),
+        transform=lib.PolicyAgeFilter(3, max_policy_lag=0, strict=True),
     )
     assert outcome(lambda: strict.extend(unstamped)) == ("raises", "KeyError")
     assert len(strict) == 0
-    lenient = lib.ReplayBuffer(storage=lib.LazyStackStorage(100), transform=lib.PolicyAgeFilter(3, max_policy_lag=0))
+    lenient = lib.ReplayBuffer(
+        storage=lib.LazyStackStorage(100), transform=lib.PolicyAgeFilter(3, max_policy_lag=0)
+    )
     assert contents(lenient.extend(unstamped)) == [0, 1, 2, 3]
 
 
@@ -81,8 +89,14 @@ def test_policy_age_filter_argument_errors(lib):
 
 def test_policy_age_filter_validates_its_version_source():
     """Deliberate: a non-int, non-callable version is a TypeError (torchrl accepts "3")."""
-    assert outcome(lambda: load("rbdata").PolicyAgeFilter("3", max_policy_lag=1)) == ("raises", "TypeError")
-    assert outcome(lambda: load("torchrl").PolicyAgeFilter("3", max_policy_lag=1), lambda f: "ok") == "ok"
+    assert outcome(lambda: load("rbdata").PolicyAgeFilter("3", max_policy_lag=1)) == (
+        "raises",
+        "TypeError",
+    )
+    assert (
+        outcome(lambda: load("torchrl").PolicyAgeFilter("3", max_policy_lag=1), lambda f: "ok")
+        == "ok"
+    )
 
 
 def test_append_transform_invert(lib):
@@ -98,11 +112,13 @@ def test_append_transform_invert(lib):
 
 
 def test_callable_transform_and_factory(lib):
-    rb = lib.ReplayBuffer(storage=lib.LazyTensorStorage(10), batch_size=4, transform=lambda d: d * 0)
+    rb = lib.ReplayBuffer(
+        storage=lib.LazyTensorStorage(10), batch_size=4, transform=lambda d: d * 0
+    )
     rb.extend(torch.ones(4))
     assert rb.sample().tolist() == [0.0] * 4
     rb = lib.ReplayBuffer(
-        storage=lib.LazyTensorStorage(10), batch_size=4, transform_factory=lambda: (lambda d: d * 2)
+        storage=lib.LazyTensorStorage(10), batch_size=4, transform_factory=lambda: lambda d: d * 2
     )
     assert rb.initialized is False  # delayed_init defaults to True with a factory
     rb.extend(torch.ones(4))
@@ -111,7 +127,9 @@ def test_callable_transform_and_factory(lib):
 
 
 def test_transform_and_factory_are_exclusive(lib):
-    err = outcome(lambda: lib.ReplayBuffer(transform=lambda d: d, transform_factory=lambda: (lambda d: d)))
+    err = outcome(
+        lambda: lib.ReplayBuffer(transform=lambda d: d, transform_factory=lambda: lambda d: d)
+    )
     assert err == ("raises", "TypeError")
 
 
@@ -135,5 +153,9 @@ def test_a_torchrl_transform_in_an_rbdata_buffer():
 def test_transform_is_an_nn_module(lib, request):
     from ._libs import parity_gap
 
-    parity_gap(request, lib, "rbdata's Transform is not a torch.nn.Module (torchrl's is: .to(), parameters(), ...)")
+    parity_gap(
+        request,
+        lib,
+        "rbdata's Transform is not a torch.nn.Module (torchrl's is: .to(), parameters(), ...)",
+    )
     assert isinstance(lib.Compose(), torch.nn.Module)

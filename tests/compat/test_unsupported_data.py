@@ -20,7 +20,9 @@ ALL_STORAGES = ("list", "lazystack", "tensor", "lazytensor", "memmap")
 
 def _case(buffer, storage, data_kind, gap=None):
     marks = [pytest.mark.xfail(strict=True, reason="parity gap: " + gap)] if gap else []
-    return pytest.param(buffer, storage, data_kind, marks=marks, id=f"{buffer}-{storage}-{data_kind}")
+    return pytest.param(
+        buffer, storage, data_kind, marks=marks, id=f"{buffer}-{storage}-{data_kind}"
+    )
 
 
 _LIST_PYTREE = (
@@ -35,7 +37,11 @@ _TD_OBJECTS_TYPE = "Python objects in a TensorDict buffer raise RuntimeError; to
 _TD_TENSORCLASS_TYPE = "tensorclass in a TensorDict buffer raises TypeError; torchrl ValueError"
 
 CASES = [
-    *[_case(b, s, "pytree", _LIST_PYTREE) for b in ("ReplayBuffer",) for s in ("list", "lazystack")],
+    *[
+        _case(b, s, "pytree", _LIST_PYTREE)
+        for b in ("ReplayBuffer",)
+        for s in ("list", "lazystack")
+    ],
     *[_case("ReplayBuffer", s, "objects") for s in TENSOR_STORAGES],
     *[
         _case(b, s, kind, _TD_ONLY)

@@ -8,11 +8,12 @@ from tensordict import TensorDict
 
 from ._describe import outcome
 from ._instances import episodes
-from ._libs import parity_gap
 
 
 def _buffer(ns, track=True, storage=None, cls="TensorDictReplayBuffer"):
-    writer_cls = ns.TensorDictRoundRobinWriter if cls.startswith("TensorDict") else ns.RoundRobinWriter
+    writer_cls = (
+        ns.TensorDictRoundRobinWriter if cls.startswith("TensorDict") else ns.RoundRobinWriter
+    )
     rb = getattr(ns, cls)(
         storage=storage if storage is not None else ns.LazyTensorStorage(12),
         writer=writer_cls(track_generations=track),
@@ -100,16 +101,30 @@ def test_update_if_present_versions(lib):
         ({"action": torch.zeros(3, dtype=torch.long)}, {}, "ValueError"),
         ({"observation": torch.zeros(4, 3, dtype=torch.long)}, {}, "ValueError"),
         ({"action": torch.zeros(4, dtype=torch.long)}, {"version": 3}, "ValueError"),
-        ({"action": torch.zeros(4, dtype=torch.long)}, {"version_key": "next.reward", "version": 3}, "ValueError"),
-        ({"episode": torch.zeros(4, dtype=torch.long)}, {"version_key": "episode", "version": 3}, "ValueError"),
+        (
+            {"action": torch.zeros(4, dtype=torch.long)},
+            {"version_key": "next.reward", "version": 3},
+            "ValueError",
+        ),
+        (
+            {"episode": torch.zeros(4, dtype=torch.long)},
+            {"version_key": "episode", "version": 3},
+            "ValueError",
+        ),
     ],
     ids=["missing-key", "bad-shape", "bad-dtype", "version-alone", "dotted-key", "key-in-patch"],
 )
 def test_update_if_present_errors_change_nothing(lib, patch, extra, error):
     rb = _buffer(lib)
     before = rb[:].clone()
-    handle = {"index": torch.arange(4), "generation": torch.tensor(_generations_in_order(lib, rb)[:4])}
-    assert outcome(lambda: rb.update_if_present(**handle, patch=patch, **extra)) == ("raises", error)
+    handle = {
+        "index": torch.arange(4),
+        "generation": torch.tensor(_generations_in_order(lib, rb)[:4]),
+    }
+    assert outcome(lambda: rb.update_if_present(**handle, patch=patch, **extra)) == (
+        "raises",
+        error,
+    )
     assert (rb[:] == before).all()
 
 
@@ -133,15 +148,13 @@ def _generations_in_order(ns, rb):
     return rb.sample(len(rb), return_info=True)[1]["index_generation"].tolist()
 
 
-def test_generation_numbers(lib, request):
-    parity_gap(request, lib, "slot generations count from 1 (torchrl: the first write is generation 0)")
+def test_generation_numbers(lib):
     rb = _buffer(lib)
     rb.extend(episodes()[:2])
     assert _generations_in_order(lib, rb) == [1, 1] + [0] * 10
 
 
-def test_writer_generations_of(lib, request):
-    parity_gap(request, lib, "writer.generations_of(index) missing (rbdata has writer.generation)")
+def test_writer_generations_of(lib):
     rb = _buffer(lib)
     rb.extend(episodes()[:2])
     assert rb.writer.generations_of(torch.arange(3)).tolist() == _generations_in_order(lib, rb)[:3]
