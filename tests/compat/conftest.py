@@ -15,6 +15,10 @@ if importlib.util.find_spec("torchrl") is None:
 else:
     from ._libs import LIBS, load, torchrl_prioritized_available
 
+    def pytest_configure(config: pytest.Config) -> None:
+        """torchrl warns on the scripted edge cases (batch-size overrides, lazy loads)."""
+        config.addinivalue_line("filterwarnings", "ignore::UserWarning:torchrl.*")
+
     @pytest.fixture(params=LIBS)
     def lib(request: pytest.FixtureRequest):
         """One of the two libraries (the test runs once per library)."""
