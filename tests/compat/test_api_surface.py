@@ -27,7 +27,6 @@ MISSING_PARAMS = {
     "SliceSampler": {"end_keys", "step_key", "fragmented", "init_key", "pad_output"},
     "SliceSamplerWithoutReplacement": {"end_keys", "init_key"},
     "PrioritizedSliceSampler": {"end_keys", "init_key"},
-    "Sequence": {"episode_boundary", "done_key"},
     "Trajectory": {"batch_size", "device", "names"},
     "ConditionalUpdateResult": {"batch_size", "device", "names"},
     "Transform": {"in_keys", "out_keys", "in_keys_inv", "out_keys_inv"},
@@ -37,7 +36,7 @@ MISSING_PARAMS = {
 
 _BUFFER = {"can_sample", "mark_update", "share", "submit_update_if_present", "synchronize"}
 _STORAGE = {
-    "attach", "checkpointer", "contains", "dump", "dumps", "flatten", "load", "loads", "save",
+    "attach", "checkpointer", "contains", "dump", "flatten", "load", "save",
     "supports_conditional_update",
 }  # fmt: skip
 _SAMPLER = {"can_sample", "default_priority"}
@@ -62,8 +61,6 @@ MISSING_MEMBERS = {
     "SliceSampler": _SLICE,
     "SliceSamplerWithoutReplacement": _SLICE,
     "PrioritizedSliceSampler": _SLICE - {"default_priority"},
-    "RoundRobinWriter": {"write_at"},
-    "TensorDictRoundRobinWriter": {"write_at"},
     "TensorDictMaxValueWriter": {"get_insert_index"},
     "ImmutableDatasetWriter": {"WRITING_ERR"},
     "Trajectory": {"batch_size", "get", "keys", "length", "total_reward"},
@@ -147,7 +144,7 @@ POSITIONAL_CALLS = [
     ("TensorDictMaxValueWriter", ("reward", "max"), None),
     ("Writer", (False,), "Writer(compilable) positional: rbdata's Writer takes no positional"),
     ("ImmutableDatasetWriter", (False,), None),
-    ("Sequence", (4, "pad"), "Sequence(length, episode_boundary) positional refused"),
+    ("Sequence", (4, "pad"), None),
     ("Sequence", (4,), None),
 ]
 

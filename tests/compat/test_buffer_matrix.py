@@ -56,12 +56,9 @@ def _gaps(buffer: str, storage: str, data_kind: str) -> list[str]:
             {
                 "list": "tensorclass in ListStorage: sample/slice reads raise TypeError (collate)",
                 "lazystack": "tensorclass in LazyStackStorage: add() raises RuntimeError",
-            }.get(storage, "tensorclass data refused by tensor storages (TypeError)")
+            }.get(storage)
         )
-    if data_kind == "pytree" and storage in TENSOR_STORAGES:
-        gaps.append(
-            "PyTree extend across the capacity wrap raises TypeError (writer slices a dict)"
-        )
+        gaps = [g for g in gaps if g]
     if data_kind == "objects" and storage == "lazystack":
         gaps.append(
             "LazyStackStorage of Python objects: load_state_dict and dumps raise AttributeError "
@@ -154,6 +151,12 @@ def test_transition_script(buffer, sampler, storage, data_kind, tmp_path):
             assert reloaded["cursor"] == actual["cursor_wrapped"]
             assert reloaded["contents"] == actual["contents_wrapped"]
             assert reloaded["sample"] == actual["sample"]
+    # Deliberate: a tensor storage restored from a state_dict gives back the tensorclass it
+    # held; torchrl's gives plain TensorDicts after load_state_dict into a fresh storage.
+    if data_kind == "tensorclass" and isinstance(expected.get("load_state_dict"), dict):
+        theirs, ours = expected["load_state_dict"]["sample"], actual["load_state_dict"]["sample"]
+        if theirs[0] == "TensorDict" and ours[0] != "TensorDict" and theirs[1:] == ours[1:]:
+            actual["load_state_dict"]["sample"] = theirs
     if expected.get("state_dict") == ("raises", "TypeError") and actual.get("state_dict") is True:
         expected.pop("state_dict")
         actual.pop("state_dict")

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from ._describe import outcome
-from ._libs import parity_gap
 
 
 def _consuming(ns, n=8, per_item=1, storage=None, **kwargs):
@@ -57,11 +56,6 @@ def test_sampling_a_drained_buffer(lib):
 
 
 def test_writes_reuse_consumed_slots_first(lib, request):
-    parity_gap(
-        request,
-        lib,
-        "after consumption, extend goes round-robin; torchrl writes into consumed slots first",
-    )
     rb = _consuming(lib)
     consumed = rb.sample(return_info=True)[1]["index"]
     index = rb.extend(torch.arange(100, 103))

@@ -7,7 +7,6 @@ import torch
 
 from ._describe import describe, keys_of
 from ._instances import episodes
-from ._libs import parity_gap
 
 BASE_KEYS = [
     "action", "episode", "index", "next.done", "next.observation", "next.reward",
@@ -47,7 +46,6 @@ def test_transition_is_the_default(lib):
     ids=["length", "burn_in-bootstrap", "dilation"],
 )
 def test_sequence_layout(lib, request, kwargs, window):
-    parity_gap(request, lib, _SEQUENCE)
     data, info = _buffer(lib, lib.Sequence(**kwargs)).sample(return_info=True)
     assert tuple(data.batch_size) == (3 * window,)
     assert sorted(info) == SEQUENCE_INFO
@@ -56,7 +54,6 @@ def test_sequence_layout(lib, request, kwargs, window):
 
 
 def test_sequence_learning_mask_marks_burn_in_and_bootstrap(lib, request):
-    parity_gap(request, lib, _SEQUENCE)
     _, info = _buffer(lib, lib.Sequence(3, burn_in=1, bootstrap=1)).sample(return_info=True)
     mask = info["learning_mask"].reshape(3, 5)
     assert mask.tolist() == [[False, True, True, True, False]] * 3
@@ -64,13 +61,11 @@ def test_sequence_learning_mask_marks_burn_in_and_bootstrap(lib, request):
 
 @pytest.mark.parametrize("boundary", ["pad", "stop", "include_reset"])
 def test_sequence_episode_boundary(lib, request, boundary):
-    parity_gap(request, lib, "Sequence(episode_boundary=...) missing")
     data = _buffer(lib, lib.Sequence(4, episode_boundary=boundary)).sample()
     assert tuple(data.batch_size) == (12,)
 
 
 def test_sequence_done_key(lib, request):
-    parity_gap(request, lib, "Sequence(done_key=...) missing")
     data = _buffer(lib, lib.Sequence(4, done_key=("next", "terminated"))).sample()
     assert tuple(data.batch_size) == (12,)
 

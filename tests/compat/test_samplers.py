@@ -64,9 +64,6 @@ def test_without_replacement_unshuffled_order(lib):
 
 
 def test_without_replacement_drop_last_batch_larger_than_buffer(lib, request):
-    parity_gap(
-        request, lib, "drop_last with batch_size > len raises RuntimeError; torchrl ValueError"
-    )
     rb = _filled(lib, 3, lib.SamplerWithoutReplacement(drop_last=True), batch_size=4)
     assert outcome(rb.sample) == ("raises", "ValueError")
 
