@@ -141,7 +141,7 @@ def test_verify_accepts_a_sound_dump_and_flags_short_entries(tmp_path, capsys):
     assert main(["verify", str(tmp_path / "dump")]) == 0
     assert "ok (60 items" in capsys.readouterr().out
     manifest, state, _ = read_dump(tmp_path / "dump")
-    state["storage"]["content"]["obs"] = state["storage"]["content"]["obs"][:10]
+    state["_storage"]["content"]["obs"] = state["_storage"]["content"]["obs"][:10]
     write_dump(tmp_path / "short", manifest, state)
     assert main(["verify", str(tmp_path / "short")]) == 1
     assert "shorter than the manifest length 60: ['obs']" in capsys.readouterr().err

@@ -45,7 +45,7 @@ def check_dump(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[str]]
     """
     manifest, state, objects = read_dump(path)
     length = manifest.get("length") or 0
-    content = state.get("storage", {}).get("content", {})
+    content = state.get("_storage", state.get("storage", {})).get("content", {})
     bad = [key for key, value in content.items() if value.shape[0] < length]
     if objects is not None and len(objects) < length:
         bad.append("items")

@@ -111,6 +111,16 @@ class Sampler:
         live = self._live_set(storage)
         return live is not None and len(live) == 0
 
+    def reusable_slots(self, k: int) -> torch.Tensor:
+        """Up to ``k`` consumed slots new items may be written to, consumed first first.
+
+        Without consume-after-n there are none. Looking changes nothing: a slot
+        leaves the list when it is written.
+        """
+        if self._live is None:
+            return torch.zeros(0, dtype=torch.long)
+        return self._live.consumed(k)
+
     def sampleable(self, storage: Any) -> int:
         """How many items a sample may still return (all of them without consume-after-n)."""
         live = self._live_set(storage)

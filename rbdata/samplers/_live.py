@@ -74,6 +74,8 @@ class _LiveSet:
         self.n = n
         self._size = 0
         self._allocate(0)
+        # slots that left the set, in the order they left (new writes reuse them first)
+        self._freed: list[np.ndarray] = []
 
     def _allocate(self, capacity: int) -> None:
         self._counts = torch.zeros(capacity, dtype=torch.long)
@@ -184,10 +186,13 @@ class _LiveSet:
         self._pos_np[batch] = -1
         if self.n == 1:  # a live slot has a count of 0: every drawn slot leaves
             self._counts_np[batch] = 1
+            self._freed.append(batch)
             return torch.from_numpy(batch)
         counts = self._counts_np[batch] + 1
         self._counts_np[batch] = counts
-        stay = batch[counts < self.n]
+        done = counts >= self.n
+        self._freed.append(batch[done])
+        stay = batch[~done]
         if stay.size:
             self._insert(stay, generator)
         return torch.from_numpy(batch)
@@ -216,13 +221,41 @@ class _LiveSet:
         if self.n == 1:
             self._counts_np[flat] = 1
             self._remove_live(flat)
+            self._freed.append(flat.copy())
             return indices
         counts = self._counts_np[flat] + 1
         self._counts_np[flat] = counts
         done = flat[counts >= self.n]
         if done.size:
             self._remove_live(done)
+            self._freed.append(done)
         return torch.from_numpy(done)
+
+    def consumed(self, k: int) -> torch.Tensor:
+        """Up to ``k`` distinct consumed slots, those consumed first first.
+
+        Slots stay queued until they are rewritten (a write makes a slot live
+        again, and it is then dropped from the queue), so looking costs
+        O(k) amortized and changes nothing.
+        """
+        while self._freed and not self._valid_freed(self._freed[0]).size:
+            self._freed.pop(0)
+        out: list[np.ndarray] = []
+        found = 0
+        for chunk in self._freed:
+            valid = self._valid_freed(chunk)
+            if out and valid.size:
+                valid = valid[~np.isin(valid, np.concatenate(out))]
+            out.append(valid[: k - found])
+            found += out[-1].size
+            if found >= k:
+                break
+        if not out:
+            return torch.zeros(0, dtype=torch.long)
+        return first_unique(torch.from_numpy(np.concatenate(out)))
+
+    def _valid_freed(self, chunk: np.ndarray) -> np.ndarray:
+        return chunk[(self._counts_np[chunk] >= self.n) & (self._pos_np[chunk] < 0)]
 
     # ------------------------------------------------------------ removal
     def remove(self, indices: torch.Tensor) -> None:
@@ -253,11 +286,18 @@ class _LiveSet:
         self._counts_np.fill(0)
         self._pos_np.fill(-1)
         self._size = 0
+        self._freed = []
 
     # ------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Return the counts and the live slots in their order (plain values and tensors)."""
-        return {"n": self.n, "counts": self._counts.clone(), "live": self.live.clone()}
+        freed = np.concatenate(self._freed) if self._freed else np.zeros(0, dtype=np.int64)
+        return {
+            "n": self.n,
+            "counts": self._counts.clone(),
+            "live": self.live.clone(),
+            "freed": torch.from_numpy(freed.astype(np.int64)),
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output exactly, order included (missing keys: defaults)."""
@@ -270,3 +310,5 @@ class _LiveSet:
         self._live[: live.numel()] = live
         self._pos[live] = torch.arange(live.numel())
         self._size = live.numel()
+        freed = torch.as_tensor(state_dict.get("freed", []), dtype=torch.long)
+        self._freed = [freed.numpy().copy()] if freed.numel() else []
