@@ -32,7 +32,7 @@ _SYMBOLS = {
 Fields = set[tuple[NestedKey, bool]] | None
 
 
-def resolve_key(key: NestedKey, fallback: bool, available: Any) -> NestedKey:
+def _resolve_key(key: NestedKey, fallback: bool, available: Any) -> NestedKey:
     """``key`` if stored, else ``("next", key)`` when ``fallback`` (rewards live under next)."""
     if key in available:
         return key
@@ -49,8 +49,8 @@ def candidate_keys(fields: set[tuple[NestedKey, bool]]) -> set[NestedKey]:
     out: set[NestedKey] = set()
     for key, fallback in fields:
         out.add(key)
-        if fallback:
-            out.add(("next", key) if isinstance(key, str) else ("next", *key))
+        if fallback and isinstance(key, str):
+            out.add(("next", key))
     return out
 
 
@@ -82,7 +82,7 @@ class EvalContext:
         )
 
     def column(self, key: NestedKey, fallback: bool) -> torch.Tensor:
-        return self.data.get(resolve_key(key, fallback, self._available))
+        return self.data.get(_resolve_key(key, fallback, self._available))
 
     def per_trajectory(self, rows: torch.Tensor, reduce: str) -> torch.Tensor:
         out = torch.zeros(self.count, dtype=rows.dtype)

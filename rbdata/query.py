@@ -114,19 +114,13 @@ def _tensordict_keys(storage: Any) -> set[NestedKey]:
 
 
 class _Rows:
-    """A TensorDict of transitions read like a storage (by :class:`Markers` and ``read_leaf``)."""
+    """A TensorDict of transitions read like a storage's leaves (what :class:`Markers` reads)."""
 
     def __init__(self, data: TensorDictBase) -> None:
         self._data = data
 
-    def __len__(self) -> int:
-        return int(self._data.batch_size[0])
-
     def get_leaf(self, key: NestedKey) -> torch.Tensor:
         return self._data.get(key)
-
-    def get(self, slots: torch.Tensor) -> TensorDictBase:
-        return self._data[slots]
 
 
 def _split_data(
