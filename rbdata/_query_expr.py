@@ -82,7 +82,8 @@ class EvalContext:
         )
 
     def column(self, key: NestedKey, fallback: bool) -> torch.Tensor:
-        return self.data.get(_resolve_key(key, fallback, self._available))
+        """The entry, on the CPU where the per-trajectory bookkeeping lives."""
+        return self.data.get(_resolve_key(key, fallback, self._available)).cpu()  # type: ignore[no-any-return]
 
     def per_trajectory(self, rows: torch.Tensor, reduce: str) -> torch.Tensor:
         out = torch.zeros(self.count, dtype=rows.dtype)
