@@ -11,6 +11,7 @@ import importlib
 from typing import Any
 
 from rbdata._updates import ConditionalUpdateResult
+from rbdata.boundaries import find_start_stop_traj
 from rbdata.buffers import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
@@ -19,7 +20,7 @@ from rbdata.buffers import (
 )
 from rbdata.checkpoint import CheckpointError
 from rbdata.policy_version import PolicyVersion
-from rbdata.query import Trajectory, TrajectoryPredicate, traj
+from rbdata.query import TrajectoryPredicate, filter_trajectories, iter_trajectories, traj
 from rbdata.sample_units import SampleUnit, Sequence, Transition
 from rbdata.samplers import (
     PrioritizedSampler,
@@ -39,6 +40,7 @@ from rbdata.storages import (
     Storage,
     TensorStorage,
 )
+from rbdata.trajectory import Trajectory
 from rbdata.transforms import Compose, PolicyAgeFilter, Transform
 from rbdata.writers import (
     ImmutableDatasetWriter,
@@ -122,6 +124,9 @@ __all__ = [
     "Transform",
     "Transition",
     "Writer",
+    "filter_trajectories",
+    "find_start_stop_traj",
+    "iter_trajectories",
     "load_d4rl_hdf5",
     "load_minari",
     "load_offline_data",

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 
-from rbdata._validation import NestedKey
+from rbdata._validation import NestedKey, normalize_key
 
 __all__ = ["Compose", "PolicyAgeFilter", "Transform"]
 
@@ -22,6 +22,14 @@ class Transform:
     direction it needs. Row filters (which may drop rows of a batch) set the
     class attribute ``filters_rows = True``; the buffer and the data loader
     re-apply such filters when a prefetched batch is handed out.
+
+    Args:
+        in_keys: the entries ``forward`` reads (a key or a sequence of keys;
+            None: not declared).
+        out_keys: the entries ``forward`` writes (None: not declared). With both
+            declared, :meth:`ReplayBuffer.query <rbdata.ReplayBuffer.query>`
+            skips the transform while evaluating a predicate that does not read
+            what it writes.
 
     Examples:
         >>> import torch
@@ -37,6 +45,20 @@ class Transform:
     """
 
     filters_rows: bool = False
+    #: Entries ``forward`` reads / writes (None: not declared); queries use them to run only
+    #: the transforms a predicate depends on.
+    in_keys: list[NestedKey] | None = None
+    out_keys: list[NestedKey] | None = None
+
+    def __init__(
+        self,
+        in_keys: NestedKey | Sequence[NestedKey] | None = None,
+        out_keys: NestedKey | Sequence[NestedKey] | None = None,
+    ) -> None:
+        if in_keys is not None:
+            self.in_keys = _key_list(in_keys, "in_keys")
+        if out_keys is not None:
+            self.out_keys = _key_list(out_keys, "out_keys")
 
     def forward(self, data: Any) -> Any:
         """Transform a sampled batch."""
@@ -56,6 +78,13 @@ class Transform:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output."""
+
+
+def _key_list(keys: NestedKey | Sequence[NestedKey], name: str) -> list[NestedKey]:
+    """``keys`` (one key or a sequence of keys) as a list of normalized keys."""
+    if isinstance(keys, str | tuple):
+        keys = [keys]
+    return [normalize_key(k, name) for k in keys]
 
 
 class _CallableTransform(Transform):

@@ -1,4 +1,4 @@
-"""Tests of trajectory queries: the traj DSL, Trajectory views and run_query."""
+"""Tests of trajectory queries: run_query, iter_trajectories, filter_trajectories and the DSL."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ from rbdata import (
     TensorDictReplayBuffer,
     Trajectory,
     TrajectoryPredicate,
+    Transform,
+    filter_trajectories,
+    iter_trajectories,
     traj,
 )
 from rbdata.query import run_query
@@ -111,12 +114,13 @@ def test_trajectory_key_detection():
     storage = storage_with(data)
     assert [len(t) for t in run_query(storage)] == [3, 3]
     assert [len(t) for t in run_query(storage, trajectory_key="episode")] == [2, 2, 2]
-    with pytest.raises(KeyError, match="not stored"):
+    with pytest.raises(KeyError, match="trajectory_key .*nope.* is not stored"):
         run_query(storage, trajectory_key="nope")
     flags = storage_with(
         TensorDict({"x": torch.arange(5), "done": torch.tensor([0, 1, 0, 0, 1]).bool()}, [5])
     )
-    assert [len(t) for t in run_query(flags)] == [2, 3]
+    with pytest.warns(UserWarning, match="end-of-episode flags"):
+        assert [len(t) for t in run_query(flags)] == [2, 3]
     nested = TensorDict(
         {
             "next": {
@@ -126,8 +130,9 @@ def test_trajectory_key_detection():
         },
         [3],
     )
-    assert [len(t) for t in run_query(storage_with(nested))] == [1, 1, 1]
-    with pytest.raises(KeyError, match="cannot split"):
+    with pytest.warns(UserWarning, match="end-of-episode flags"):
+        assert [len(t) for t in run_query(storage_with(nested))] == [1, 1, 1]
+    with pytest.raises(KeyError, match="Cannot split data into trajectories"):
         run_query(storage_with(TensorDict({"x": torch.arange(3)}, [3])))
 
 
@@ -202,19 +207,28 @@ def test_reductions_match_python(trajectories, threshold):
         ((traj.reward > traj.reward.mean()).any(), lambda r: any(x > sum(r) / len(r) for x in r)),
         (traj.reward.max() > traj.reward.min(), lambda r: max(r) > min(r)),
     ]
+    data = ted(episode, reward)
     for predicate, expected in cases:
         found = run_query(storage, predicate=predicate)
         want = [i for i, r in enumerate(trajectories) if expected(r)]
         assert [int(t.episode[0]) for t in found] == want, predicate
         for t in found:
             assert predicate(t) is True
+        kept = filter_trajectories(data, predicate)
+        assert [int(t.episode[0]) for t in kept] == want, predicate
+        one_by_one = [t for t in iter_trajectories(data) if predicate(t)]
+        assert [t.index.tolist() for t in one_by_one] == [t.index.tolist() for t in kept]
 
 
 def test_predicate_representation_and_keys():
     predicate = (traj.reward.sum() > 100) & ~(traj["next", "done"].any()) | (traj.length < 3)
     assert isinstance(predicate, TrajectoryPredicate)
-    assert predicate.required_keys() == {"reward", ("next", "done")}
-    assert repr(traj.reward.sum() > 100) == "(traj.reward.sum() > 100)"
+    assert predicate.required_keys() == frozenset({"reward", ("next", "done")})
+    assert repr(traj.reward.sum() > 100) == "TrajectoryPredicate((traj.reward.sum() > 100))"
+    assert repr(predicate) == (
+        "TrajectoryPredicate((((traj.reward.sum() > 100) & ~traj[('next', 'done')].any()) "
+        "| (traj.length < 3)))"
+    )
     assert predicate(
         TensorDict({"reward": torch.ones(2), "next": {"done": torch.zeros(2, 1)}}, [2])
     )
@@ -294,3 +308,108 @@ def test_query_applies_the_buffer_transforms():
     found = rb.query(traj.length >= 2)
     assert [t.observation.tolist() for t in found] == [[0.0, 1.0, 2.0], [4.0, 5.0]]
     assert [t.index.tolist() for t in found] == [[0, 1, 2], [4, 5]]
+
+
+class Counting(Transform):
+    """Scales one entry and counts its calls (declares what it reads and writes)."""
+
+    def __init__(self, key, factor: float = 2.0, declared: bool = True) -> None:
+        super().__init__(in_keys=[key], out_keys=[key]) if declared else super().__init__()
+        self.key, self.factor, self.calls = key, factor, 0
+
+    def forward(self, data):
+        self.calls += 1
+        data[self.key] = data[self.key] * self.factor
+        return data
+
+
+def test_evaluation_runs_only_the_transforms_the_predicate_depends_on():
+    obs = Counting("observation")
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20), transform=obs)
+    rb.extend(ted(episodes(5, 3, 7), torch.tensor([1.0] * 8 + [3.0] * 7)))
+    assert rb.query(traj.reward.sum() > 100) == [] and obs.calls == 0
+    found = rb.query(traj.reward.sum() > 10)
+    assert [len(t) for t in found] == [7] and obs.calls == 1  # only the result is transformed
+    assert found[0].observation.tolist() == [2.0 * x for x in range(8, 15)]
+    assert len(rb.query(traj.observation.max() > 20)) == 1 and obs.calls == 3  # now it matters
+    assert len(rb.query(lambda t: t.length > 4)) == 2 and obs.calls == 4  # once, for everything
+
+    reward = Counting(("next", "reward"), factor=10.0)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20), transform=Compose(reward, obs))
+    rb.extend(ted(episodes(5, 3, 7), torch.tensor([1.0] * 8 + [3.0] * 7)))
+    obs.calls = 0
+    assert [len(t) for t in rb.query(traj.reward.sum() > 25)] == [5, 3, 7]
+    assert reward.calls == 2 and obs.calls == 1  # obs runs on the results only
+    undeclared = Counting("observation", declared=False)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20), transform=undeclared)
+    rb.extend(ted(episodes(5, 3), torch.ones(8)))
+    assert len(rb.query(traj.length > 4)) == 1 and undeclared.calls == 2  # unknown effects
+
+
+def test_query_refuses_storages_without_single_tensordict_transitions():
+    rb = ReplayBuffer(storage=ListStorage(10))
+    rb.extend([1, 2, 3])
+    with pytest.raises(TypeError, match="tensordict-backed"):
+        rb.query()
+    rb = ReplayBuffer(storage=ListStorage(10))
+    rb.add(ted(episodes(3), torch.ones(3)))  # one item holding three transitions
+    with pytest.raises(TypeError, match="single-transition items"):
+        rb.query()
+
+
+def test_query_of_a_buffer_extended_with_batch_by_time_data():
+    ids = torch.tensor([[0, 0, 0, 1, 1, 1], [2, 2, 2, 2, 3, 3]])
+    data = TensorDict(
+        {
+            "observation": torch.arange(12).view(2, 6),
+            "next": {"reward": (ids.float() + 1).unsqueeze(-1)},
+            "collector": {"traj_ids": ids},
+        },
+        [2, 6],
+    )
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(12, ndim=2))
+    rb.extend(data)  # stored time-first: [6, 2]
+    found = rb.query()
+    assert [t.observation.tolist() for t in found] == [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9], [10, 11]]
+    assert [t.length for t in rb.query(traj.reward.first() == 3.0)] == [4]
+
+
+# ------------------------------------------------------------------ TensorDict helpers
+def test_iter_trajectories_splits_on_ids_or_end_flags():
+    data = ted(episodes(5, 3, 7), torch.zeros(15))
+    views = list(iter_trajectories(data))
+    assert [t.length for t in views] == [5, 3, 7]
+    assert views[1].index.tolist() == [5, 6, 7]
+    views[1].observation[0] = -1.0  # views share the data's memory
+    assert data["observation"][5] == -1.0
+    flags = data.exclude("episode")
+    flags["next", "done"][-1] = False  # the last row ends a trajectory anyway
+    with pytest.warns(UserWarning, match="end-of-episode"):
+        assert [t.length for t in iter_trajectories(flags)] == [5, 3, 7]
+    renamed = data.exclude("episode", ("next", "done")).set("run", data["episode"])
+    assert [t.length for t in iter_trajectories(renamed, trajectory_key="run")] == [5, 3, 7]
+    assert list(iter_trajectories(data[:0])) == []
+
+
+def test_iter_trajectories_errors_when_iterated():
+    with pytest.raises(TypeError, match="TensorDictBase"):
+        list(iter_trajectories(torch.zeros(3)))
+    with pytest.raises(ValueError, match="single batch dimension"):
+        list(iter_trajectories(ted(episodes(4), torch.zeros(4)).reshape(2, 2)))
+    with pytest.raises(KeyError, match="trajectory_key"):
+        list(iter_trajectories(ted(episodes(4), torch.zeros(4)), trajectory_key="nope"))
+    with pytest.raises(KeyError, match="Cannot split data into trajectories"):
+        list(iter_trajectories(TensorDict({"x": torch.zeros(3)}, [3])))
+
+
+def test_filter_trajectories_predicates():
+    data = ted(episodes(5, 3, 7), torch.tensor([1.0] * 5 + [2.0] * 3 + [3.0] * 7))
+    assert [t.length for t in filter_trajectories(data)] == [5, 3, 7]
+    assert [t.length for t in filter_trajectories(data, traj.total_reward > 6)] == [7]
+    assert [t.length for t in filter_trajectories(data, lambda t: t.length == 3)] == [3]
+    kept = filter_trajectories(data, (traj["episode"] == 1).all(), trajectory_key="episode")
+    assert [t.index.tolist() for t in kept] == [[5, 6, 7]]
+    with pytest.raises(TypeError, match=r"\.any\(\) or \.all\(\)"):
+        filter_trajectories(data, traj.reward > 2.5)
+    with pytest.raises(TypeError, match="callable"):
+        filter_trajectories(data, 3)
