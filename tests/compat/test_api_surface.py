@@ -27,9 +27,8 @@ MISSING_PARAMS = {
     "SliceSampler": {"end_keys", "step_key", "fragmented", "init_key", "pad_output"},
     "SliceSamplerWithoutReplacement": {"end_keys", "init_key"},
     "PrioritizedSliceSampler": {"end_keys", "init_key"},
-    "Trajectory": {"batch_size", "device", "names"},
     "ConditionalUpdateResult": {"batch_size", "device", "names"},
-    "Transform": {"in_keys", "out_keys", "in_keys_inv", "out_keys_inv"},
+    "Transform": {"in_keys_inv", "out_keys_inv"},
     "Compose": {"in_keys", "out_keys", "in_keys_inv", "out_keys_inv"},
     "OfflineToOnlineReplayBuffer": {"offline_dataset", "transform"},
 }
@@ -63,9 +62,8 @@ MISSING_MEMBERS = {
     "PrioritizedSliceSampler": _SLICE - {"default_priority"},
     "TensorDictMaxValueWriter": {"get_insert_index"},
     "ImmutableDatasetWriter": {"WRITING_ERR"},
-    "Trajectory": {"batch_size", "get", "keys", "length", "total_reward"},
     "ConditionalUpdateResult": {"batch_size"},
-    "Transform": {"in_keys", "out_keys", "in_keys_inv", "out_keys_inv", "clone"},
+    "Transform": {"in_keys_inv", "out_keys_inv", "clone"},
     "Compose": {"pop", "clone"},
     "OfflineToOnlineReplayBuffer": {"anneal", "offline_buffer", "online_buffer"},
 }

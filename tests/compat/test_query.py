@@ -7,7 +7,6 @@ import torch
 
 from ._describe import contents, describe, outcome
 from ._instances import episodes
-from ._libs import parity_gap
 
 
 def _buffer(ns, n=12, capacity=12):
@@ -41,14 +40,12 @@ def test_trajectory_entries_fall_back_to_next(lib):
     ],
 )
 def test_trajectory_properties(lib, request, member, expected):
-    parity_gap(request, lib, f"Trajectory.{member} missing (AttributeError)")
     t = _buffer(lib).query()[1]
     value = getattr(t, member)
     assert (value.item() if isinstance(value, torch.Tensor) else value) == expected
 
 
 def test_trajectory_get_and_keys(lib, request):
-    parity_gap(request, lib, "Trajectory.get / Trajectory.keys missing")
     t = _buffer(lib).query()[1]
     assert (
         contents(t.get("reward"))
@@ -59,9 +56,6 @@ def test_trajectory_get_and_keys(lib, request):
 
 
 def test_trajectory_slicing_gives_a_trajectory(lib, request):
-    parity_gap(
-        request, lib, "Trajectory[:k] raises TypeError (torchrl: a Trajectory, it is a tensorclass)"
-    )
     part = _buffer(lib).query()[1][:2]
     assert (type(part).__name__, part.observation.shape[0]) == ("Trajectory", 2)
 
@@ -86,7 +80,6 @@ def test_predicates(lib, make, count):
 
 
 def test_total_reward_predicate(lib, request):
-    parity_gap(request, lib, "traj.total_reward in a predicate raises TypeError")
     assert len(_buffer(lib).query(lib.traj.total_reward > 10)) == 2
 
 
