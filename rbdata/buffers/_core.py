@@ -161,6 +161,10 @@ class _BufferCore:
             else (Compose() if transform is None else Compose(transform))
         )
         self._collate_fn = self._collate_arg or self._storage.default_collate_fn()
+        if self._storage.ndim == 1 and len(self._storage):
+            # A storage built holding data (TensorStorage(data)): its items are sampleable,
+            # and a prioritized sampler gives them the default priority.
+            self._note_written(torch.arange(len(self._storage)))
         if self._shared:
             self._share()
         self._initialized = True
@@ -425,17 +429,38 @@ class _BufferCore:
             index, info = self._draw(batch_size)
         return self._fetch(index, info, keep_info=self._keeps_info), info
 
+    def _sample_if_any(self, batch_size: int) -> tuple[Any, dict[str, Any]] | None:
+        """A batch, or None when nothing is sampleable (every item consumed)."""
+        with self._sync.lock:
+            if self._sampler.exhausted(self._storage) and len(self._storage):
+                return None
+            index, info = self._draw(batch_size)
+        return self._fetch(index, info, keep_info=self._keeps_info), info
+
     def _next_prefetched(self) -> tuple[Any, dict[str, Any]]:
         batch_size = resolve_batch_size(None, self._batch_size)
-        data, info = self._prefetcher.next(lambda: self._sample_once(batch_size))
+        result = self._prefetcher.next(lambda: self._sample_if_any(batch_size))
+        while result is None:  # sampled ahead after everything was consumed
+            if not len(self._prefetcher):
+                raise RuntimeError(
+                    "Cannot sample: every item was consumed "
+                    f"(consume_after_n_samples={self._consume_after_n}); write new items first."
+                )
+            result = self._prefetcher.pop()
+        data, info = result
         return self.refilter(data), info
 
     def __iter__(self) -> Iterator[Any]:
         if self._remote is not None:
             yield from iter(self._remote.next, None)
             return
-        while not self.sampler.exhausted(self.storage):
-            yield self.sample()
+        while not self.sampler.exhausted(self.storage) or len(self._prefetcher):
+            try:
+                yield self.sample()
+            except RuntimeError:
+                if self.sampler.exhausted(self.storage):  # the batches sampled ahead ran out
+                    return
+                raise
             if self._sampler.ran_out:
                 return
 

@@ -44,6 +44,10 @@ class _BatchPrefetcher:
             self._futures.append(self._executor.submit(sample))
         return self._futures.popleft().result()
 
+    def pop(self) -> Any:
+        """The oldest result, without sampling more (the queue only shrinks)."""
+        return self._futures.popleft().result()
+
     def drain(self) -> None:
         """Cancel the batches not started yet and forget the queue."""
         for future in self._futures:
