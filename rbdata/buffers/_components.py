@@ -57,6 +57,8 @@ class _BufferComponents:
     @property
     def batch_size(self) -> int | None:
         """The default batch size of ``sample()`` and iteration."""
+        if self._remote is not None:
+            return self._remote.batch_size  # type: ignore[no-any-return]
         return self._batch_size
 
     @property
@@ -69,6 +71,8 @@ class _BufferComponents:
     @property
     def write_count(self) -> int:
         """The total number of items written so far through add and extend."""
+        if self._remote is not None:
+            return int(self._remote.write_count)
         return self.writer.write_count
 
     @property
@@ -78,7 +82,9 @@ class _BufferComponents:
 
     @property
     def is_alive(self) -> bool:
-        """Whether this direct replay buffer remains available."""
+        """Whether this replay buffer remains available."""
+        if self._remote is not None:
+            return bool(self._remote.is_alive)
         return self._alive
 
     def set_storage(self, storage: Storage, collate_fn: Callable | None = None) -> Storage:

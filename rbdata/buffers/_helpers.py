@@ -96,12 +96,7 @@ def _check_init_args(
 ) -> str:
     """Validate the buffer constructor's arguments; return the backend name."""
     backend = service_backend or "direct"
-    if backend == "ray":
-        raise NotImplementedError(
-            'service_backend="ray" is not available in this version of rbdata; use '
-            'service_backend="direct" (the default).'
-        )
-    if backend != "direct":
+    if backend not in ("direct", "ray"):
         raise ValueError(f'service_backend must be "direct" or "ray", got {service_backend!r}.')
     if transform is not None and transform_factory is not None:
         raise TypeError("pass either transform or transform_factory, not both.")

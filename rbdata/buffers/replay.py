@@ -69,6 +69,11 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
 
     _default_writer: type[Writer] = RoundRobinWriter
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> ReplayBuffer:
+        self = super().__new__(cls)
+        self._init_kwargs = kwargs  # what a Ray actor hosting this buffer is built with
+        return self
+
     def __init__(
         self,
         *,
@@ -121,6 +126,26 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
         self._shared = shared
         self._compilable = compilable
         self._service_backend = backend
+        self._remote: Any = None
+        if backend == "ray":
+            from rbdata.service import attach_ray_service
+
+            hosted = {
+                k: v
+                for k, v in self._init_kwargs.items()
+                if k
+                not in (
+                    "service_backend",
+                    "service_backend_options",
+                    "use_ray_service",
+                    "transport",
+                    "transport_options",
+                )
+            }
+            self._remote = attach_ray_service(
+                self, type(self), hosted, service_backend_options, transport, transport_options
+            )
+            return
         self._service_backend_options = service_backend_options
         self._alive = True
         self._lock = threading.RLock()
@@ -342,6 +367,9 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
         return data, info
 
     def __iter__(self) -> Iterator[Any]:
+        if self._remote is not None:
+            yield from iter(self._remote.next, None)
+            return
         while True:
             if self.sampler.exhausted(self.storage):
                 return
@@ -361,9 +389,13 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
 
     # ---------------------------------------------------------- reading etc.
     def __len__(self) -> int:
+        if self._remote is not None:
+            return len(self._remote)
         return len(self.storage) if self._initialized else 0
 
     def __getitem__(self, index: Any) -> Any:
+        if self._remote is not None:
+            return self._remote.getitem(index)
         data = self.storage.get(index)
         if (
             isinstance(self._storage, ListStorage)

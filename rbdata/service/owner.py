@@ -1,0 +1,158 @@
+"""BufferOwner: the Ray actor that hosts one real rbdata buffer and serves its clients.
+
+The actor runs its calls one at a time, in the order each caller sent them
+(Ray's default for an actor), except :meth:`BufferOwner.wait_for_write`,
+which runs in a concurrency group of its own so that a waiting client never
+blocks a collector's ``extend``. Arguments and results travel as
+:class:`~rbdata.service.codec.Payload` objects (numpy buffers, no tensor
+pickled by value); a batch for a client on this node goes into one of that
+client's shared-memory slots when one is free (:mod:`rbdata.service.slots`),
+and only the slot's number travels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rbdata.buffers.protocol import Draw
+from rbdata.service.codec import Packed, Payload, decode, encode, pack_into
+from rbdata.service.slots import SlotRing
+
+__all__ = ["SLOT_MIN_BYTES", "WAIT_GROUP", "BufferOwner", "InSlot", "Reply", "ReturnsSelf"]
+
+#: The actor's concurrency group for blocking waits (see the module docstring).
+WAIT_GROUP = "wait"
+SLOT_MIN_BYTES = 64 * 1024  # smaller replies travel inline with Ray's answer: cheaper
+
+
+class ReturnsSelf:
+    """Stands for the hosted buffer when a method returns it (``set_``, ``append_transform``)."""
+
+
+@dataclass(frozen=True)
+class InSlot:
+    """A reply written into slot ``slot`` of the caller's ring."""
+
+    slot: int
+    packed: Packed
+
+
+Reply = Payload | InSlot
+
+
+class BufferOwner:
+    """Hosts one buffer inside a Ray actor (see the module docstring); :meth:`build` makes it.
+
+    The buffer is built by a method rather than by the constructor so that an
+    error there reaches the caller as it was raised (Ray reports a failed
+    actor constructor as a dead actor).
+
+    Examples:
+        >>> import torch
+        >>> from rbdata import LazyTensorStorage, ReplayBuffer
+        >>> from rbdata.service.codec import encode
+        >>> from rbdata.service.owner import BufferOwner
+        >>> owner = BufferOwner()
+        >>> owner.build(ReplayBuffer, {"storage": LazyTensorStorage(10)}, node=False)
+        (None, None)
+        >>> _ = owner.call("extend", encode((torch.arange(4),)), encode({}))
+        >>> owner.read("write_count")
+        4
+    """
+
+    def __init__(self) -> None:
+        self._buffer: Any = None
+        self._rings: dict[str, SlotRing] = {}
+
+    def build(
+        self, buffer_cls: type, buffer_kwargs: dict[str, Any], node: bool = True
+    ) -> tuple[str | None, int | None]:
+        """Build the hosted buffer; return this actor's node id and the buffer's batch size.
+
+        Args:
+            buffer_cls: the buffer class (run as a direct buffer).
+            buffer_kwargs: its constructor's keyword arguments.
+            node: look the node id up (False outside Ray: None is returned for it).
+        """
+        self._buffer = buffer_cls(**buffer_kwargs)
+        return (self.node_id() if node else None), self._buffer.batch_size
+
+    # ------------------------------------------------------------ control
+    def node_id(self) -> str:
+        """The Ray node this actor runs on (clients on it use shared-memory slots)."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
+    def call(self, name: str, args: Payload, kwargs: Payload) -> Payload:
+        """Run ``buffer.<name>(*args, **kwargs)`` and return its result, encoded."""
+        result = getattr(self._buffer, name)(*decode(args), **decode(kwargs))
+        return encode(ReturnsSelf() if result is self._buffer else result)
+
+    def read(self, name: str) -> Any:
+        """The buffer's attribute ``name`` (``write_count``, ``batch_size``, ``len``...)."""
+        if name == "len":
+            return len(self._buffer)
+        if name == "filters_rows":
+            return bool(self._buffer.transform.filters_rows)
+        return getattr(self._buffer, name)
+
+    def wait_for_write(self, write_count: int, timeout: float) -> int:
+        """Wait up to ``timeout`` s for ``write_count`` to change; return the current count."""
+        buffer = self._buffer
+        buffer.wait_for_data(lambda: buffer.write_count != write_count, timeout)
+        return int(buffer.write_count)
+
+    # ------------------------------------------------------------ sampling
+    def sample(self, batch_size: int | None, ring: str | None) -> Reply:
+        """``buffer.sample(batch_size, return_info=True)``, into a slot of ``ring`` if free."""
+        return self._reply(self._buffer.sample(batch_size, return_info=True), ring)
+
+    def draw_gather(self, batch_size: int, ring: str | None) -> Reply:
+        """Draw a batch and gather it: ``(index, info, ends_pass, batch)``, one reply."""
+        draw = self._buffer.draw(batch_size)
+        batch = self._buffer.gather(draw) if len(draw) else None
+        return self._reply((draw.index, draw.info, draw.ends_pass, batch), ring)
+
+    def gather(self, index: Any, info: dict[str, Any], ring: str | None) -> Reply:
+        """Gather the rows of a draw made earlier (a restored one) into a reply."""
+        return self._reply(self._buffer.gather(Draw(index, info)), ring)
+
+    def refilter(self, batch: Payload) -> Payload:
+        """``buffer.refilter(batch)``: the row filters run again on a batch sampled ahead."""
+        return encode(self._buffer.refilter(decode(batch)))
+
+    def _reply(self, value: Any, ring_name: str | None) -> Reply:
+        payload = encode(value)
+        ring = None if ring_name is None else self._rings.get(ring_name)
+        if ring is None or not SLOT_MIN_BYTES <= payload.nbytes <= ring.slot_bytes:
+            return payload
+        slot = ring.acquire()
+        if slot is None:  # every slot is held by the client: the object store takes it
+            return payload
+        return InSlot(slot, pack_into(payload, ring.memory(slot)))
+
+    # ------------------------------------------------------------ slots
+    def open_ring(self, slots: int, slot_bytes: int) -> str:
+        """Create a ring of ``slots`` slots of ``slot_bytes`` bytes; return its path."""
+        ring = SlotRing.create(slots, slot_bytes)
+        self._rings[str(ring.path)] = ring
+        return str(ring.path)
+
+    def ring_attached(self, path: str) -> None:
+        """The client mapped the ring at ``path``: remove its name from ``/dev/shm``."""
+        self._rings[path].unlink()
+
+    def close_ring(self, path: str) -> None:
+        """Forget the ring at ``path`` (its client is gone)."""
+        ring = self._rings.pop(path, None)
+        if ring is not None:
+            ring.close()
+
+    # ------------------------------------------------------------ lifecycle
+    def stop(self) -> None:
+        """Release the rings and the buffer's threads (called before the actor is killed)."""
+        for path in list(self._rings):
+            self.close_ring(path)
+        self._buffer.shutdown()
