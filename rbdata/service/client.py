@@ -23,6 +23,7 @@ cluster), it finds the actor again.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
@@ -173,7 +174,7 @@ class RayBufferClient(_ForwardedMethods):
         here = ray.get_runtime_context().get_node_id()
         if here != self._address.node_id or not SlotRing.available():
             return
-        slots, slot_bytes = 2 * self._prefetch + 4, -(-nbytes // 4096) * 4096
+        slots, slot_bytes = 2 * self._prefetch + 4, _slot_size(nbytes)
         actor = self._actor()
         path = _runtime.get(actor.open_ring.remote(slots, slot_bytes), "open_ring")
         try:
@@ -391,6 +392,11 @@ class RayBufferClient(_ForwardedMethods):
         return super().insert_transform(index, transform, invert=invert)
 
 
+def _slot_size(nbytes: int) -> int:
+    """Slot bytes for replies of ``nbytes``: room for their info entries, whole pages."""
+    return -(-(nbytes + nbytes // 16 + 65536) // 4096) * 4096
+
+
 def _as_draw(reply: tuple[Any, ...]) -> tuple[Draw, Any]:
     """``(Draw, batch)`` from a draw_gather reply; the draw's tensors are copies (small)."""
     index, info, ends_pass, batch = reply
@@ -417,7 +423,7 @@ def _draw_from_state(state: Any) -> Draw:
 
 def _forget_ring(actor: Any, path: str) -> None:
     """Tell the actor a client's ring is no longer needed (best effort: it may be gone)."""
-    try:
-        actor.close_ring.remote(path)
-    except Exception:  # noqa: BLE001 - at interpreter exit Ray may be down already
-        pass
+    ray = _runtime.ray_module()
+    if ray.is_initialized():  # at exit Ray may be down: never start it again for this
+        with contextlib.suppress(Exception):
+            actor.close_ring.remote(path)

@@ -21,6 +21,7 @@ view as bytes (sparse, nested, quantized), which are pickled by value.
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +30,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-__all__ = ["Packed", "Payload", "decode", "encode", "pack_into", "unpack"]
+__all__ = ["Packed", "Payload", "allocate", "decode", "dict_node", "encode", "pack_into", "unpack"]
 
 _ALIGN = 64  # byte alignment of every leaf in the packed buffer and of every buffer in a slot
 _WHOLE_MIN_BYTES = 64 * 1024  # storages at least this big may travel whole...
@@ -258,6 +259,56 @@ def pack_into(payload: Payload, memory: torch.Tensor) -> Packed:
         sizes.append(n)
         at += _aligned(n)
     return Packed(payload.tree, offsets, sizes)
+
+
+def allocate(
+    memory: torch.Tensor, entries: list[tuple[torch.dtype, tuple[int, ...]]]
+) -> tuple[list[torch.Tensor], list[Any], int] | None:
+    """Lay tensors out side by side in ``memory``, for the caller to fill in place.
+
+    Args:
+        memory: a uint8 tensor (a shared-memory slot).
+        entries: ``(dtype, shape)`` per tensor.
+
+    Returns:
+        The tensors (contiguous views of ``memory``), their tree nodes (to place in
+        a :class:`Packed` tree, alone or through :func:`dict_node`) and the bytes
+        used; None if ``memory`` is too small.
+
+    Examples:
+        >>> import torch
+        >>> from rbdata.service.codec import Packed, allocate, dict_node, unpack
+        >>> slot = torch.zeros(1024, dtype=torch.uint8)
+        >>> views, nodes, used = allocate(slot, [(torch.int64, (2,)), (torch.float32, (2, 3))])
+        >>> _ = views[0].copy_(torch.tensor([4, 5]))
+        >>> tree = (dict_node((2,), {"a": nodes[0], ("n", "b"): nodes[1]}), {"a": nodes[0]})
+        >>> td, info = unpack(Packed(tree, [0], [used]), slot)
+        >>> td["a"].tolist(), td["n", "b"].shape, info["a"].tolist()
+        ([4, 5], torch.Size([2, 3]), [4, 5])
+    """
+    at, views, nodes = 0, [], []
+    for dtype, shape in entries:
+        shape = tuple(shape)
+        stride = _contiguous_stride(shape)
+        n = torch.empty((), dtype=dtype).element_size() * math.prod(shape)
+        if at + n > memory.numel():
+            return None
+        views.append(_view(memory, at, dtype, shape, stride))
+        nodes.append(_Leaf(0, at, dtype, shape, stride))
+        at += _aligned(n)
+    return views, nodes, at
+
+
+def dict_node(batch_size: tuple[int, ...], entries: dict[Any, Any]) -> Any:
+    """The tree node of a TensorDict of ``entries`` (keys: str, or tuples of str for nesting)."""
+    root = _Dict(tuple(batch_size), {})
+    for key, node in entries.items():
+        path = (key,) if isinstance(key, str) else tuple(key)
+        parent = root
+        for name in path[:-1]:
+            parent = parent.entries.setdefault(name, _Dict(tuple(batch_size), {}))
+        parent.entries[path[-1]] = node
+    return root
 
 
 def decode(payload: Payload) -> Any:

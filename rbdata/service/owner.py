@@ -15,8 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tensordict import TensorDictBase
+
+from rbdata.buffers import TensorDictReplayBuffer
 from rbdata.buffers.protocol import Draw
 from rbdata.service.codec import Packed, Payload, decode, encode, pack_into
+from rbdata.service.direct_gather import Layouts, direct_sources, fill_slot
 from rbdata.service.slots import SlotRing
 
 __all__ = ["SLOT_MIN_BYTES", "WAIT_GROUP", "BufferOwner", "InSlot", "Reply", "ReturnsSelf"]
@@ -64,6 +68,7 @@ class BufferOwner:
     def __init__(self) -> None:
         self._buffer: Any = None
         self._rings: dict[str, SlotRing] = {}
+        self._layouts: Layouts = {}
 
     def build(
         self, buffer_cls: type, buffer_kwargs: dict[str, Any], node: bool = True
@@ -107,13 +112,69 @@ class BufferOwner:
     # ------------------------------------------------------------ sampling
     def sample(self, batch_size: int | None, ring: str | None) -> Reply:
         """``buffer.sample(batch_size, return_info=True)``, into a slot of ``ring`` if free."""
-        return self._reply(self._buffer.sample(batch_size, return_info=True), ring)
+        buffer = self._buffer
+        rows = buffer.batch_size if batch_size is None else batch_size
+        keep_info = isinstance(buffer, TensorDictReplayBuffer)
+        direct = self._direct(ring, rows)
+        if direct is not None:
+            sources, slot_ring, slot = direct
+            try:
+                draw = buffer.draw(rows)
+                filled = None
+                if len(draw):
+                    memory = slot_ring.memory(slot)
+                    filled = fill_slot(buffer, sources, draw, memory, self._layouts, with_info=keep_info)
+            except BaseException:
+                slot_ring.release(slot)
+                raise
+            if filled is not None:
+                return InSlot(slot, Packed((filled.batch, filled.info), [0], [filled.nbytes]))
+            slot_ring.release(slot)
+            if len(draw):
+                batch = buffer.gather(draw)
+                if not keep_info and isinstance(batch, TensorDictBase):
+                    batch = batch.exclude(*draw.info)
+                return self._reply((batch, dict(draw.info)), ring)
+        return self._reply(buffer.sample(batch_size, return_info=True), ring)
 
     def draw_gather(self, batch_size: int, ring: str | None) -> Reply:
         """Draw a batch and gather it: ``(index, info, ends_pass, batch)``, one reply."""
+        buffer = self._buffer
+        direct = self._direct(ring, batch_size)
+        if direct is None:
+            return self._reply(self._draw_and_gather(batch_size), ring)
+        sources, slot_ring, slot = direct
+        try:
+            draw = buffer.draw(batch_size)
+            filled = None
+            if len(draw):
+                memory = slot_ring.memory(slot)
+                filled = fill_slot(buffer, sources, draw, memory, self._layouts, with_info=True)
+        except BaseException:
+            slot_ring.release(slot)
+            raise
+        if filled is None:
+            slot_ring.release(slot)
+            batch = buffer.gather(draw) if len(draw) else None
+            return self._reply((draw.index, draw.info, draw.ends_pass, batch), ring)
+        tree = (filled.index, filled.info, draw.ends_pass, filled.batch)
+        return InSlot(slot, Packed(tree, [0], [filled.nbytes]))
+
+    def _draw_and_gather(self, batch_size: int) -> tuple[Any, ...]:
         draw = self._buffer.draw(batch_size)
         batch = self._buffer.gather(draw) if len(draw) else None
-        return self._reply((draw.index, draw.info, draw.ends_pass, batch), ring)
+        return draw.index, draw.info, draw.ends_pass, batch
+
+    def _direct(self, ring_name: str | None, rows: int | None) -> tuple[Any, SlotRing, int] | None:
+        """Sources, ring and a slot taken for a direct gather of ``rows`` rows, where possible."""
+        ring = None if ring_name is None else self._rings.get(ring_name)
+        if ring is None or rows is None:
+            return None
+        sources = direct_sources(self._buffer)
+        if sources is None or not sources.fits(rows, ring.slot_bytes):
+            return None
+        slot = ring.acquire()
+        return None if slot is None else (sources, ring, slot)
 
     def gather(self, index: Any, info: dict[str, Any], ring: str | None) -> Reply:
         """Gather the rows of a draw made earlier (a restored one) into a reply."""
@@ -148,6 +209,7 @@ class BufferOwner:
         """Forget the ring at ``path`` (its client is gone)."""
         ring = self._rings.pop(path, None)
         if ring is not None:
+            self._layouts.clear()  # views of its slots must not outlive it
             ring.close()
 
     # ------------------------------------------------------------ lifecycle
