@@ -44,13 +44,14 @@ from rbdata.service.codec import Payload, decode, encode, unpack
 from rbdata.service.owner import SLOT_MIN_BYTES, WAIT_GROUP, InSlot, ReturnsSelf
 from rbdata.service.slots import SlotRing
 
-__all__ = ["OwnerAddress", "RayBufferClient"]
+__all__ = ["OwnerAddress", "RayBufferClient", "as_draw"]
 
 _WAIT_SLICE_S = 1.0  # longest single wait inside the actor
 _WAKE_POLL_S = 0.02  # how often a local wait checks notify_waiters()
 _SOURCE_KEY = "is_offline"  # OfflineToOnlineReplayBuffer's per-row part flag
 _ROW_KEY = "_rbdata_row"  # row numbers sent along with a batch to refilter
 _SMALL_ROW_BYTES = 256  # refilter sends only the entries at most this big per row
+_HELD_DRAWS = 8  # batches held for draws not gathered yet, beyond twice the prefetch depth
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ class RayBufferClient(_ForwardedMethods):
         self._draws: deque[Any] = deque()  # draw() requests in flight
         self._draw_size: int | None = None
         self._ahead: deque[tuple[Draw, Any]] = deque()  # drawn in the actor, not handed out
-        self._gathered: weakref.WeakKeyDictionary[Draw, Any] = weakref.WeakKeyDictionary()
+        self._gathered: dict[int, tuple[Draw, Any]] = {}  # id(draw) -> (draw, its batch)
         self._stats_sources: dict[int, StatsSource] = {}
         self._wakes = 0
         self._cache: dict[str, Any] = {}
@@ -277,7 +278,7 @@ class RayBufferClient(_ForwardedMethods):
                 if not len(draw):  # nothing sampleable: what is in flight may be stale-empty
                     self._settle()
             if batch is not None:
-                self._gathered[draw] = batch
+                self._keep_gathered(draw, batch)
             return draw
 
     def _draw_now(self, batch_size: int) -> tuple[Draw, Any]:
@@ -291,22 +292,28 @@ class RayBufferClient(_ForwardedMethods):
             ref = self._take(self._draws, submit)
         else:
             ref = submit()
-        return _as_draw(self._receive(ref, "draw"))
+        return as_draw(self._receive(ref, "draw"))
+
+    def _keep_gathered(self, draw: Draw, batch: Any) -> None:
+        """Hold ``draw``'s batch for :meth:`gather` (a bounded number: the oldest go first)."""
+        self._gathered[id(draw)] = (draw, batch)
+        while len(self._gathered) > 2 * self._prefetch + _HELD_DRAWS:
+            del self._gathered[next(iter(self._gathered))]
 
     def _settle(self) -> None:
         """Receive every draw in flight; keep the non-empty ones to hand out next."""
         while self._draws:
-            draw, batch = _as_draw(self._receive(self._draws.popleft(), "draw"))
+            draw, batch = as_draw(self._receive(self._draws.popleft(), "draw"))
             if len(draw):
                 self._ahead.append((draw, batch))
 
     def gather(self, draw: Draw) -> Any:
         """The batch of ``draw``: already received with it, else gathered by the actor now."""
-        batch = self._gathered.pop(draw, None)
-        if batch is None:
-            ref = self._actor().gather.remote(draw.index, dict(draw.info), self._ring_path())
-            batch = self._receive(ref, "gather")
-        return batch
+        held = self._gathered.pop(id(draw), None)
+        if held is not None and held[0] is draw:
+            return held[1]
+        ref = self._actor().gather.remote(draw.index, dict(draw.info), self._ring_path())
+        return self._receive(ref, "gather")
 
     def refilter(self, batch: Any) -> Any:
         """Run the hosted buffer's row filters again on ``batch`` (a no-op without any)."""
@@ -397,7 +404,7 @@ def _slot_size(nbytes: int) -> int:
     return -(-(nbytes + nbytes // 16 + 65536) // 4096) * 4096
 
 
-def _as_draw(reply: tuple[Any, ...]) -> tuple[Draw, Any]:
+def as_draw(reply: tuple[Any, ...]) -> tuple[Draw, Any]:
     """``(Draw, batch)`` from a draw_gather reply; the draw's tensors are copies (small)."""
     index, info, ends_pass, batch = reply
     info = {k: v.clone() for k, v in info.items()}

@@ -21,6 +21,7 @@ from rbdata.buffers import TensorDictReplayBuffer
 from rbdata.buffers.protocol import Draw
 from rbdata.service.codec import Packed, Payload, decode, encode, pack_into
 from rbdata.service.direct_gather import Layouts, direct_sources, fill_slot
+from rbdata.service.distributed import OwnerChannels, Wire
 from rbdata.service.slots import SlotRing
 
 __all__ = ["SLOT_MIN_BYTES", "WAIT_GROUP", "BufferOwner", "InSlot", "Reply", "ReturnsSelf"]
@@ -69,6 +70,7 @@ class BufferOwner:
         self._buffer: Any = None
         self._rings: dict[str, SlotRing] = {}
         self._layouts: Layouts = {}
+        self._channels = OwnerChannels()
 
     def build(
         self, buffer_cls: type, buffer_kwargs: dict[str, Any], node: bool = True
@@ -92,8 +94,7 @@ class BufferOwner:
 
     def call(self, name: str, args: Payload, kwargs: Payload) -> Payload:
         """Run ``buffer.<name>(*args, **kwargs)`` and return its result, encoded."""
-        result = getattr(self._buffer, name)(*decode(args), **decode(kwargs))
-        return encode(ReturnsSelf() if result is self._buffer else result)
+        return encode(self._run(name, decode(args), decode(kwargs)))
 
     def read(self, name: str) -> Any:
         """The buffer's attribute ``name`` (``write_count``, ``batch_size``, ``len``...)."""
@@ -123,7 +124,9 @@ class BufferOwner:
                 filled = None
                 if len(draw):
                     memory = slot_ring.memory(slot)
-                    filled = fill_slot(buffer, sources, draw, memory, self._layouts, with_info=keep_info)
+                    filled = fill_slot(
+                        buffer, sources, draw, memory, self._layouts, with_info=keep_info
+                    )
             except BaseException:
                 slot_ring.release(slot)
                 raise
@@ -212,9 +215,35 @@ class BufferOwner:
             self._layouts.clear()  # views of its slots must not outlive it
             ring.close()
 
+    # ------------------------------------------------ transport="distributed"
+    def dist_listen(self, backend: str) -> tuple[str, str, int]:
+        """Open a channel's store; return the channel id, host and port."""
+        return self._channels.listen(backend)
+
+    def dist_join(self, channel: str) -> None:
+        """Build the actor's side of the channel's process group."""
+        self._channels.join(channel)
+
+    def dist_call(self, channel: str, name: str, request: Wire) -> Wire:
+        """Run a call whose payloads travel over ``channel`` (see :mod:`.distributed`)."""
+        return self._channels.call(self._run, channel, name, request)
+
+    def dist_close(self, channel: str) -> None:
+        """Forget ``channel`` (its client is gone)."""
+        self._channels.close(channel)
+
+    def _run(self, name: str, args: tuple, kwargs: dict) -> Any:
+        if name == "draw_gather":
+            return self._draw_and_gather(*args, **kwargs)
+        if name == "gather":
+            return self._buffer.gather(Draw(*args, **kwargs))
+        result = getattr(self._buffer, name)(*args, **kwargs)
+        return ReturnsSelf() if result is self._buffer else result
+
     # ------------------------------------------------------------ lifecycle
     def stop(self) -> None:
-        """Release the rings and the buffer's threads (called before the actor is killed)."""
+        """Release the rings, channels and buffer's threads (before the actor is killed)."""
         for path in list(self._rings):
             self.close_ring(path)
+        self._channels.close_all()
         self._buffer.shutdown()

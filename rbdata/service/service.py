@@ -18,6 +18,8 @@ from typing import Any
 
 from rbdata.service import _runtime
 from rbdata.service.client import OwnerAddress, RayBufferClient
+from rbdata.service.distributed import BACKENDS
+from rbdata.service.distributed_client import DistributedBufferClient
 from rbdata.service.owner import WAIT_GROUP, BufferOwner
 
 __all__ = ["FORWARDED_METHODS", "RayService", "attach_ray_service"]
@@ -114,6 +116,14 @@ class RayService:
         kwargs = dict(buffer_kwargs)
         self._prefetch = int(kwargs.pop("prefetch", None) or 0)
         self._transport = "ray" if transport == "auto" else transport
+        self._backend = str((transport_options or {}).get("backend", "gloo"))
+        unknown = set(transport_options or {}) - {"backend"}
+        if unknown:
+            raise TypeError(f"transport_options accepts only 'backend', got {sorted(unknown)}.")
+        if self._backend not in BACKENDS:
+            raise ValueError(
+                f"transport_options['backend'] must be one of {BACKENDS}, got {self._backend!r}."
+            )
         ray = _runtime.ray_module()
         self._lease = _runtime.Lease(ray_init_config)
         self._actor: Any = None
@@ -134,6 +144,8 @@ class RayService:
             raise
 
     def _make_client(self, prefetch: int) -> RayBufferClient:
+        if self._transport == "distributed":
+            return DistributedBufferClient(self._address, backend=self._backend)
         return RayBufferClient(self._address, prefetch=prefetch)
 
     # ------------------------------------------------------------ lifecycle
