@@ -243,7 +243,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default=",".join([*ROWS, "loader"]))
     parser.add_argument("--lib", default="rbdata", choices=["rbdata", "torchrl"])
-    parser.add_argument("--json", action="store_true", help="print the results as one JSON line")
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="OUT",
+        help="print the results as one JSON line; with OUT, print the table and also write "
+        "the rows (torchrl's and the loader's included) to the file OUT",
+    )
     parser.add_argument("--vs-torchrl", action="store_true")
     args = parser.parse_args(argv)
     names = [r for r in args.rows.split(",") if r]
@@ -251,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"unknown rows {sorted(unknown)}; choose from {[*ROWS, 'loader']}")
     results = run_rows(args.lib, names)
-    if args.json:
+    if args.json == "-":
         print(json.dumps(results))
         return
     theirs = _torchrl_rows(names) if args.vs_torchrl else {}
@@ -273,11 +280,16 @@ def main(argv: list[str] | None = None) -> None:
         )
         if "sec_per_batch" in row:
             print(f"{'':<10}{'':>9}  ({row['sec_per_batch'] * 1e3:.3f} ms per batch)")
+    loader = []
     if "loader" in names:
         from bench_loader import bench_loader
 
         for name, steps, ratio in bench_loader():
             print(f"{'loader':<10}{'steps/s':>9}{_fmt(steps)}  {name}: {ratio:.3f}")
+            loader.append({"name": name, "steps_per_s": steps, "ratio": ratio})
+    if args.json:
+        run = {"rows": results, "torchrl": theirs, "loader": loader}
+        Path(args.json).write_text(json.dumps(run, indent=1))
 
 
 if __name__ == "__main__":

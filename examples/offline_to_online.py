@@ -14,12 +14,25 @@
    ``ReplayDataset`` of the mixture, whose ``SampleToInsertRatio`` keeps learner
    and collector in step.
 4. Print the greedy policy's average evaluation return before and after each
-   phase (a random policy averages about 20), the buffer's stats and the time.
+   phase (a random policy averages about 20), the buffer's stats and the time,
+   and write the learning curve (evaluation return, collector return and the
+   batches' offline share against updates) as ``curve_<trainer>.csv`` and
+   ``curve_<trainer>.png`` in ``--out``.
 
-    python examples/offline_to_online.py            # the full run, 1-2 minutes on 2 cores
-    python examples/offline_to_online.py --quick    # a smoke run of a few seconds
+With ``--trainer lightning`` both phases run under ``lightning.Trainer.fit``
+instead: a ``ReplayDataModule`` serves the offline buffer, then the
+``OfflineToOnlineReplayBuffer`` (its ``samples_per_insert`` pacing the
+learner), a ``ReplayCallback`` publishes the policy version, and the same
+collector thread, started when training starts, feeds the online part. (One
+difference: that ratio lets the learner start after the first insert, where
+the plain loop's limiter waits for four batches of online data.)
 
-Needs the ``examples`` extra (gymnasium); the HDF5 round trip also needs ``hdf5`` (h5py).
+    python examples/offline_to_online.py                      # the full run, 1-2 minutes
+    python examples/offline_to_online.py --quick              # a smoke run of a few seconds
+    python examples/offline_to_online.py --trainer lightning  # the same run under Lightning
+
+Needs the ``examples`` extra (gymnasium, matplotlib for the plot); the HDF5 round
+trip also needs ``hdf5`` (h5py), ``--trainer lightning`` the ``lightning`` extra.
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib.util
+import sys
 import tempfile
 import threading
 import time
@@ -50,6 +64,9 @@ from rbdata import (
 )
 from rbdata.loader import SampleToInsertRatio
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helpers beside this script
+from learning_curve import Curve  # noqa: E402
+
 ENV_ID = "CartPole-v1"
 OFFLINE_VERSION = -1  # policy_version stamped on the offline data (not made by the learner)
 
@@ -70,6 +87,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument(
+        "--trainer",
+        choices=("plain", "lightning"),
+        default="plain",
+        help="a plain PyTorch loop over DataLoaders, or lightning.Trainer.fit",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("offline_to_online_out"), help="where the curve goes"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.offline_transitions, args.pretrain_updates = 2_000, 200
@@ -180,7 +206,9 @@ class DoubleDQN:
         self.optim = torch.optim.Adam(self.q.parameters(), lr=lr)
         self.gamma, self.tau = gamma, tau
 
-    def update(self, batch: TensorDict) -> float:
+    def update(self, batch: TensorDict, optimizer: Any = None, backward: Any = None) -> float:
+        """One gradient step; under Lightning, its optimizer wrapper and manual_backward."""
+        optimizer = optimizer or self.optim
         obs, action = batch["observation"], batch["action"].long()
         reward = batch["next", "reward"].reshape(-1)
         not_terminated = (~batch["next", "terminated"]).reshape(-1).float()
@@ -191,10 +219,10 @@ class DoubleDQN:
             target = reward + self.gamma * not_terminated * next_value
         value = self.q(obs).gather(-1, action.unsqueeze(-1)).squeeze(-1)
         loss = nn.functional.smooth_l1_loss(value, target)
-        self.optim.zero_grad(set_to_none=True)
-        loss.backward()
+        optimizer.zero_grad(set_to_none=True)
+        (backward or torch.Tensor.backward)(loss)
         nn.utils.clip_grad_norm_(self.q.parameters(), 10.0)
-        self.optim.step()
+        optimizer.step()
         with torch.no_grad():
             for p, tp in zip(self.q.parameters(), self.target.parameters(), strict=True):
                 tp.lerp_(p, self.tau)
@@ -311,7 +339,7 @@ def linear(start: float, end: float, steps: int) -> Any:
     return lambda n: end + (start - end) * max(0.0, 1.0 - n / max(1, steps))
 
 
-# ------------------------------------------------------------------ phases
+# ------------------------------------------------------------------ progress
 class Logger:
     """Prints progress lines stamped with the time since the start."""
 
@@ -325,6 +353,73 @@ class Logger:
         print(f"[{self.elapsed():6.1f}s] {msg}", flush=True)
 
 
+class PretrainSteps:
+    """After each offline update: evaluate and record a point four times per phase."""
+
+    def __init__(self, agent: DoubleDQN, args: argparse.Namespace, log: Logger, curve: Curve):
+        self.agent, self.args, self.log, self.curve = agent, args, log, curve
+        self.every = max(1, args.pretrain_updates // 4)
+
+    def __call__(self, i: int, batch: TensorDict, loss: float) -> None:
+        if i % self.every:
+            return
+        ret = evaluate(self.agent.q, self.args.eval_episodes, seed=10_000)
+        self.curve.add(update=i, phase="offline", eval_return=ret, offline_share=1.0, loss=loss)
+        self.log(f"pretraining {i}/{self.args.pretrain_updates}: loss {loss:.3f}, eval {ret:.1f}")
+
+
+class OnlineSteps:
+    """After each fine-tuning update: anneal the learning rate, publish, record progress."""
+
+    def __init__(
+        self,
+        agent: DoubleDQN,
+        collector: Collector,
+        args: argparse.Namespace,
+        log: Logger,
+        curve: Curve,
+    ) -> None:
+        self.agent, self.collector, self.args, self.log, self.curve = (
+            agent,
+            collector,
+            args,
+            log,
+            curve,
+        )
+        self.lr = agent.optim.param_groups[0]["lr"]
+        self.every = max(1, args.online_updates // 8)
+
+    def __call__(self, i: int, batch: TensorDict, loss: float) -> None:
+        updates = self.args.online_updates
+        for group in self.agent.optim.param_groups:  # anneal the learning rate to 10%
+            group["lr"] = self.lr * (1.0 - 0.9 * min(1.0, (i + 1) / updates))
+        if i % 50 == 0:
+            self.collector.publish(self.agent.q)
+        if i % self.every:
+            return
+        online = ~batch["is_offline"]
+        version = self.collector.version()
+        age = float((version - batch["policy_version"][online]).float().mean())
+        recent = self.collector.returns[-10:]
+        collector_return = float(np.mean(recent)) if recent else float("nan")
+        share = float(1 - online.float().mean())
+        ret = evaluate(self.agent.q, self.args.eval_episodes, seed=10_000)
+        self.curve.add(
+            update=self.args.pretrain_updates + i,
+            phase="online",
+            eval_return=ret,
+            collector_return=collector_return,
+            offline_share=share,
+            loss=loss,
+        )
+        self.log(
+            f"online {i}/{updates}: loss {loss:.3f}, eval {ret:.1f}, env steps "
+            f"{self.collector.steps}, offline share {share:.2f}, online rows {age:.0f} policy "
+            f"versions old on average, collector return (last 10) {collector_return:.1f}"
+        )
+
+
+# ------------------------------------------------------------------ phases
 def build_offline_buffer(
     args: argparse.Namespace, generator: torch.Generator, log: Logger
 ) -> tuple[TensorDictReplayBuffer, float]:
@@ -345,8 +440,38 @@ def build_offline_buffer(
     return buffer, behaviour_return
 
 
+def mixture(
+    offline: TensorDictReplayBuffer, args: argparse.Namespace, generator: torch.Generator
+) -> OfflineToOnlineReplayBuffer:
+    """The fine-tuning buffer: offline share annealed 0.5 -> 0.25 over the updates."""
+    return OfflineToOnlineReplayBuffer(
+        offline,
+        online_capacity=50_000,
+        offline_fraction=linear(0.5, 0.25, args.online_updates),
+        batch_size=args.batch_size,
+        generator=generator,
+    )
+
+
+def make_collector(
+    rb: OfflineToOnlineReplayBuffer,
+    agent: DoubleDQN,
+    limiter: SampleToInsertRatio,
+    version: PolicyVersion,
+    args: argparse.Namespace,
+) -> Collector:
+    """The collector thread (epsilon annealed 0.2 -> 0.02 over the first half)."""
+    steps = int(args.online_updates / args.updates_per_step) // 2
+    return Collector(
+        rb, agent.q, version, limiter, seed=args.seed + 1, epsilon=linear(0.2, 0.02, steps)
+    )
+
+
 def pretrain(
-    agent: DoubleDQN, offline: TensorDictReplayBuffer, args: argparse.Namespace, log: Logger
+    agent: DoubleDQN,
+    offline: TensorDictReplayBuffer,
+    args: argparse.Namespace,
+    after_step: PretrainSteps,
 ) -> None:
     """Step 2: a plain PyTorch loop over a ReplayDataset (2 batches sampled ahead)."""
     dataset = ReplayDataset(
@@ -354,97 +479,87 @@ def pretrain(
     )
     with dataset:
         for i, batch in enumerate(DataLoader(dataset, batch_size=None), 1):
-            loss = agent.update(batch)
-            if i % max(1, args.pretrain_updates // 4) == 0:
-                log(f"pretraining {i}/{args.pretrain_updates}: loss {loss:.3f}")
+            after_step(i, batch, agent.update(batch))
 
 
 def finetune(
     agent: DoubleDQN,
-    offline: TensorDictReplayBuffer,
+    rb: OfflineToOnlineReplayBuffer,
     args: argparse.Namespace,
-    generator: torch.Generator,
     log: Logger,
-) -> tuple[OfflineToOnlineReplayBuffer, int, int]:
-    """Step 3: learn from mixed batches while a collector thread feeds the online part.
-
-    Returns the buffer, the number of environment steps and the final policy version.
-    """
-    updates = args.online_updates
-    rb = OfflineToOnlineReplayBuffer(
-        offline,
-        online_capacity=50_000,
-        offline_fraction=linear(0.5, 0.25, updates),
-        batch_size=args.batch_size,
-        generator=generator,
-    )
+    curve: Curve,
+) -> Collector:
+    """Step 3: learn from mixed batches while a collector thread feeds the online part."""
     limiter = SampleToInsertRatio(
         args.batch_size * args.updates_per_step, min_size_to_sample=4 * args.batch_size
     )
     # The learner's mixed batches come from a ReplayDataset over the mixture: the
     # limiter (attached to it) makes it wait for the collector; a pass ends early
     # if no data comes for 30 s (the collector died).
-    dataset = ReplayDataset(rb, num_batches=updates, prefetch=1, rate_limiter=limiter, timeout=30)
-    version = PolicyVersion()
-    collector = Collector(
-        rb,
-        agent.q,
-        version,
-        limiter,
-        seed=args.seed + 1,
-        epsilon=linear(0.2, 0.02, int(updates / args.updates_per_step) // 2),
+    dataset = ReplayDataset(
+        rb, num_batches=args.online_updates, prefetch=1, rate_limiter=limiter, timeout=30
     )
-    lr = agent.optim.param_groups[0]["lr"]
+    collector = make_collector(rb, agent, limiter, PolicyVersion(), args)
+    after_step = OnlineSteps(agent, collector, args, log, curve)
     collector.start()
     try:
         for i, batch in enumerate(DataLoader(dataset, batch_size=None), 1):
-            for group in agent.optim.param_groups:  # anneal the learning rate to 10%
-                group["lr"] = lr * (1.0 - 0.9 * i / updates)
-            loss = agent.update(batch)
-            if i % 50 == 0:
-                collector.publish(agent.q)
-            if i % max(1, updates // 8) == 0:
-                online = ~batch["is_offline"]
-                age = float((version() - batch["policy_version"][online]).float().mean())
-                recent = collector.returns[-10:]
-                log(
-                    f"online {i}/{updates}: loss {loss:.3f}, env steps {collector.steps}, "
-                    f"offline share {1 - online.float().mean():.2f}, online rows {age:.0f} policy "
-                    f"versions old on average, collector return (last 10) "
-                    f"{np.mean(recent) if recent else float('nan'):.1f}"
-                )
+            after_step(i, batch, agent.update(batch))
     finally:
         dataset.close()
         collector.stop.set()
         collector.join()
-    if collector.error is not None:
-        raise RuntimeError("the collector thread failed") from collector.error
-    return rb, collector.steps, version()
+    return collector
+
+
+def lightning_phases() -> Any:
+    """The Lightning versions of steps 2 and 3 (offline_to_online_lightning.py beside this)."""
+    import offline_to_online_lightning
+
+    return offline_to_online_lightning
 
 
 def _main(args: argparse.Namespace) -> dict[str, Any]:
-    log = Logger()
+    log, curve = Logger(), Curve()
     torch.manual_seed(args.seed)
     generator = torch.Generator().manual_seed(args.seed)
     offline, behaviour_return = build_offline_buffer(args, generator, log)
 
     agent = DoubleDQN()
-    results: dict[str, Any] = {"behaviour": behaviour_return}
+    results: dict[str, Any] = {"behaviour": behaviour_return, "trainer": args.trainer}
     results["random"] = evaluate(None, args.eval_episodes, seed=10_000)
     results["before_pretraining"] = evaluate(agent.q, args.eval_episodes, seed=10_000)
+    curve.add(
+        update=0, phase="offline", eval_return=results["before_pretraining"], offline_share=1.0
+    )
     log(
         f"eval return: random policy {results['random']:.1f}, untrained Q-network "
         f"{results['before_pretraining']:.1f}"
     )
 
-    pretrain(agent, offline, args, log)
+    phases = lightning_phases() if args.trainer == "lightning" else None
+    pretrain_steps = PretrainSteps(agent, args, log, curve)
+    if phases is None:
+        pretrain(agent, offline, args, pretrain_steps)
+    else:
+        phases.pretrain(agent, offline, args, pretrain_steps)
     results["after_pretraining"] = evaluate(agent.q, args.eval_episodes, seed=10_000)
     log(f"eval return after offline pretraining: {results['after_pretraining']:.1f}")
 
-    rb, results["env_steps"], final_version = finetune(agent, offline, args, generator, log)
+    rb = mixture(offline, args, generator)
+    if phases is None:
+        collector = finetune(agent, rb, args, log, curve)
+    else:
+        collector = phases.finetune(
+            agent, rb, args, make_collector, lambda c: OnlineSteps(agent, c, args, log, curve)
+        )
+    if collector.error is not None:
+        raise RuntimeError("the collector thread failed") from collector.error
+    results["env_steps"], final_version = collector.steps, collector.version()
     results["after_finetuning"] = evaluate(agent.q, args.eval_episodes, seed=10_000)
     results["stats"] = stats = rb.stats()
     results["seconds"] = log.elapsed()
+    results["curve"] = save_curve(curve, args)
 
     print("\n=== summary ===")
     print(f"behaviour (scripted) policy return       {behaviour_return:7.1f}")
@@ -459,8 +574,20 @@ def _main(args: argparse.Namespace) -> dict[str, Any]:
         f"{stats.get('samples_per_insert', float('nan')):.1f}, policy version "
         f"{final_version}"
     )
-    print(f"total time {results['seconds']:.1f}s")
+    print(f"learning curve: {', '.join(str(p) for p in results['curve'])}")
+    print(f"total time {results['seconds']:.1f}s ({args.trainer} trainer)")
     return results
+
+
+def save_curve(curve: Curve, args: argparse.Namespace) -> list[Path]:
+    """Write ``curve_<trainer>.csv`` (and ``.png`` when matplotlib is there) into ``--out``."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    paths = [args.out / f"curve_{args.trainer}.csv"]
+    curve.write_csv(paths[0])
+    title = f"offline-to-online DQN on {ENV_ID} ({args.trainer} trainer)"
+    if curve.plot(args.out / f"curve_{args.trainer}.png", title):
+        paths.append(args.out / f"curve_{args.trainer}.png")
+    return paths
 
 
 # ------------------------------------------------------------------ main

@@ -1,7 +1,7 @@
 """rbdata: a fast replay buffer for PyTorch with torchrl's ReplayBuffer API.
 
 Everything public is importable as ``from rbdata import X``. Names that need
-an optional extra (Lightning, HDF5) are loaded on first use and raise an
+an optional extra (Lightning, HDF5, Minari) are loaded on first use and raise an
 ImportError naming the extra when it is missing.
 """
 
@@ -57,7 +57,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "ReplayCallback": ("rbdata.lightning", "lightning"),
     "load_offline_data": ("rbdata.datasets", None),
     "load_d4rl_hdf5": ("rbdata.datasets", "hdf5"),
-    "OfflineToOnlineReplayBuffer": ("rbdata.mixture", None),
+    "load_minari": ("rbdata.datasets", "minari"),
+    "MinariReader": ("rbdata.datasets", "minari"),
+    "OfflineToOnlineReplayBuffer": ("rbdata.buffers.offline_to_online", None),
 }
 
 
@@ -87,6 +89,7 @@ __all__ = [
     "LazyStackStorage",
     "LazyTensorStorage",
     "ListStorage",
+    "MinariReader",
     "OfflineToOnlineReplayBuffer",
     "PolicyAgeFilter",
     "PolicyVersion",
@@ -118,6 +121,7 @@ __all__ = [
     "Transition",
     "Writer",
     "load_d4rl_hdf5",
+    "load_minari",
     "load_offline_data",
     "traj",
 ]

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rbdata._trajectories import NestedKey, normalize_key
+from rbdata._validation import NestedKey, normalize_key
 
 _SYMBOLS = {
     operator.gt: ">",

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-NestedKey = str | tuple[str, ...]
+from rbdata._validation import NestedKey, normalize_key
 
 SLICE_TRAJ_KEYS: tuple[NestedKey, ...] = ("episode", ("collector", "traj_ids"), "traj_ids")
 QUERY_TRAJ_KEYS: tuple[NestedKey, ...] = (("collector", "traj_ids"), "traj_ids", "episode")
@@ -31,19 +31,6 @@ _END_KEYS: tuple[tuple[NestedKey, ...], ...] = (
     (("next", "done"), ("next", "terminated"), ("next", "truncated")),
     ("done", "terminated", "truncated"),
 )
-
-
-def normalize_key(key: Any, name: str = "key") -> NestedKey:
-    """Return ``key`` as a str (top level) or a tuple of str (nested).
-
-    Raises:
-        TypeError: if ``key`` is neither a str nor a non-empty tuple of str.
-    """
-    if isinstance(key, str):
-        return key
-    if isinstance(key, tuple) and key and all(isinstance(k, str) for k in key):
-        return key[0] if len(key) == 1 else key
-    raise TypeError(f"{name} must be a str or a tuple of str, got {key!r}.")
 
 
 def storage_keys(storage: Any) -> set[NestedKey]:

@@ -10,9 +10,9 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-__all__ = ["ConditionalUpdateResult", "conditional_update", "normalize_key"]
+from rbdata._validation import NestedKey, normalize_key
 
-NestedKey = str | tuple[str, ...]
+__all__ = ["ConditionalUpdateResult", "conditional_update"]
 
 
 @dataclass(frozen=True)
@@ -52,20 +52,6 @@ class ConditionalUpdateResult:
     def version_rejected_count(self) -> int:
         """Number of live rows refused by the version comparison (0 without versions)."""
         return 0 if self.version_rejected is None else int(self.version_rejected.sum())
-
-
-def normalize_key(key: Any, argname: str) -> NestedKey:
-    """Check a nested key: a str without dots or a tuple of str."""
-    if isinstance(key, str):
-        if "." in key:
-            raise ValueError(
-                f"{argname}={key!r} is a dotted string; pass nested keys as tuples, e.g. "
-                f"{tuple(key.split('.'))!r}."
-            )
-        return key
-    if isinstance(key, tuple) and key and all(isinstance(k, str) for k in key):
-        return key if len(key) > 1 else key[0]
-    raise TypeError(f"{argname} must be a str or a tuple of str, got {key!r}.")
 
 
 def _last_occurrence(index: torch.Tensor) -> torch.Tensor:
@@ -109,7 +95,7 @@ def conditional_update(
             f"{type(storage).__name__} does not support conditional updates; use a tensor "
             "storage (LazyTensorStorage, LazyMemmapStorage, TensorStorage)."
         )
-    if getattr(writer, "_generations", None) is None:
+    if not writer.tracks_generations:
         raise RuntimeError(
             "update_if_present needs a writer that tracks slot generations, e.g. "
             "RoundRobinWriter(track_generations=True)."
@@ -135,7 +121,7 @@ def conditional_update(
     items = patch.items(True, True) if isinstance(patch, TensorDictBase) else patch.items()
     leaves: list[tuple[torch.Tensor, torch.Tensor]] = []
     known = set(storage.leaf_keys())
-    vkey = None if version_key is None else normalize_key(version_key, "version_key")
+    vkey = None if version_key is None else normalize_key(version_key, "version_key", dotted=False)
     for key, value in items:
         key = normalize_key(key, "patch key")
         if vkey is not None and key == vkey:
@@ -170,7 +156,7 @@ def conditional_update(
         elif version.numel() != n:
             raise ValueError(f"version has {version.numel()} entries, expected 1 or {n}.")
     # -- everything validated: compute masks, then write.
-    live = (index < size) & (writer.generation(index) == generation) if n else index.bool()
+    live = (index < size) & (writer.generations_of(index) == generation) if n else index.bool()
     stale = ~live
     rejected = None
     apply = live.clone()

@@ -14,15 +14,14 @@ from tensordict import TensorDict, TensorDictBase
 from rbdata._query_expr import TrajectoryPredicate, _Context, _Expr, _resolve, traj
 from rbdata._trajectories import (
     QUERY_TRAJ_KEYS,
-    NestedKey,
     chronological_order,
     get_items,
-    normalize_key,
     read_leaf,
     resolve_markers,
     split_storage,
     storage_keys,
 )
+from rbdata._validation import NestedKey, normalize_key
 
 __all__ = ["Trajectory", "TrajectoryPredicate", "run_query", "traj"]
 

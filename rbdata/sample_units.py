@@ -6,13 +6,14 @@ from typing import Any
 
 import torch
 
-from rbdata._trajectories import NestedKey, TrajectoryIndex, normalize_key
+from rbdata._trajectories import TrajectoryIndex
+from rbdata._validation import NestedKey, normalize_key
 
 
 class SampleUnit:
     """Base class: turns the anchors drawn by the sampler into the records read.
 
-    ``expand(anchors, storage, info)`` returns ``(index, info)``: the slots to
+    ``expand(anchors, info, storage)`` returns ``(index, info)``: the slots to
     read (any shape; the buffer reshapes the batch to it) and the info dict,
     with per-anchor entries broadcast to the index's shape. Units that track
     trajectories are told about writes like samplers are (``extend`` / ``add``
@@ -21,13 +22,13 @@ class SampleUnit:
     Examples:
         >>> import torch
         >>> from rbdata import Transition
-        >>> index, info = Transition().expand(torch.tensor([3, 1]), None, {})
+        >>> index, info = Transition().expand(torch.tensor([3, 1]), {}, None)
         >>> index
         tensor([3, 1])
     """
 
     def expand(
-        self, anchors: torch.Tensor, storage: Any, info: dict[str, Any]
+        self, anchors: torch.Tensor, info: dict[str, Any], storage: Any
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Return the slots to read for ``anchors`` and the matching info."""
         raise NotImplementedError
@@ -56,12 +57,12 @@ class Transition(SampleUnit):
     Examples:
         >>> import torch
         >>> from rbdata import Transition
-        >>> Transition().expand(torch.tensor([0, 5]), None, {"priority_weight": torch.ones(2)})[0]
+        >>> Transition().expand(torch.tensor([0, 5]), {"priority_weight": torch.ones(2)}, None)[0]
         tensor([0, 5])
     """
 
     def expand(
-        self, anchors: torch.Tensor, storage: Any, info: dict[str, Any]
+        self, anchors: torch.Tensor, info: dict[str, Any], storage: Any
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Return ``anchors`` and ``info`` unchanged."""
         return anchors, info
@@ -160,7 +161,7 @@ class Sequence(SampleUnit):
         self._index.clear()
 
     def expand(
-        self, anchors: torch.Tensor, storage: Any, info: dict[str, Any]
+        self, anchors: torch.Tensor, info: dict[str, Any], storage: Any
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Return the ``[B, T]`` windows of ``anchors`` and their masks (see the class)."""
         anchors = torch.as_tensor(anchors, dtype=torch.long)

@@ -9,9 +9,10 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from rbdata._validation import NestedKey
+
 __all__ = ["Compose", "PolicyAgeFilter", "Transform"]
 
-NestedKey = str | tuple[str, ...]
 
 
 class Transform:

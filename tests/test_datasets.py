@@ -99,6 +99,23 @@ def test_chunked_reads_equal_the_file(tmp_path, monkeypatch, n, chunk_rows, seed
     assert torch.equal(td["next", "reward"].squeeze(-1), torch.from_numpy(a["rewards"]))
 
 
+@settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(1, 20), start=st.integers(-25, 25), stop=st.integers(-25, 25))
+def test_a_row_range_reads_those_rows(tmp_path, n, start, stop):
+    path = tmp_path / f"rows{n}.hdf5"
+    if not path.exists():
+        write_d4rl(path, n=n)
+    full = load_d4rl_hdf5(path, progress=False)
+    part = load_d4rl_hdf5(path, progress=False, rows=slice(start, stop))
+    assert (part == full[start:stop]).all() and part.shape == full[start:stop].shape
+
+
+def test_a_row_range_must_be_contiguous(tmp_path):
+    write_d4rl(tmp_path / "d.hdf5")
+    with pytest.raises(ValueError, match="step 1"):
+        load_d4rl_hdf5(tmp_path / "d.hdf5", rows=slice(0, 4, 2))
+
+
 def test_long_loads_show_a_progress_bar(tmp_path, monkeypatch, capsys):
     path = tmp_path / "d.hdf5"
     write_d4rl(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import math
 import runpy
@@ -28,11 +29,17 @@ def test_quickstart_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert "importance weights" in out
 
 
-def test_offline_to_online_quick_run(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("trainer", ["plain", "lightning"])
+def test_offline_to_online_quick_run(
+    trainer: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytest.importorskip("gymnasium", reason="the example needs the 'examples' extra")
+    if trainer == "lightning":
+        pytest.importorskip("lightning")
     example = _load("offline_to_online")
     threads = torch.get_num_threads()
-    results = example.main(["--quick", "--seed", "3"])
+    argv = ["--quick", "--seed", "3", "--trainer", trainer, "--out", str(tmp_path)]
+    results = example.main(argv)
     assert torch.get_num_threads() == threads  # restored for the caller
     out = capsys.readouterr().out
     for line in (
@@ -40,6 +47,7 @@ def test_offline_to_online_quick_run(capsys: pytest.CaptureFixture[str]) -> None
         "eval return after offline pretraining",
         "eval return after online fine-tuning",
         "total time",
+        f"({trainer} trainer)",
     ):
         assert line in out
     for key in ("random", "before_pretraining", "after_pretraining", "after_finetuning"):
@@ -50,6 +58,20 @@ def test_offline_to_online_quick_run(capsys: pytest.CaptureFixture[str]) -> None
     assert stats["offline_fraction"] == pytest.approx(0.25)
     assert 0 < stats["online_size"] == stats["write_count"] <= results["env_steps"]
     assert stats["size"] == stats["offline_size"] + stats["online_size"]
+
+    with open(tmp_path / f"curve_{trainer}.csv") as f:
+        curve = list(csv.DictReader(f))
+    updates = [int(row["update"]) for row in curve]
+    assert updates == sorted(updates) and updates[0] == 0 and updates[-1] <= 500
+    offline = [row for row in curve if row["phase"] == "offline"]
+    online = [row for row in curve if row["phase"] == "online"]
+    assert len(offline) == 5 and len(online) == 8  # 4 points per pretraining, 8 online
+    assert all(float(row["offline_share"]) == 1.0 for row in offline)
+    shares = [float(row["offline_share"]) for row in online]
+    assert all(0.2 < s < 0.55 for s in shares) and shares[-1] < shares[0]  # annealed
+    assert all(float(row["eval_return"]) >= 8 for row in curve)
+    if importlib.util.find_spec("matplotlib"):
+        assert (tmp_path / f"curve_{trainer}.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_offline_to_online_hdf5_and_in_memory_layouts_agree(tmp_path: Path) -> None:

@@ -98,7 +98,7 @@ def test_dataloader_default_conversion_keeps_tensordict_batches(prefetch):
         assert batch.batch_size == torch.Size([4])
         assert batch["next", "reward"].shape == (4, 1)
         assert batch["index"].dtype == torch.long
-        assert torch.equal(batch["index_generation"], torch.ones(4, dtype=torch.long))
+        assert torch.equal(batch["index_generation"], torch.zeros(4, dtype=torch.long))
         # the data is the stored data of those indices
         assert torch.equal(batch["next", "reward"].squeeze(-1), batch["index"].float())
 
@@ -117,15 +117,19 @@ def test_dataloader_pin_memory_and_stateful_dataloader():
         ds.dataloader(batch_size=4)
 
 
-def test_non_tensordict_buffers_yield_data_and_index():
+def test_non_tensordict_buffers_yield_what_sample_returns():
     rb = ReplayBuffer(storage=LazyTensorStorage(20), batch_size=3)
     rb.extend(torch.arange(10) * 10)
     batch = next(iter(DataLoader(ReplayDataset(rb, num_batches=1), batch_size=None)))
-    assert torch.equal(batch["data"], batch["index"] * 10)
+    assert type(batch) is torch.Tensor and batch.shape == (3,)  # as rb.sample() gives
+    assert type(rb.sample()) is torch.Tensor
+    loader = DataLoader(ReplayDataset(rb, num_batches=1, return_info=True), batch_size=None)
+    batch, info = next(iter(loader))
+    assert torch.equal(batch, info["index"] * 10)
     rb = ReplayBuffer(storage=ListStorage(20), batch_size=3)
     rb.extend([{"x": torch.tensor(float(i))} for i in range(10)])
-    batch = next(iter(ReplayDataset(rb, num_batches=1)))
-    assert torch.equal(batch["x"], batch["index"].float())
+    batch, info = next(iter(ReplayDataset(rb, num_batches=1, return_info=True)))
+    assert torch.equal(batch["x"], info["index"].float())
 
 
 # ---------------------------------------------------------------- passes
@@ -221,7 +225,7 @@ def test_buffer_without_batch_size_needs_one():
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
     with pytest.raises(ValueError, match="batch_size"):
         ReplayDataset(rb)
-    with pytest.raises(TypeError, match="rbdata replay buffer"):
+    with pytest.raises(TypeError, match="ServableBuffer"):
         ReplayDataset([1, 2, 3], batch_size=2)
 
 

@@ -47,15 +47,15 @@ def td_buffer(n: int = 10, capacity: int = 100, sampler=None, batch_size: int = 
 
 
 def count_samples(rb) -> list[int]:
-    """Count the batches drawn from ``rb`` (wraps its _sample_index)."""
+    """Count the batches drawn from ``rb`` (wraps its public ``draw``)."""
     calls = []
-    inner = rb._sample_index
+    inner = rb.draw
 
     def counting(batch_size):
         calls.append(batch_size)
         return inner(batch_size)
 
-    rb._sample_index = counting
+    rb.draw = counting
     return calls
 
 

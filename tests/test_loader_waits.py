@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 
@@ -11,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tensordict import TensorDict
 from torch.utils.data import DataLoader
+from torch.utils.hooks import RemovableHandle
 
 from rbdata import (
     LazyTensorStorage,
@@ -186,7 +188,11 @@ def test_samples_per_insert_shortcut_and_limiter_checks():
 class FakeBuffer:
     def __init__(self) -> None:
         self.write_count = 0
-        self._stats_sources = []
+        self.sources = []
+
+    def register_stats_source(self, source):
+        self.sources.append(source)
+        return RemovableHandle(collections.OrderedDict())
 
 
 @given(

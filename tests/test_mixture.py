@@ -183,7 +183,7 @@ def test_sample_batch_size_errors() -> None:
     rb = _mixture()
     with pytest.raises(ValueError, match="batch_size was not given"):
         rb.sample()
-    with pytest.raises(ValueError, match="batch_size must be a positive int, got -1"):
+    with pytest.raises(ValueError, match="batch_size must be >= 1, got -1"):
         rb.sample(-1)
     assert rb.batches_sampled == 0
 
@@ -209,8 +209,8 @@ def test_keys_are_kept_and_generations_and_weights_filled() -> None:
         "is_offline",
     }
     off = batch["is_offline"]
-    assert torch.equal(batch["index_generation"][off], torch.zeros(5, dtype=torch.long))
-    assert bool((batch["index_generation"][~off] == 1).all())  # each online slot written once
+    assert torch.equal(batch["index_generation"][off], torch.zeros(5, dtype=torch.long))  # filled
+    assert bool((batch["index_generation"][~off] == 0).all())  # each online slot written once
     assert torch.equal(batch["priority_weight"][off], torch.ones(5, dtype=batch["priority_weight"].dtype))
     assert set(info) == {"index", "index_generation", "priority_weight", "is_offline"}
     assert torch.equal(info["index"], batch["index"])

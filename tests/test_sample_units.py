@@ -36,14 +36,14 @@ def make_storage(capacity: int, unit, *chunks: torch.Tensor, done=None):
 def test_transition_returns_its_input():
     anchors = torch.tensor([4, 0, 4])
     info = {"priority_weight": torch.ones(3)}
-    index, out = Transition().expand(anchors, None, info)
+    index, out = Transition().expand(anchors, info, None)
     assert index is anchors and out is info
 
 
 def test_sequence_windows_inside_a_trajectory():
     unit = Sequence(4, burn_in=2, bootstrap=1)
     storage, _ = make_storage(100, unit, torch.zeros(30, dtype=torch.long))
-    index, info = unit.expand(torch.tensor([5, 10, 2]), storage, {})
+    index, info = unit.expand(torch.tensor([5, 10, 2]), {}, storage)
     assert index.shape == (3, 7)
     assert torch.equal(index, torch.tensor([3, 8, 0]).unsqueeze(1) + torch.arange(7))
     assert info["mask"].all()
@@ -57,7 +57,7 @@ def test_sequence_clamps_and_masks_at_trajectory_edges():
     unit = Sequence(3, burn_in=2, bootstrap=1)
     episode = torch.cat([torch.zeros(5), torch.ones(6)]).long()  # slots 0..4 and 5..10
     storage, _ = make_storage(50, unit, episode)
-    index, info = unit.expand(torch.tensor([5, 3, 10]), storage, {})
+    index, info = unit.expand(torch.tensor([5, 3, 10]), {}, storage)
     assert index.tolist() == [
         [5, 5, 5, 6, 7, 8],  # burn-in before the start of episode 1
         [1, 2, 3, 4, 4, 4],  # runs past the end of episode 0
@@ -73,7 +73,7 @@ def test_sequence_clamps_and_masks_at_trajectory_edges():
 def test_sequence_dilation():
     unit = Sequence(3, burn_in=1, dilation=3)
     storage, _ = make_storage(50, unit, torch.zeros(12, dtype=torch.long))
-    index, info = unit.expand(torch.tensor([3, 8]), storage, {})
+    index, info = unit.expand(torch.tensor([3, 8]), {}, storage)
     assert index.tolist() == [[0, 3, 6, 9], [5, 8, 11, 11]]
     assert info["mask"].tolist() == [[True] * 4, [True, True, True, False]]
 
@@ -83,7 +83,7 @@ def test_sequence_never_crosses_the_write_cursor():
     chunk = torch.zeros(7, dtype=torch.long)
     storage, cursor = make_storage(10, unit, chunk, chunk, chunk)  # one endless episode
     newest = (cursor - 1) % 10
-    index, info = unit.expand(torch.tensor([newest, (newest - 2) % 10, cursor]), storage, {})
+    index, info = unit.expand(torch.tensor([newest, (newest - 2) % 10, cursor]), {}, storage)
     steps = storage.get_leaf("step")[index]
     assert steps[0].tolist() == [20, 20, 20, 20]
     assert info["mask"][0].tolist() == [True, False, False, False]
@@ -94,7 +94,7 @@ def test_sequence_never_crosses_the_write_cursor():
 def test_sequence_spans_the_wrap_point():
     unit = Sequence(5, burn_in=1)
     storage, _ = make_storage(10, unit, torch.zeros(6).long(), torch.ones(7).long())
-    index, info = unit.expand(torch.tensor([8]), storage, {})  # episode 1: slots 6..9, 0..2
+    index, info = unit.expand(torch.tensor([8]), {}, storage)  # episode 1: slots 6..9, 0..2
     assert index.tolist() == [[7, 8, 9, 0, 1, 2]] and info["mask"].all()
 
 
@@ -102,7 +102,7 @@ def test_sequence_broadcasts_per_anchor_info():
     unit = Sequence(2, bootstrap=1)
     storage, _ = make_storage(20, unit, torch.zeros(10, dtype=torch.long))
     info = {"priority_weight": torch.tensor([0.5, 2.0]), "note": "kept", "scalar": torch.tensor(1.0)}
-    _, out = unit.expand(torch.tensor([1, 4]), storage, info)
+    _, out = unit.expand(torch.tensor([1, 4]), info, storage)
     assert torch.equal(out["priority_weight"], torch.tensor([[0.5] * 3, [2.0] * 3]))
     assert out["note"] == "kept" and out["scalar"].shape == ()
 
@@ -116,10 +116,10 @@ def test_sequence_errors():
     unit = Sequence(2)
     storage, _ = make_storage(5, unit, torch.zeros(5, dtype=torch.long))
     with pytest.raises(ValueError, match="1-D batch of anchors"):
-        unit.expand(torch.zeros(2, 2, dtype=torch.long), storage, {})
+        unit.expand(torch.zeros(2, 2, dtype=torch.long), {}, storage)
     blind = Sequence(2)
     with pytest.raises(RuntimeError, match="cursor"):
-        blind.expand(torch.tensor([0]), storage, {})
+        blind.expand(torch.tensor([0]), {}, storage)
 
 
 def test_sequence_state_dict_round_trip():
@@ -127,10 +127,10 @@ def test_sequence_state_dict_round_trip():
     chunk = torch.arange(6) // 3
     storage, cursor = make_storage(8, unit, chunk, chunk + 2)
     anchors = torch.arange(8)
-    expected = unit.expand(anchors, storage, {})
+    expected = unit.expand(anchors, {}, storage)
     other = Sequence(3, burn_in=1)
     other.load_state_dict(unit.state_dict())
-    index, info = other.expand(anchors, storage, {})
+    index, info = other.expand(anchors, {}, storage)
     assert torch.equal(index, expected[0]) and torch.equal(info["mask"], expected[1]["mask"])
 
 
@@ -150,7 +150,7 @@ def test_sequence_masks_match_trajectory_membership(capacity, chunks, length, bu
     done = storage.get_leaf(("next", "done")).view(-1)
     by_step = {int(s): i for i, s in enumerate(steps.tolist()) if i < len(storage)}
     anchors = torch.arange(len(storage))
-    index, info = unit.expand(anchors, storage, {})
+    index, info = unit.expand(anchors, {}, storage)
     for a in anchors.tolist():
         # walk the anchor's trajectory through consecutive steps (i.e. in time order)
         member = {int(steps[a])}

@@ -6,11 +6,26 @@ from typing import Any
 
 import torch
 
-from rbdata.buffers._helpers import _with_prioritized_sampler
 from rbdata.buffers.replay import ReplayBuffer
-from rbdata.storages import Storage
+from rbdata.samplers import PrioritizedSampler
+from rbdata.storages import ListStorage, Storage
 
 __all__ = ["PrioritizedReplayBuffer"]
+
+
+def with_prioritized_sampler(
+    owner: str, kwargs: dict[str, Any], storage: Storage | None, **sampler_args: Any
+) -> tuple[Storage, dict[str, Any]]:
+    """Default the storage and add the PrioritizedSampler a prioritized buffer builds itself.
+
+    Raises:
+        TypeError: if ``kwargs`` already holds a sampler.
+    """
+    if kwargs.pop("sampler", None) is not None:
+        raise TypeError(f"{owner} builds its own PrioritizedSampler; do not pass sampler.")
+    storage = storage if storage is not None else ListStorage(1000)
+    kwargs["sampler"] = PrioritizedSampler(storage.max_size, **sampler_args)
+    return storage, kwargs
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -42,7 +57,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         storage: Storage | None = None,
         **kwargs: Any,
     ) -> None:
-        storage, kwargs = _with_prioritized_sampler(
+        storage, kwargs = with_prioritized_sampler(
             type(self).__name__, kwargs, storage, alpha=alpha, beta=beta, eps=eps, dtype=dtype
         )
         super().__init__(storage=storage, **kwargs)

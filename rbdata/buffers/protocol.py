@@ -20,21 +20,24 @@ moment.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import torch
+from tensordict import TensorDictBase
 from torch.utils.hooks import RemovableHandle
 
-__all__ = ["Draw", "ServableBuffer", "StatsSource"]
+__all__ = ["INFO_KEYS", "Draw", "ServableBuffer", "StatsSource", "aligned_info"]
 
 #: A callable returning extra counters merged into ``buffer.stats()``.
 StatsSource = Callable[[], dict[str, Any]]
 
+#: The per-row info entries a buffer adds to a draw (and TensorDict buffers to a batch).
+INFO_KEYS = ("index", "index_generation", "priority_weight")
 
-@dataclass(frozen=True, eq=False)
-class Draw:
+
+class Draw(NamedTuple):
     """The rows of one batch, drawn but not gathered.
 
     Attributes:
@@ -51,15 +54,17 @@ class Draw:
         >>> import torch
         >>> from rbdata.buffers.protocol import Draw
         >>> draw = Draw(torch.tensor([3, 1]), {"index": torch.tensor([3, 1])})
-        >>> len(draw), draw.ends_pass
+        >>> draw.rows, draw.ends_pass
         (2, False)
     """
 
     index: torch.Tensor
-    info: dict[str, torch.Tensor] = field(default_factory=dict)
+    info: dict[str, torch.Tensor]
     ends_pass: bool = False
 
-    def __len__(self) -> int:
+    @property
+    def rows(self) -> int:
+        """The number of rows (anchors) drawn."""
         return int(self.index.shape[0]) if self.index.ndim else 1
 
     @classmethod
@@ -67,6 +72,24 @@ class Draw:
         """A draw of no rows (nothing was sampleable)."""
         index = torch.empty(0, dtype=torch.long)
         return cls(index, {"index": index})
+
+
+def aligned_info(batch: Any, info: Mapping[str, Any]) -> dict[str, Any]:
+    """The info of a gathered batch, as ``sample(return_info=True)`` returns it.
+
+    A row filter may have dropped rows of a TensorDict batch; the batch's own
+    info entries are then the aligned ones, so they win.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> batch = TensorDict({"index": torch.tensor([4])}, [1])
+        >>> aligned_info(batch, {"index": torch.tensor([4, 7])})
+        {'index': tensor([4])}
+    """
+    if isinstance(batch, TensorDictBase) and "index" in batch.keys():
+        return {key: batch.get(key) for key in info if key in batch.keys()}
+    return dict(info)
 
 
 @runtime_checkable
@@ -153,4 +176,20 @@ class ServableBuffer(Protocol):
 
     def publish_policy_version(self, version: int) -> None:
         """Make ``version`` the live policy version of every PolicyAgeFilter of the buffer."""
+        ...
+
+    def extend(self, data: Any) -> torch.Tensor:
+        """Write a batch of items (``ReplayDataModule`` loads ``offline_data`` with it)."""
+        ...
+
+    def set_rng(self, generator: torch.Generator | None) -> None:
+        """Draw with ``generator`` from now on (``ReplayDataModule`` seeds each rank's buffer)."""
+        ...
+
+    def dumps(self, path: str | os.PathLike[str]) -> None:
+        """Save the buffer in the directory ``path`` (Lightning checkpoints do)."""
+        ...
+
+    def loads(self, path: str | os.PathLike[str]) -> None:
+        """Load a buffer saved by :meth:`dumps` (a resumed ``Trainer.fit`` does)."""
         ...

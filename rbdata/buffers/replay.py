@@ -1,47 +1,62 @@
-"""ReplayBuffer: the thin orchestrator of storage, sampler, writer, sample unit and transforms."""
+"""ReplayBuffer: the orchestrator of storage, sampler, writer, sample unit and transforms."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torch.utils._pytree import tree_map
+from torch.utils.hooks import RemovableHandle
 
+from rbdata._updates import ConditionalUpdateResult, conditional_update
+from rbdata._validation import NestedKey, normalize_key
 from rbdata.buffers import _persistence
-from rbdata.buffers._components import _BufferComponents
-from rbdata.buffers._helpers import (
-    _build,
-    _check_init_args,
-    _collate_list,
-    _identity,
-    _is_empty,
-    _resolve_batch_size,
-    _unsqueeze,
+from rbdata.buffers._gather import finish_batch
+from rbdata.buffers._init_args import (
+    build_component,
+    check_backend,
+    check_buffer_args,
+    resolve_batch_size,
 )
-from rbdata.buffers._mutations import _BufferUpdates
-from rbdata.buffers._persistence import _BufferPersistence
 from rbdata.buffers._prefetch import _BatchPrefetcher
+from rbdata.buffers._priority import check_priority_update
+from rbdata.buffers._stats import _BufferStats
+from rbdata.buffers._sync import _BufferSync
+from rbdata.buffers.protocol import Draw, StatsSource, aligned_info
 from rbdata.sample_units import SampleUnit, Transition
 from rbdata.samplers import RandomSampler, Sampler
-from rbdata.storages import LazyStackStorage, ListStorage, Storage
-from rbdata.transforms import Compose, Transform
+from rbdata.storages import ListStorage, Storage
+from rbdata.transforms import Compose, PolicyAgeFilter, Transform, as_transform
 from rbdata.writers import RoundRobinWriter, Writer
 
 __all__ = ["ReplayBuffer"]
 
+_TRANSIENT = ("_iterator", "_prefetcher")
+# the constructor arguments that choose the backend, not the buffer a Ray actor hosts
+_SERVICE_ARGS = frozenset(
+    "service_backend service_backend_options use_ray_service transport transport_options".split()
+)
 
-class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
+
+class ReplayBuffer:
     """A generic, composable replay buffer (torchrl's ``ReplayBuffer`` API).
+
+    The buffer owns its components and the lock they are used under, and
+    forwards to them: the storage holds the items, the writer picks where
+    new items go, the sampler picks what a batch reads, the sample unit
+    expands drawn anchors into records and the transforms run on both paths.
+    It implements :class:`~rbdata.buffers.protocol.ServableBuffer`, so
+    :class:`~rbdata.ReplayDataset` serves it.
 
     Keyword Args:
         storage: a Storage or a callable building one; defaults to ``ListStorage(1000)``.
         sampler: a Sampler or a callable building one; defaults to :class:`RandomSampler`.
         sample_unit: expands sampled anchors into records; None means :class:`Transition`.
         writer: a Writer or a callable building one; defaults to :class:`RoundRobinWriter`.
-        collate_fn: merges items read from a list storage; the default depends on the storage.
+        collate_fn: merges what the storage returns for a batch; defaults to the
+            storage's own (stacking for list storages, identity for tensor storages).
         pin_memory: pin sampled batches.
         prefetch: number of batches sampled ahead on a background thread.
         transform: a Transform or callable run on ``sample`` (see :class:`Compose`).
@@ -50,12 +65,20 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
         dim_extend: the dimension ``extend`` iterates over (defaults to ``storage.ndim - 1``).
         generator: a ``torch.Generator`` for sampling (None: torch's global RNG).
         consume_after_n_samples: items leave the sampleable set after being returned this
-            many times (works with every sampler and with ``prefetch``).
+            many times (works with every sampler and with ``prefetch``); ``len`` then
+            counts the items still sampleable.
         shared: share the buffer with ``torch.multiprocessing`` child processes.
         compilable: keep the writer's bookkeeping compatible with ``torch.compile``.
         delayed_init: build the components on first use (default: True with a transform_factory).
         service_backend: ``"direct"`` (default) or ``"ray"``.
         service_backend_options: Ray options (``ray_init_config``, ``remote_config``).
+        use_ray_service: the deprecated spelling of ``service_backend="ray"``.
+        transport: how a remote buffer moves payloads (``"auto"``, ``"ray"``, ``"distributed"``).
+        transport_options: options of the transport (``{"backend": "gloo" | "nccl"}``).
+
+    Raises:
+        TypeError: for an argument of the wrong type.
+        ValueError: for an argument out of range.
 
     Examples:
         >>> import torch
@@ -67,11 +90,14 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
         tensor([4, 9, 3, 0, 3])
     """
 
-    _default_writer: type[Writer] = RoundRobinWriter
+    _default_writer: ClassVar[type[Writer]] = RoundRobinWriter
+    #: whether a TensorDict batch keeps its info entries ("index", ...) as entries
+    _keeps_info: ClassVar[bool] = False
 
     def __new__(cls, *args: Any, **kwargs: Any) -> ReplayBuffer:
+        """Record the constructor's arguments: a Ray actor hosting the buffer is built with them."""
         self = super().__new__(cls)
-        self._init_kwargs = kwargs  # what a Ray actor hosting this buffer is built with
+        self._init_kwargs = kwargs
         return self
 
     def __init__(
@@ -99,15 +125,20 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
         transport: str = "auto",
         transport_options: dict[str, Any] | None = None,
     ) -> None:
-        backend = _check_init_args(
-            service_backend="ray" if use_ray_service else service_backend,
+        backend = check_backend(
+            service_backend, use_ray_service, service_backend_options, transport, transport_options
+        )
+        check_buffer_args(
             transform=transform,
             transform_factory=transform_factory,
             batch_size=batch_size,
             prefetch=prefetch,
             consume_after_n_samples=consume_after_n_samples,
             generator=generator,
+            dim_extend=dim_extend,
         )
+        self._service_backend = backend
+        self._remote: Any = None
         self._args = {
             "storage": storage,
             "sampler": sampler,
@@ -115,46 +146,30 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
             "transform": transform,
             "transform_factory": transform_factory,
         }
-        self._sample_unit: SampleUnit = sample_unit if sample_unit is not None else Transition()
+        self._sample_unit: SampleUnit = Transition() if sample_unit is None else sample_unit
         self._collate_arg = collate_fn
-        self._pin_memory = pin_memory
+        self._pin_memory = bool(pin_memory)
         self._prefetch = prefetch or 0
         self._batch_size = batch_size
         self._dim_extend_arg = dim_extend
         self._generator = generator
         self._consume_after_n = consume_after_n_samples
-        self._shared = shared
-        self._compilable = compilable
-        self._service_backend = backend
-        self._remote: Any = None
-        if backend == "ray":
+        self._shared = bool(shared)
+        self._compilable = bool(compilable)
+        self._alive = True
+        self._sync = _BufferSync()
+        self._stats = _BufferStats()
+        self._prefetcher = _BatchPrefetcher(self._prefetch)
+        self._iterator: Iterator[Any] | None = None
+        self._initialized = False
+        if backend == "ray":  # the buffer lives in a Ray actor; this object forwards to it
             from rbdata.service import attach_ray_service
 
-            hosted = {
-                k: v
-                for k, v in self._init_kwargs.items()
-                if k
-                not in (
-                    "service_backend",
-                    "service_backend_options",
-                    "use_ray_service",
-                    "transport",
-                    "transport_options",
-                )
-            }
+            hosted = {k: v for k, v in self._init_kwargs.items() if k not in _SERVICE_ARGS}
             self._remote = attach_ray_service(
                 self, type(self), hosted, service_backend_options, transport, transport_options
             )
             return
-        self._service_backend_options = service_backend_options
-        self._alive = True
-        self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
-        self._prefetcher = _BatchPrefetcher(self._prefetch)
-        self._iterator: Iterator[Any] | None = None
-        self._stats_sources: list[Callable[[], dict[str, Any]]] = []
-        self._skipped_priority_updates = 0
-        self._initialized = False
         if delayed_init is None:
             delayed_init = transform_factory is not None
         if not delayed_init:
@@ -165,177 +180,302 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
         if self._initialized:
             return
         args = self._args
-        self._storage: Storage = _build(
+        self._storage: Storage = build_component(
             args["storage"], Storage, lambda: ListStorage(1000), "storage"
         )
-        self._sampler: Sampler = _build(args["sampler"], Sampler, RandomSampler, "sampler")
-        self._writer: Writer = _build(args["writer"], Writer, self._make_writer, "writer")
+        self._sampler: Sampler = build_component(args["sampler"], Sampler, RandomSampler, "sampler")
+        self._writer: Writer = build_component(
+            args["writer"], Writer, lambda: self._default_writer(self._compilable), "writer"
+        )
         self._writer.register_storage(self._storage)
         self._sampler.set_rng(self._generator)
         self._sampler.set_consume_after_n(self._consume_after_n)
-        transform = (
-            args["transform"] if args["transform_factory"] is None else args["transform_factory"]()
-        )
-        self._transform = (
+        factory = args["transform_factory"]
+        transform = args["transform"] if factory is None else factory()
+        self._transform: Compose = (
             transform
             if isinstance(transform, Compose)
             else (Compose() if transform is None else Compose(transform))
         )
-        self._collate_fn = self._collate_arg or self._default_collate()
+        self._collate_fn = self._collate_arg or self._storage.default_collate_fn()
         if self._shared:
-            _persistence.share(self)
+            self._share()
         self._initialized = True
 
-    def _make_writer(self) -> Writer:
-        return self._default_writer(compilable=self._compilable)
+    def _share(self) -> None:
+        share_storage = getattr(self._storage, "share_memory_", None)
+        if share_storage is None:
+            raise ValueError(
+                f"shared=True needs a storage with share_memory_() (LazyTensorStorage, "
+                f"LazyMemmapStorage, TensorStorage); got {type(self._storage).__name__}."
+            )
+        share_storage()
+        self._writer.share_memory_()
+        self._sync.share()
 
-    def _default_collate(self) -> Callable[[Any], Any]:
-        if isinstance(self._storage, LazyStackStorage):
-            return _identity
-        if isinstance(self._storage, ListStorage):
-            return _collate_list
-        return _identity
+    @property
+    def initialized(self) -> bool:
+        """Whether the components (storage, sampler, writer, transform) are built."""
+        return self._initialized
+
+    @property
+    def storage(self) -> Storage:
+        """The storage of the replay buffer."""
+        self._init()
+        return self._storage
+
+    @property
+    def sampler(self) -> Sampler:
+        """The sampler of the replay buffer."""
+        self._init()
+        return self._sampler
+
+    @property
+    def writer(self) -> Writer:
+        """The writer of the replay buffer."""
+        self._init()
+        return self._writer
+
+    @property
+    def transform(self) -> Compose:
+        """The transform chain of the replay buffer."""
+        self._init()
+        return self._transform
+
+    @property
+    def sample_unit(self) -> SampleUnit:
+        """The sample unit expanding sampled anchors into records."""
+        return self._sample_unit
+
+    @property
+    def batch_size(self) -> int | None:
+        """The default batch size of ``sample()`` and iteration."""
+        if self._remote is not None:
+            return self._remote.batch_size  # type: ignore[no-any-return]
+        return self._batch_size
+
+    @property
+    def dim_extend(self) -> int:
+        """The dimension ``extend`` iterates over."""
+        if self._remote is not None:
+            return int(self._remote.dim_extend)
+        if self._dim_extend_arg is not None:
+            return self._dim_extend_arg
+        return self.storage.ndim - 1
+
+    @property
+    def write_count(self) -> int:
+        """The total number of items written so far through add and extend."""
+        if self._remote is not None:
+            return int(self._remote.write_count)
+        return self.writer.write_count
+
+    @property
+    def service_backend(self) -> str:
+        """The deployment backend of this replay buffer (``"direct"`` or ``"ray"``)."""
+        return self._service_backend
+
+    @property
+    def is_alive(self) -> bool:
+        """Whether this buffer remains available (False after :meth:`shutdown`)."""
+        if self._remote is not None:
+            return bool(self._remote.is_alive)
+        return self._alive
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        """The generator used for sampling (None: torch's global RNG)."""
+        return self._generator
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether the sampler is prioritized (priority updates change what is drawn)."""
+        if self._remote is not None:
+            return bool(self._remote.prioritized)
+        return getattr(self.sampler, "default_priority", None) is not None
+
+    @property
+    def lock(self) -> Any:
+        """The buffer's reentrant lock (writes, draws and sampling-state reads happen under it)."""
+        if self._remote is not None:
+            return self._remote.lock
+        return self._sync.lock
+
+    def set_storage(self, storage: Storage, collate_fn: Callable[[Any], Any] | None = None) -> Storage:
+        """Set a new storage and return the previous one."""
+        with self._sync.lock:
+            self._init()
+            prev, self._storage = self._storage, storage
+            self._writer.register_storage(storage)
+            self._collate_arg = collate_fn
+            self._collate_fn = collate_fn or storage.default_collate_fn()
+            return prev
+
+    def set_sampler(self, sampler: Sampler) -> Sampler:
+        """Set a new sampler and return the previous one."""
+        with self._sync.lock:
+            self._init()
+            prev, self._sampler = self._sampler, sampler
+            sampler.set_rng(self._generator)
+            sampler.set_consume_after_n(self._consume_after_n)
+            return prev
+
+    def set_writer(self, writer: Writer) -> Writer:
+        """Set a new writer and return the previous one."""
+        with self._sync.lock:
+            self._init()
+            prev, self._writer = self._writer, writer
+            writer.register_storage(self._storage)
+            return prev
+
+    def set_rng(self, generator: torch.Generator | None) -> None:
+        """Use ``generator`` for sampling from now on (None: torch's global RNG)."""
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(
+                f"generator must be a torch.Generator or None, got {type(generator).__name__}."
+            )
+        with self._sync.lock:
+            self._generator = generator
+            if self._initialized:
+                self._sampler.set_rng(generator)
+
+    def append_transform(
+        self, transform: Transform | Callable[[Any], Any], *, invert: bool = False
+    ) -> ReplayBuffer:
+        """Append a transform (``invert=True``: run it on writes, its inverse on reads)."""
+        self.transform.append(as_transform(transform, invert=invert))
+        return self
+
+    def insert_transform(
+        self, index: int, transform: Transform | Callable[[Any], Any], *, invert: bool = False
+    ) -> ReplayBuffer:
+        """Insert a transform at ``index`` (``invert`` as in :meth:`append_transform`)."""
+        self.transform.insert(index, as_transform(transform, invert=invert))
+        return self
+
+    def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
+        """Register a hook applied to the storage content before ``dumps``."""
+        self.storage.register_save_hook(hook)
+
+    def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
+        """Register a hook applied to the storage content after ``loads``."""
+        self.storage.register_load_hook(hook)
 
     # -------------------------------------------------------------- writing
-    def _prepare(self, data: Any, *, move_dim: bool = True) -> Any:
-        storage = self._storage
-        if isinstance(storage, ListStorage):
-            return data if isinstance(data, (list, TensorDictBase, torch.Tensor)) else list(data)
-        if isinstance(data, list):
-            data = (
-                torch.stack(data)
-                if isinstance(data[0], (torch.Tensor, TensorDictBase))
-                else (torch.as_tensor(data))
-            )
-        if not move_dim:
-            return data
-        dim = self._dim_extend_arg
-        if dim is None:
-            dim = storage.ndim - 1
-        if dim > 0:
-            data = (
-                data.movedim(dim, 0)
-                if isinstance(data, torch.Tensor)
-                else (
-                    data.transpose(dim, 0)
-                    if isinstance(data, TensorDictBase)
-                    else tree_map(lambda t: t.movedim(dim, 0), data)
-                )
-            )
+    def _prepare(self, data: Any) -> Any:
+        """What the buffer does to data before its transforms (TensorDict buffers strip info)."""
         return data
 
     def add(self, data: Any) -> int:
-        """Add a single element and return the index where it lives."""
+        """Add a single element and return the index where it lives.
+
+        Raises:
+            KeyError, TypeError, ValueError: if ``data`` does not fit the storage;
+                nothing is written then.
+        """
         self._init()
-        if isinstance(self._storage, ListStorage) and not isinstance(
-            self._storage, LazyStackStorage
-        ):
-            with self._cond:
+        data = self._prepare(data)
+        batch = self._storage.item_as_batch(data)
+        if batch is not None:
+            index = self._extend(batch, None)
+            return int(index[0]) if index.numel() else -1
+        with self._sync.cond:
+            if len(self._transform):
                 data = self._transform.inv(data)
-                index = self._writer.add(data)
-                self._sampler.add(index)
-                self._sample_unit.add(index)
-                self._cond.notify_all()
-            return index
-        index = self._extend(self._prepare(_unsqueeze(data), move_dim=False), None)
-        return int(index[0]) if index.numel() else -1
+            index = self._writer.add(data)
+            self._note_written(torch.tensor([index]))
+            self._sync.cond.notify_all()
+        return index
 
     def extend(self, data: Any, *, update_priority: bool | None = None) -> torch.Tensor:
         """Extend the buffer with a batch of elements; return their indices.
 
         A list at the root is a stack of items; a tuple is a PyTree. Inverse
         transforms run first; bad data raises before anything is written.
+
+        Raises:
+            KeyError, TypeError, ValueError: if ``data`` does not fit the storage;
+                nothing is written then.
         """
         self._init()
-        return self._extend(self._prepare(data), update_priority)
+        return self._extend(self._storage.as_batch(self._prepare(data), self.dim_extend), update_priority)
 
     def _extend(self, data: Any, update_priority: bool | None) -> torch.Tensor:
-        with self._cond:
+        with self._sync.cond:
             if len(self._transform):
                 data = self._transform.inv(data)
-            kind = type(data)
-            if kind is TensorDict or kind is torch.Tensor:
-                shape = data.shape
-                empty = bool(shape) and shape[0] == 0
-            else:
-                empty = _is_empty(data)
-            if empty:
+            if _is_empty(data):
                 return torch.empty(0, dtype=torch.long)
-            writer = self._writer
-            index = writer.extend(data)
-            written = index[index >= 0] if writer._drops_items else index
-            self._sampler.extend(written)
-            self._sample_unit.extend(written)
+            self._validate_extend(data, update_priority)
+            index = self._writer.extend(data)
+            self._note_written(index[index >= 0] if self._writer.drops_items else index)
             self._after_extend(data, index, update_priority)
-            self._cond.notify_all()
+            self._sync.cond.notify_all()
         return index
 
+    def _note_written(self, index: torch.Tensor) -> None:
+        self._sampler.extend(index)
+        self._sample_unit.extend(index)
+
+    def _validate_extend(self, data: Any, update_priority: bool | None) -> None:
+        """Hook: check ``data`` before anything is written (prioritized buffers: priorities)."""
+
     def _after_extend(self, data: Any, index: torch.Tensor, update_priority: bool | None) -> None:
-        """Hook for subclasses (priorities read from the data)."""
+        """Hook: work after a write (prioritized buffers: priorities read from the data)."""
 
     # ------------------------------------------------------------- sampling
-    def _sample_index(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Draw the indices of one batch (under the lock); empty when nothing is sampleable."""
+    def _draw(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Draw one batch's rows (call under the lock); raises when nothing is sampleable."""
+        index, info = self._sampler.sample(self._storage, batch_size)
+        index, info = self._sample_unit.expand(index, info, self._storage)
+        info = dict(info)
+        if self._writer.tracks_generations:
+            info["index_generation"] = self._writer.generations_of(index)
+        info["index"] = index
+        return index, info
+
+    def draw(self, batch_size: int) -> Draw:
+        """Draw the rows of one batch (indices and info, no data); empty when nothing is left.
+
+        Part of the :class:`~rbdata.buffers.protocol.ServableBuffer` protocol.
+        """
         self._init()
-        with self._lock:
-            if len(self._storage) == 0:
-                raise RuntimeError(
-                    "cannot sample from an empty buffer (size 0, capacity "
-                    f"{self._storage.max_size}); extend it first."
-                )
+        with self._sync.lock:
             if self._sampler.exhausted(self._storage):
-                return torch.empty(0, dtype=torch.long), {"index": torch.empty(0, dtype=torch.long)}
-            index, info = self._sampler.sample(self._storage, batch_size)
-            index, info = self._sample_unit.expand(index, self._storage, info)
-            info = dict(info)
-            if getattr(self._writer, "_generations", None) is not None:
-                info["index_generation"] = self._writer.generation(index)
-            info["index"] = index
-            return index, info
+                return Draw.empty()
+            index, info = self._draw(batch_size)
+            return Draw(index, info, bool(self._sampler.ran_out))
 
-    def _fetch(
-        self, index: torch.Tensor, info: dict[str, Any], *, keep_info: bool | None = None
-    ) -> Any:
-        """Gather the records of ``index`` (a copy), attach ``info`` and run the transforms."""
-        with self._lock:  # a write must not tear the rows being gathered
+    def gather(self, draw: Draw) -> Any:
+        """Read the rows of ``draw`` (a copy) with its info attached, transforms applied."""
+        return self._fetch(draw.index, draw.info, keep_info=True)
+
+    def _fetch(self, index: torch.Tensor, info: Mapping[str, Any], *, keep_info: bool) -> Any:
+        with self._sync.lock:  # a write must not tear the rows being gathered
             data = self._storage.get(index if index.ndim == 1 else index.reshape(-1))
-        if isinstance(self._storage, ListStorage) and not isinstance(
-            self._storage, LazyStackStorage
-        ):
-            data = self._collate_fn(data)
-        if index.ndim > 1 and isinstance(data, (torch.Tensor, TensorDictBase)):
-            data = (
-                data.reshape(*index.shape, *data.shape[1:])
-                if isinstance(data, torch.Tensor)
-                else (data.reshape(*index.shape))
-            )
-        keep = self._keeps_info if keep_info is None else keep_info
-        if isinstance(data, TensorDictBase) and (keep or self._transform.filters_rows):
-            for key, value in info.items():
-                if isinstance(value, torch.Tensor) and value.shape[: index.ndim] == index.shape:
-                    data.set(key, value)
-            if len(self._transform):
-                data = self._transform(data)
-            if not keep:
-                data = data.exclude(*[k for k in info if k in data.keys()])
-        elif len(self._transform):
-            data = self._transform(data)
-        if self._pin_memory and torch.cuda.is_available():
-            data = (
-                data.pin_memory()
-                if hasattr(data, "pin_memory")
-                else tree_map(lambda t: t.pin_memory(), data)
-            )
-        return data
+        return finish_batch(
+            data,
+            index,
+            info,
+            collate_fn=self._collate_fn,
+            transform=self._transform,
+            keep_info=keep_info,
+            pin=self._pin_memory and torch.cuda.is_available(),
+        )
 
-    _keeps_info = False
-
-    def _refilter(self, batch: Any) -> Any:
-        """Re-apply the sample-path row filters (for batches sampled ahead)."""
-        return self.transform.refilter(batch)
+    def refilter(self, batch: Any) -> Any:
+        """Re-apply the sample-path row filters to a batch gathered ahead of its hand-out."""
+        transform = self.transform
+        return transform.refilter(batch) if transform.filters_rows else batch
 
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
-        """Sample a batch (``(batch, info)`` with ``return_info``)."""
+        """Sample a batch (``(batch, info)`` with ``return_info``).
+
+        Raises:
+            RuntimeError: if the buffer is empty or everything was consumed.
+            ValueError: for a bad ``batch_size``, or one that differs from the
+                constructor's with ``prefetch``.
+        """
         self._init()
         if self._prefetch:
             if batch_size is not None and batch_size != self._batch_size:
@@ -345,34 +485,24 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
                 )
             data, info = self._next_prefetched()
         else:
-            data, info = self._sample_once(self._resolve_batch_size(batch_size))
-        if return_info:
-            if isinstance(data, TensorDictBase) and "index" in data.keys():
-                info = {k: data.get(k) for k in info if k in data.keys()}
-            return data, info
-        return data
-
-    def _resolve_batch_size(self, batch_size: int | None) -> int:
-        return _resolve_batch_size(batch_size, self._batch_size)
+            data, info = self._sample_once(resolve_batch_size(batch_size, self._batch_size))
+        return (data, aligned_info(data, info)) if return_info else data
 
     def _sample_once(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
-        index, info = self._sample_index(batch_size)
-        return self._fetch(index, info, keep_info=self._keeps_info or None), info
+        with self._sync.lock:
+            index, info = self._draw(batch_size)
+        return self._fetch(index, info, keep_info=self._keeps_info), info
 
     def _next_prefetched(self) -> tuple[Any, dict[str, Any]]:
-        batch_size = self._resolve_batch_size(None)
+        batch_size = resolve_batch_size(None, self._batch_size)
         data, info = self._prefetcher.next(lambda: self._sample_once(batch_size))
-        if self._transform.filters_rows:
-            data = self._refilter(data)
-        return data, info
+        return self.refilter(data), info
 
     def __iter__(self) -> Iterator[Any]:
         if self._remote is not None:
             yield from iter(self._remote.next, None)
             return
-        while True:
-            if self.sampler.exhausted(self.storage):
-                return
+        while not self.sampler.exhausted(self.storage):
             yield self.sample()
             if self._sampler.ran_out:
                 return
@@ -391,36 +521,33 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
     def __len__(self) -> int:
         if self._remote is not None:
             return len(self._remote)
-        return len(self.storage) if self._initialized else 0
+        if not self._initialized:
+            return 0
+        with self._sync.lock:
+            return self._sampler.sampleable(self._storage)
 
     def __getitem__(self, index: Any) -> Any:
         if self._remote is not None:
             return self._remote.getitem(index)
         data = self.storage.get(index)
-        if (
-            isinstance(self._storage, ListStorage)
-            and not isinstance(index, int)
-            and isinstance(data, list)
-        ):
+        if not isinstance(index, int) and isinstance(data, list):
             data = self._collate_fn(data)
         return self._transform(data) if len(self._transform) else data
 
     def __setitem__(self, index: Any, data: Any) -> None:
-        with self._cond:
+        if self._remote is not None:
+            self._remote.setitem(index, data)
+            return
+        with self._sync.cond:
             self.storage.set(index, data)
             self._mark_update(index)
-            self._cond.notify_all()
+            self._sync.cond.notify_all()
 
     def _mark_update(self, index: Any) -> None:
-        """Tell trajectory-aware components that slots were edited in place."""
-        hook = getattr(self._sampler, "mark_update", None)
-        if hook is None:
-            return
+        """Tell the sampler and sample unit that slots were edited in place."""
         if isinstance(index, slice):
             index = torch.arange(*index.indices(len(self._storage)))
-        elif isinstance(index, int):
-            index = torch.tensor([index])
-        hook(torch.as_tensor(index, dtype=torch.long).reshape(-1))
+        self._sampler.mark_update(torch.as_tensor(index, dtype=torch.long).reshape(-1))
 
     def read_all_in_order(self, end: int | None = None) -> Any:
         """Read storage contents in physical order (``rb[:end]``)."""
@@ -429,29 +556,205 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
     def write_all(self, data: Any, end: int | None = None) -> None:
         """Write ``data`` back to storage in physical order (``rb[:end] = data``)."""
         if end is None:
-            end = data.shape[0] if isinstance(data, (torch.Tensor, TensorDictBase)) else len(data)
+            end = data.shape[0] if isinstance(data, torch.Tensor | TensorDictBase) else len(data)
         self[:end] = data
 
     def empty(self, empty_write_count: bool = True) -> None:
         """Empty the buffer and reset the cursor to 0."""
-        with self._cond:
+        with self._sync.cond:
             self._init()
-            self._drain_prefetch()
+            self._prefetcher.drain()
             self._storage.empty()
-            write_count = self._writer.write_count
-            self._writer._empty()
-            self._writer._write_count = 0 if empty_write_count else write_count
+            self._writer._empty(empty_write_count)
             self._sampler._empty()
             self._sample_unit._empty()
-            self._cond.notify_all()
-
-    def wait_for_data(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
-        """Wait (without busy-looping) until ``predicate()`` holds or ``timeout`` seconds pass."""
-        with self._cond:
-            return self._cond.wait_for(predicate, timeout)
+            self._sync.cond.notify_all()
 
     # ------------------------------------------------------------ updating
-    def stats(self) -> dict[str, int | float | bool]:
+    def update_priority(
+        self,
+        index: torch.Tensor | int,
+        priority: torch.Tensor | float,
+        *,
+        generation: torch.Tensor | None = None,
+    ) -> None:
+        """Update the priorities of ``index`` (skipping slots rewritten since ``generation``).
+
+        Raises:
+            TypeError: for an index that does not hold integers.
+            ValueError: if a priority is negative, NaN or infinite, the lengths
+                differ, or an index is outside the written slots; nothing changes then.
+        """
+        self._init()
+        with self._sync.lock:
+            index, priority = check_priority_update(index, priority, len(self._storage))
+            if generation is not None and self._writer.tracks_generations:
+                generation = torch.as_tensor(generation, dtype=torch.long).reshape(-1)
+                live = self._writer.generations_of(index) == generation
+                self._stats.count_skipped_priority_updates(int((~live).sum()))
+                index, priority = index[live], priority[live]
+            self._sampler.update_priority(index, priority, storage=self._storage)
+
+    def update_batch_priority(self, batch: Any, priority: torch.Tensor) -> None:
+        """Apply new priorities to a batch this buffer handed out (skipping rewritten rows)."""
+        if not self.prioritized:
+            return
+        index = batch["index"]
+        generation = batch.get("index_generation", None) if isinstance(batch, Mapping | TensorDictBase) else None
+        priority = torch.as_tensor(priority).detach()
+        if priority.numel() == index.numel():
+            priority = priority.reshape(index.shape)
+        self.update_priority(index, priority, generation=generation)
+
+    def update_if_present(
+        self,
+        *,
+        index: torch.Tensor,
+        generation: torch.Tensor,
+        patch: Mapping[Any, torch.Tensor] | TensorDictBase,
+        version_key: Any = None,
+        version: int | torch.Tensor | None = None,
+        require_newer: bool = False,
+    ) -> ConditionalUpdateResult:
+        """Patch the records whose ``(index, generation)`` is still live (see the reference doc)."""
+        self._init()
+        with self._sync.lock:
+            result = conditional_update(
+                self._storage,
+                self._writer,
+                index=index,
+                generation=generation,
+                patch=patch,
+                version_key=version_key,
+                version=version,
+                require_newer=require_newer,
+            )
+            self._mark_update(torch.as_tensor(index).reshape(-1)[result.updated])
+            return result
+
+    def set_(self, key: NestedKey, value: torch.Tensor) -> ReplayBuffer:
+        """Set the value of ``key`` across the whole buffer in place."""
+        with self._sync.lock:
+            leaf = self._leaf(key)
+            leaf[: len(self._storage)] = torch.as_tensor(value).to(leaf.dtype)
+            self._mark_update(slice(0, len(self._storage)))
+        return self
+
+    def set_at_(self, key: NestedKey, value: torch.Tensor, index: Any) -> ReplayBuffer:
+        """Set the value of ``key`` at ``index`` in place."""
+        with self._sync.lock:
+            leaf = self._leaf(key)
+            leaf[index] = torch.as_tensor(value).to(leaf.dtype)
+            self._mark_update(index)
+        return self
+
+    def update_(
+        self,
+        input_dict_or_td: Mapping[Any, torch.Tensor] | TensorDictBase,
+        clone: bool = False,
+        *,
+        keys_to_update: Any = None,
+    ) -> ReplayBuffer:
+        """Update stored entries in place from a dict or TensorDict covering the buffer."""
+        src = input_dict_or_td
+        items = src.items(True, True) if isinstance(src, TensorDictBase) else src.items()
+        wanted = None
+        if keys_to_update is not None:
+            wanted = {normalize_key(k, "keys_to_update") for k in keys_to_update}
+        for key, value in items:
+            if wanted is None or normalize_key(key) in wanted:
+                self.set_(key, value.clone() if clone else value)
+        return self
+
+    def _leaf(self, key: Any) -> torch.Tensor:
+        self._init()
+        leaf_keys = getattr(self._storage, "leaf_keys", None)
+        if leaf_keys is None:
+            raise RuntimeError(f"{type(self._storage).__name__} does not support per-key updates.")
+        key = normalize_key(key, "key", dotted=False)
+        if key not in set(leaf_keys()):
+            raise KeyError(f"key {key!r} is not stored; stored keys are {leaf_keys()}.")
+        return self._storage.get_leaf(key)  # type: ignore[attr-defined,no-any-return]
+
+    def query(self, predicate: Callable[..., bool] | None = None, *, trajectory_key: Any = None) -> list[Any]:
+        """Return the stored trajectories matching ``predicate``, oldest first."""
+        from rbdata.query import run_query
+
+        with self._sync.lock:
+            self._init()
+            return run_query(
+                self._storage,
+                transform=self._transform,
+                cursor=int(getattr(self._writer, "cursor", 0)),
+                predicate=predicate,
+                trajectory_key=trajectory_key,
+            )
+
+    def policy_age_filters(self) -> list[PolicyAgeFilter]:
+        """The :class:`PolicyAgeFilter` instances of the transform chain."""
+        return [t for t in self.transform.row_filters() if isinstance(t, PolicyAgeFilter)]
+
+    def publish_policy_version(self, version: int) -> None:
+        """Make ``version`` the live policy version of every PolicyAgeFilter of the buffer."""
+        for age_filter in self.policy_age_filters():
+            age_filter.set_current_version(version)
+
+    # ------------------------------------------------------- state and stats
+    def state_dict(self) -> dict[str, Any]:
+        """The buffer's full state (content included) under fixed keys."""
+        self._init()
+        with self._sync.lock:
+            return _persistence.buffer_state(
+                self._storage, self._sampler, self._writer, self._sample_unit, self._generator,
+                self._stats,
+            )
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (validated first; unchanged on error)."""
+        self._init()
+        with self._sync.cond:
+            self._prefetcher.drain()
+            _persistence.load_buffer_state(
+                state_dict, self._storage, self._sampler, self._writer, self._sample_unit,
+                self._generator, self._stats,
+            )
+            self._sync.cond.notify_all()
+
+    def sampling_state(self) -> dict[str, Any]:
+        """What decides the next draws: the sampler's and the generator's state."""
+        self._init()
+        with self._sync.lock:
+            return _persistence.sampling_state(self._sampler, self._generator)
+
+    def load_sampling_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`sampling_state`'s output (missing entries kept; unchanged on error)."""
+        self._init()
+        with self._sync.lock:
+            _persistence.load_sampling_state(state, self._sampler, self._generator)
+
+    def dumps(self, path: str | os.PathLike[str]) -> None:
+        """Save the buffer atomically in the directory ``path``."""
+        self._init()
+        _persistence._dumps(self, path)
+
+    def loads(self, path: str | os.PathLike[str]) -> None:
+        """Load a buffer saved with :meth:`dumps` (validated; unchanged on error)."""
+        self._init()
+        _persistence._loads(self, path)
+
+    def dump(self, path: str | os.PathLike[str]) -> None:
+        """Alias for :meth:`dumps`."""
+        self.dumps(path)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Alias for :meth:`dumps`."""
+        self.dumps(path)
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Alias for :meth:`loads`."""
+        self.loads(path)
+
+    def stats(self) -> dict[str, Any]:
         """A cheap, serializable snapshot of the buffer's operational state."""
         if not self._initialized:
             out: dict[str, Any] = {
@@ -464,21 +767,47 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
             if isinstance(storage, Storage):
                 out.update(capacity=storage.max_size, utilization=0.0)
             return out
-        size = len(self._storage)
-        out = {
+        size = len(self)
+        capacity = self._storage.max_size
+        return {
             "size": size,
             "write_count": self._writer.write_count,
             "prefetch_queue_size": len(self._prefetcher),
             "initialized": True,
-            "capacity": self._storage.max_size,
-            "utilization": size / self._storage.max_size,
-            "skipped_priority_updates": self._skipped_priority_updates,
+            "capacity": capacity,
+            "utilization": size / capacity,
+            **self._stats.snapshot(),
         }
-        for source in list(self._stats_sources):
-            out.update(source())
-        return out
+
+    def register_stats_source(self, source: StatsSource) -> RemovableHandle:
+        """Merge ``source()``'s counters into :meth:`stats` until the handle is removed."""
+        return self._stats.register(source)
+
+    def wait_for_data(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
+        """Sleep until ``predicate()`` holds (re-checked on every write) or ``timeout`` passes."""
+        return self._sync.wait_for(predicate, timeout)
+
+    def notify_waiters(self) -> None:
+        """Wake the threads inside :meth:`wait_for_data` so they re-check their predicate."""
+        self._sync.notify()
 
     # ------------------------------------------------------------ lifecycle
+    def reader(self, sampler: Sampler) -> ReplayBuffer:
+        """A buffer sharing this one's storage, writer and transforms that draws with ``sampler``.
+
+        It has its own lock; used by DataLoader worker processes, which read a
+        private copy of the buffer.
+        """
+        self._init()
+        copy = object.__new__(type(self))
+        copy.__dict__.update(self.__dict__)
+        copy._sync = _BufferSync()
+        copy._prefetcher = _BatchPrefetcher(0)
+        copy._iterator = None
+        copy._sampler = sampler
+        sampler.set_consume_after_n(None)
+        return copy
+
     def start(self) -> ReplayBuffer:
         """Return this already-started direct replay buffer."""
         return self
@@ -486,9 +815,6 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
     def client(self) -> ReplayBuffer:
         """Return self for the zero-overhead direct backend."""
         return self
-
-    def _drain_prefetch(self) -> None:
-        self._prefetcher.drain()
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop the prefetch thread and mark this buffer as shut down."""
@@ -500,7 +826,7 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
     def __enter__(self) -> ReplayBuffer:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
     @classmethod
@@ -512,6 +838,14 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
             raise ImportError("as_remote needs Ray: pip install 'rbdata[ray]'.") from err
         return ray.remote(**(remote_config or {"num_cpus": 1}))(cls)
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in _TRANSIENT}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._iterator = None
+        self._prefetcher = _BatchPrefetcher(self._prefetch)
+
     def __repr__(self) -> str:
         if not self._initialized:
             return f"{type(self).__name__}(initialized=False)"
@@ -521,3 +855,13 @@ class ReplayBuffer(_BufferComponents, _BufferUpdates, _BufferPersistence):
             f"{type(self._writer).__name__}, size={len(self._storage)}, "
             f"batch_size={self._batch_size})"
         )
+
+
+def _is_empty(data: Any) -> bool:
+    kind = type(data)
+    if kind is TensorDict or kind is torch.Tensor or isinstance(data, torch.Tensor | TensorDictBase):
+        shape = data.shape
+        return bool(shape) and shape[0] == 0
+    if isinstance(data, list):
+        return len(data) == 0
+    return False

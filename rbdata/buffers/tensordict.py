@@ -7,7 +7,9 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rbdata.buffers._helpers import INFO_KEYS, _with_prioritized_sampler
+from rbdata.buffers._priority import check_priorities
+from rbdata.buffers.prioritized import with_prioritized_sampler
+from rbdata.buffers.protocol import INFO_KEYS
 from rbdata.buffers.replay import ReplayBuffer
 from rbdata.storages import Storage
 from rbdata.writers import TensorDictRoundRobinWriter
@@ -40,8 +42,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
         self.priority_key = priority_key
         super().__init__(**kwargs)
 
-    def _prepare(self, data: Any, *, move_dim: bool = True) -> Any:
-        data = super()._prepare(data, move_dim=move_dim)
+    def _prepare(self, data: Any) -> Any:
+        """A sampled batch written back loses its sampling info (``index`` & co.)."""
         if isinstance(data, TensorDictBase):
             stale = [k for k in INFO_KEYS if k in data.keys()]
             if stale:
@@ -99,7 +101,7 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         reduction: str = "max",
         **kwargs: Any,
     ) -> None:
-        storage, kwargs = _with_prioritized_sampler(
+        storage, kwargs = with_prioritized_sampler(
             type(self).__name__,
             kwargs,
             storage,
@@ -111,13 +113,23 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         )
         super().__init__(priority_key=priority_key, storage=storage, **kwargs)
 
-    def _after_extend(self, data: Any, index: torch.Tensor, update_priority: bool | None) -> None:
+    def _data_priority(self, data: Any, update_priority: bool | None) -> torch.Tensor | None:
+        """One priority per written item, read from ``priority_key`` (None: none given)."""
         if update_priority is False or not isinstance(data, TensorDictBase):
-            return
+            return None
         priority = data.get(self.priority_key, None)
         if priority is None:
+            return None
+        n = data.shape[0] if data.batch_dims else 1
+        return check_priorities(priority.reshape(n, -1).amax(-1), self.priority_key)
+
+    def _validate_extend(self, data: Any, update_priority: bool | None) -> None:
+        """Refuse NaN, infinite or negative priorities before anything is written."""
+        self._data_priority(data, update_priority)
+
+    def _after_extend(self, data: Any, index: torch.Tensor, update_priority: bool | None) -> None:
+        priority = self._data_priority(data, update_priority)
+        if priority is None:
             return
-        if priority.ndim > 1:
-            priority = priority.reshape(priority.shape[0], -1).amax(-1)
         keep = index >= 0
         self.update_priority(index[keep], priority[keep])

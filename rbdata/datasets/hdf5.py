@@ -28,7 +28,9 @@ _CHUNK_BYTES = 64 << 20
 _PROGRESS_DELAY_S = 0.5  # a progress bar appears only for loads that take longer
 
 
-def load_d4rl_hdf5(path: str | os.PathLike, *, progress: bool = True) -> TensorDict:
+def load_d4rl_hdf5(
+    path: str | os.PathLike, *, progress: bool = True, rows: slice | None = None
+) -> TensorDict:
     """Read a D4RL-style HDF5 file into a TensorDict in the TED layout, in file order.
 
     The file holds one dataset per field, all with the same first dimension ``N``:
@@ -44,6 +46,9 @@ def load_d4rl_hdf5(path: str | os.PathLike, *, progress: bool = True) -> TensorD
         path: the ``.hdf5`` / ``.h5`` file.
         progress: show a progress bar (on stderr) when reading takes more than
             half a second.
+        rows: read only these rows (a slice with step 1, clipped to the file
+            like Python's slicing), so a file larger than memory can be read
+            piece by piece; None reads them all.
 
     Returns:
         The transitions, as a TensorDict on the CPU.
@@ -70,6 +75,8 @@ def load_d4rl_hdf5(path: str | os.PathLike, *, progress: bool = True) -> TensorD
         [False, False, True, False, True]
         >>> td["next", "reward"].shape
         torch.Size([5, 1])
+        >>> load_d4rl_hdf5(path, rows=slice(3, 10))["next", "reward"].squeeze(-1).tolist()
+        [3.0, 4.0]
     """
     try:
         import h5py
@@ -81,9 +88,12 @@ def load_d4rl_hdf5(path: str | os.PathLike, *, progress: bool = True) -> TensorD
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"path {str(path)!r}: no such HDF5 file.")
+    if rows is not None and rows.step not in (None, 1):
+        raise ValueError(f"rows must be a slice with step 1, got {rows!r}.")
     with h5py.File(path, "r") as f:
         datasets = _check_layout(f, path)
-        n = datasets["observations"].shape[0]
+        first, stop, _ = (rows or slice(None)).indices(datasets["observations"].shape[0])
+        n = max(0, stop - first)
         out = {name: _empty_like(ds, name, n) for name, ds in datasets.items()}
         total = sum(t.numel() * t.element_size() for t in out.values())
         with tqdm(
@@ -95,7 +105,7 @@ def load_d4rl_hdf5(path: str | os.PathLike, *, progress: bool = True) -> TensorD
             delay=_PROGRESS_DELAY_S,
         ) as bar:
             for name, ds in datasets.items():
-                _read_into(ds, out[name], name, bar)
+                _read_into(ds, first, out[name], name, bar)
     if "timeouts" not in out:
         out["timeouts"] = torch.zeros(n, 1, dtype=torch.bool)
     td = TensorDict({_FIELDS[name]: tensor for name, tensor in out.items()}, batch_size=[n])
@@ -129,11 +139,12 @@ def _check_layout(f: object, path: Path) -> dict[str, object]:
 def _empty_like(ds: object, name: str, n: int) -> torch.Tensor:
     if name in _FLAGS:
         return torch.empty(n, 1, dtype=torch.bool)
-    shape = (n, 1) if name in _PER_STEP else tuple(ds.shape)
+    shape = (n, 1) if name in _PER_STEP else (n, *ds.shape[1:])
     return torch.from_numpy(np.empty(shape, dtype=ds.dtype))
 
 
-def _read_into(ds: object, out: torch.Tensor, name: str, bar: tqdm) -> None:
+def _read_into(ds: object, first: int, out: torch.Tensor, name: str, bar: tqdm) -> None:
+    """Read rows ``first .. first + len(out) - 1`` of ``ds`` into ``out``, in chunks."""
     n = out.shape[0]
     row_bytes = max(1, out[0].numel() * out.element_size()) if n else 1
     step = max(1, _CHUNK_BYTES // row_bytes)
@@ -141,7 +152,7 @@ def _read_into(ds: object, out: torch.Tensor, name: str, bar: tqdm) -> None:
     for start in range(0, n, step):
         stop = min(n, start + step)
         if name in _FLAGS:
-            flat[start:stop] = torch.from_numpy(np.asarray(ds[start:stop]) != 0)
+            flat[start:stop] = torch.from_numpy(np.asarray(ds[first + start : first + stop]) != 0)
         else:
-            ds.read_direct(flat.numpy(), np.s_[start:stop], np.s_[start:stop])
+            ds.read_direct(flat.numpy(), np.s_[first + start : first + stop], np.s_[start:stop])
         bar.update((stop - start) * row_bytes)

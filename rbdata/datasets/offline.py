@@ -10,16 +10,23 @@ from tensordict import TensorDict, TensorDictBase
 
 from rbdata.checkpoint import MANIFEST, read_dump
 from rbdata.datasets.hdf5 import load_d4rl_hdf5
+from rbdata.datasets.minari import (
+    MAIN_DATA,
+    METADATA,
+    datasets_root,
+    is_minari_dataset,
+    load_minari,
+)
 from rbdata.storages import LazyTensorStorage
 
-__all__ = ["load_offline_data"]
+__all__ = ["load_offline_data", "offline_data_format"]
 
 _HDF5_SUFFIXES = (".hdf5", ".h5")
 _MEMMAP_META = "meta.json"  # written by TensorDict.memmap() at the root of its directory
 
 
 def load_offline_data(
-    source: TensorDictBase | str | os.PathLike, *, progress: bool = True
+    source: TensorDictBase | str | os.PathLike[str], *, progress: bool = True
 ) -> TensorDictBase:
     """Load offline experience as a TensorDict whose first dimension indexes items.
 
@@ -31,7 +38,9 @@ def load_offline_data(
     - a memory-mapped TensorDict directory (``TensorDict.memmap(path)``, a
       ``meta.json`` at its root): loaded with ``TensorDict.load_memmap``, still
       memory-mapped;
-    - a D4RL-style ``.hdf5`` / ``.h5`` file: see :func:`load_d4rl_hdf5`.
+    - a D4RL-style ``.hdf5`` / ``.h5`` file: see :func:`load_d4rl_hdf5`;
+    - a local Minari dataset: its directory or its ``data/`` directory, or a
+      dataset id found under ``$MINARI_DATASETS_PATH``: see :func:`load_minari`.
 
     Args:
         source: the data or where it is.
@@ -59,11 +68,12 @@ def load_offline_data(
     if isinstance(source, TensorDictBase):
         data = source
     elif isinstance(source, (str, os.PathLike)):
-        data = _load_path(Path(source), progress)
+        data = _load_path(source, progress)
     else:
         raise TypeError(
             "offline data must be a TensorDict or a path (dumps directory, memmap TensorDict "
-            f"directory, .hdf5/.h5 file), got {type(source).__name__}."
+            "directory, .hdf5/.h5 file, Minari dataset directory or id), got "
+            f"{type(source).__name__}."
         )
     if not data.batch_dims:
         raise ValueError(
@@ -73,24 +83,63 @@ def load_offline_data(
     return data
 
 
-def _load_path(path: Path, progress: bool) -> TensorDictBase:
-    if path.is_file():
-        if path.suffix.lower() in _HDF5_SUFFIXES:
-            return load_d4rl_hdf5(path, progress=progress)
+def offline_data_format(path: str | os.PathLike[str]) -> str:
+    """Which kind of offline data is at ``path``, the reader :func:`load_offline_data` uses.
+
+    ``"d4rl"``, ``"dumps"``, ``"memmap"`` or ``"minari"``; ``path`` may also be
+    a Minari dataset id found under ``$MINARI_DATASETS_PATH``.
+
+    Raises:
+        FileNotFoundError: if nothing is at ``path`` and it is no local Minari id.
+        ValueError: if what is there is of none of these kinds.
+
+    Examples:
+        >>> import tempfile, torch
+        >>> from tensordict import TensorDict
+        >>> from rbdata.datasets import offline_data_format
+        >>> path = tempfile.mkdtemp()
+        >>> _ = TensorDict({"x": torch.zeros(2)}, [2]).memmap(path)
+        >>> offline_data_format(path)
+        'memmap'
+    """
+    where = Path(path)
+    if where.is_file():
+        if where.suffix.lower() in _HDF5_SUFFIXES:
+            return "d4rl"
         raise ValueError(
-            f"offline data file {str(path)!r} has suffix {path.suffix!r}; expected a D4RL-style "
-            f"{' or '.join(_HDF5_SUFFIXES)} file."
+            f"offline data file {str(where)!r} has suffix {where.suffix!r}; expected a "
+            f"D4RL-style {' or '.join(_HDF5_SUFFIXES)} file."
         )
-    if path.is_dir():
-        if (path / MANIFEST).is_file():
-            return _read_dump_items(path)
-        if (path / _MEMMAP_META).is_file():
-            return TensorDict.load_memmap(path)
+    if where.is_dir():
+        if (where / MANIFEST).is_file():
+            return "dumps"
+        if (where / _MEMMAP_META).is_file():
+            return "memmap"
+        if is_minari_dataset(where):
+            return "minari"
         raise ValueError(
-            f"offline data directory {str(path)!r} is neither a replay-buffer dump (no "
-            f"{MANIFEST}) nor a memory-mapped TensorDict (no {_MEMMAP_META})."
+            f"offline data directory {str(where)!r} is neither a replay-buffer dump (no "
+            f"{MANIFEST}), a memory-mapped TensorDict (no {_MEMMAP_META}) nor a Minari dataset "
+            f"(no {METADATA} and {MAIN_DATA} in it or in its data/ directory)."
         )
-    raise FileNotFoundError(f"offline data path {str(path)!r} does not exist.")
+    local_id = isinstance(path, str) and not where.is_absolute()
+    if local_id and is_minari_dataset(datasets_root() / path):
+        return "minari"
+    raise FileNotFoundError(
+        f"offline data path {str(where)!r} does not exist (nor is it a Minari dataset id under "
+        f"{str(datasets_root())!r})."
+    )
+
+
+def _load_path(path: str | os.PathLike[str], progress: bool) -> TensorDictBase:
+    kind = offline_data_format(path)
+    if kind == "d4rl":
+        return load_d4rl_hdf5(path, progress=progress)
+    if kind == "dumps":
+        return _read_dump_items(Path(path))
+    if kind == "memmap":
+        return TensorDict.load_memmap(Path(path))
+    return load_minari(path, progress=progress)
 
 
 def _read_dump_items(path: Path) -> TensorDictBase:

@@ -9,11 +9,10 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from tensordict import TensorDictBase
+from typing_extensions import override
 
-from rbdata.buffers import ReplayBuffer
-from rbdata.mixture import SOURCE_KEY, OfflineToOnlineReplayBuffer
+from rbdata.buffers.protocol import ServableBuffer
 from rbdata.policy_version import PolicyVersion
-from rbdata.samplers import PrioritizedSampler
 
 __all__ = ["ReplayCallback"]
 
@@ -27,9 +26,8 @@ class ReplayCallback(pl.Callback):
     1. reads new priorities from the step's output, ``outputs[priority_key]``
        (``training_step`` returned a dict holding them), else from
        ``batch[priority_key]``, and applies them to the sampled slots with
-       ``buffer.update_priority(batch["index"], priority,
-       generation=batch["index_generation"])``, so slots rewritten since the
-       batch was sampled are left alone;
+       ``buffer.update_batch_priority(batch, priority)``, which skips the slots
+       rewritten since the batch was sampled (``batch["index_generation"]``);
     2. reads the policy version from the LightningModule and publishes it: to
        every :class:`~rbdata.transforms.PolicyAgeFilter` of the buffer (even one
        built with an int) and to :attr:`version`, a :class:`PolicyVersion`
@@ -53,6 +51,14 @@ class ReplayCallback(pl.Callback):
         buffer: the buffer to update; None uses ``trainer.datamodule.buffer``
             (a :class:`~rbdata.lightning.ReplayDataModule`).
 
+    Raises:
+        TypeError: for a ``priority_key`` that is not a str, or a ``policy_version``
+            that is neither None, a str nor a callable.
+        RuntimeError: at ``setup`` when no buffer is given and the datamodule has none.
+        KeyError: after a step whose priorities were found but whose batch has no
+            ``"index"``.
+        AttributeError: when ``policy_version`` names an attribute the module lacks.
+
     Examples:
         >>> from rbdata import PolicyVersion
         >>> from rbdata.lightning import ReplayCallback
@@ -67,7 +73,7 @@ class ReplayCallback(pl.Callback):
         priority_key: str | None = "td_error",
         policy_version: str | Callable[[], int] | None = None,
         log_stats: bool = True,
-        buffer: ReplayBuffer | None = None,
+        buffer: ServableBuffer | None = None,
     ) -> None:
         super().__init__()
         if priority_key is not None and not isinstance(priority_key, str):
@@ -83,14 +89,21 @@ class ReplayCallback(pl.Callback):
         self.policy_version = policy_version
         self.log_stats = log_stats
         self._buffer_arg = buffer
-        self._buffer: ReplayBuffer | None = buffer
+        self._buffer: ServableBuffer | None = buffer
         self.version: PolicyVersion = (
             policy_version if isinstance(policy_version, PolicyVersion) else PolicyVersion()
         )
         self._warned_no_priority = False
 
     @property
-    def buffer(self) -> ReplayBuffer:
+    @override
+    def state_key(self) -> str:
+        """Where the checkpoint keeps this callback's state (two callbacks never collide)."""
+        source = self.policy_version if isinstance(self.policy_version, str | None) else "callable"
+        return self._generate_state_key(priority_key=self.priority_key, policy_version=source)
+
+    @property
+    def buffer(self) -> ServableBuffer:
         """The buffer this callback updates (resolved in ``setup``)."""
         if self._buffer is None:
             raise RuntimeError(
@@ -100,6 +113,7 @@ class ReplayCallback(pl.Callback):
         return self._buffer
 
     # ------------------------------------------------------------------ hooks
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Find the buffer (``buffer=`` or ``trainer.datamodule.buffer``)."""
         if self._buffer_arg is None:
@@ -111,10 +125,12 @@ class ReplayCallback(pl.Callback):
                 )
             self._buffer = buffer
 
+    @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Publish the (possibly restored) policy version before the first batch."""
         self._publish(trainer, pl_module)
 
+    @override
     def on_train_batch_end(
         self,
         trainer: pl.Trainer,
@@ -128,10 +144,12 @@ class ReplayCallback(pl.Callback):
         self._publish(trainer, pl_module)
         self._log(trainer, pl_module)
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         """The last published policy version."""
         return {"policy_version": self.version()}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the published policy version (and a PolicyVersion given as source)."""
         if "policy_version" in state_dict:
@@ -145,7 +163,7 @@ class ReplayCallback(pl.Callback):
         if priority is None:
             priority = _lookup(batch, self.priority_key)
         if priority is None:
-            if not self._warned_no_priority and isinstance(self.buffer.sampler, PrioritizedSampler):
+            if not self._warned_no_priority and self.buffer.prioritized:
                 warnings.warn(
                     f"ReplayCallback: no {self.priority_key!r} in the training step's output nor "
                     "in the batch; priorities are not updated.",
@@ -160,19 +178,7 @@ class ReplayCallback(pl.Callback):
                 "'index' entry to apply them to; sample from an rbdata buffer (its batches carry "
                 "'index')."
             )
-        generation = _lookup(batch, "index_generation")
-        priority = torch.as_tensor(priority).detach()
-        if priority.numel() == index.numel():
-            priority = priority.reshape(index.shape)
-        mixed = {}
-        if isinstance(self.buffer, OfflineToOnlineReplayBuffer):  # rows of two parts
-            mixed["is_offline"] = _lookup(batch, SOURCE_KEY).cpu()
-        self.buffer.update_priority(
-            index.cpu(),
-            priority.cpu(),
-            generation=None if generation is None else generation.cpu(),
-            **mixed,
-        )
+        self.buffer.update_batch_priority(batch, torch.as_tensor(priority).detach().cpu())
 
     def _read_version(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> int:
         source = self.policy_version
@@ -194,8 +200,7 @@ class ReplayCallback(pl.Callback):
         version = self._read_version(trainer, pl_module)
         if self.version is not self.policy_version:
             self.version.set(version)
-        for age_filter in self.buffer.policy_age_filters():
-            age_filter.set_current_version(version)
+        self.buffer.publish_policy_version(version)
 
     def _log(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         to_logger = self.log_stats and bool(trainer.loggers)

@@ -14,7 +14,7 @@ from tensordict import TensorDictBase
 from torchdata.stateful_dataloader import StatefulDataLoader
 from tqdm.auto import tqdm
 
-from rbdata.buffers import ReplayBuffer
+from rbdata.buffers.protocol import ServableBuffer
 from rbdata.datasets import load_offline_data
 from rbdata.lightning._checkpoint_io import DUMPS_KEY, PATH_KEY, _BufferCheckpointIO
 from rbdata.loader import ReplayDataset
@@ -106,7 +106,7 @@ class ReplayDataModule(pl.LightningDataModule):
 
     def __init__(
         self,
-        buffer: ReplayBuffer | Callable[[], ReplayBuffer],
+        buffer: ServableBuffer | Callable[[], ServableBuffer],
         batch_size: int | None = None,
         batches_per_epoch: int | None = None,
         prefetch: int = 0,
@@ -149,11 +149,11 @@ class ReplayDataModule(pl.LightningDataModule):
         self.samples_per_insert = samples_per_insert
         self.timeout = timeout
         self.seed = seed
-        self._buffer: ReplayBuffer | None = None
+        self._buffer: ServableBuffer | None = None
         self._dataset: ReplayDataset | None = None
 
     @property
-    def buffer(self) -> ReplayBuffer:
+    def buffer(self) -> ServableBuffer:
         """The replay buffer (built by :meth:`setup`)."""
         if self._buffer is None:
             raise RuntimeError(
@@ -233,12 +233,12 @@ class ReplayDataModule(pl.LightningDataModule):
         self.buffer.loads(path)
 
     # ------------------------------------------------------------ internals
-    def _seed(self, buffer: ReplayBuffer) -> None:
+    def _seed(self, buffer: ServableBuffer) -> None:
         if getattr(buffer, "service_backend", "direct") != "direct":
             return  # one remote buffer shared by every rank: its sampling is its own
         rank = self.trainer.global_rank if self.trainer is not None else 0
         base = self.seed if self.seed is not None else torch.initial_seed()
-        _set_rng(buffer, torch.Generator().manual_seed((base + rank) % (1 << 63)))
+        buffer.set_rng(torch.Generator().manual_seed((base + rank) % (1 << 63)))
 
     def _pin_memory(self) -> bool:
         if self.pin_memory != "auto":
@@ -273,27 +273,11 @@ class _UncheckpointedDataLoader(StatefulDataLoader):
 
 
 def _is_buffer(obj: object) -> bool:
-    """A replay buffer (a ReplayBuffer, or a composite one like OfflineToOnlineReplayBuffer)."""
-    return isinstance(obj, ReplayBuffer) or (
-        not isinstance(obj, type)
-        and all(hasattr(obj, name) for name in ("extend", "sample", "dumps", "loads"))
-    )
+    """A replay buffer (an instance implementing the ServableBuffer protocol, not a class)."""
+    return not isinstance(obj, type) and isinstance(obj, ServableBuffer)
 
 
-def _set_rng(buffer: ReplayBuffer, generator: torch.Generator) -> None:
-    """Make ``generator`` the buffer's sampling generator."""
-    set_rng = getattr(buffer, "set_rng", None)
-    if set_rng is None:
-        warnings.warn(
-            f"ReplayDataModule cannot seed a {type(buffer).__name__} (it has no set_rng()); "
-            "its sampling is not reproducible across resumes.",
-            stacklevel=3,
-        )
-        return
-    set_rng(generator)
-
-
-def _fill(buffer: ReplayBuffer, data: TensorDictBase) -> None:
+def _fill(buffer: ServableBuffer, data: TensorDictBase) -> None:
     """Extend ``buffer`` with ``data`` in chunks, with a progress bar for long loads."""
     n = data.shape[0]
     with tqdm(total=n, unit="items", desc="loading offline data", delay=_PROGRESS_DELAY_S) as bar:

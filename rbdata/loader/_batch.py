@@ -12,7 +12,7 @@ fast paths below make that round trip cost a few microseconds per key.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -121,40 +121,27 @@ def _leaf(source: dict[str, Any], key: Any) -> torch.Tensor | None:
     return value if isinstance(value, torch.Tensor) else None
 
 
-def as_replay_batch(data: Any, info: Mapping[str, Any]) -> Any:
+def as_replay_batch(data: Any) -> Any:
     """Turn what the buffer gathered into the batch handed out.
 
     A TensorDict becomes a :class:`ReplayBatch` sharing its tensors (the
-    buffer already put ``index`` & co. inside). Other data (a tensor, a dict
-    of tensors, a list from a list storage) is put under ``"data"`` (or
-    merged, for a dict) beside the ``info`` entries, as a ReplayBatch when
-    everything is a tensor with the same leading dimension, else as a dict.
+    buffer already put ``index`` & co. inside), so that it survives torch's
+    default conversion; anything else (a tensor, a PyTree, collated Python
+    objects) is handed out as the buffer's ``sample()`` returns it.
 
     Args:
         data: the gathered (and transformed) batch.
-        info: the sampling info (``index``, ``index_generation``, ``priority_weight``...).
 
     Returns:
-        A ReplayBatch, or a dict of the entries.
+        A ReplayBatch, or ``data`` itself.
     """
-    if type(data) is ReplayBatch:
+    if type(data) is ReplayBatch or not isinstance(data, TensorDictBase):
         return data
-    if isinstance(data, TensorDictBase):
-        if not isinstance(data, TensorDict):
-            data = data.to_tensordict()
-        return ReplayBatch._new_unsafe(
-            source=data._tensordict, batch_size=data.batch_size, device=data.device
-        )
-    entries: dict[str, Any] = dict(data) if isinstance(data, Mapping) else {"data": data}
-    for key, value in info.items():
-        entries.setdefault(key, value)
-    index = info.get("index")
-    leading = None if index is None else index.shape[:1]
-    if leading is not None and all(
-        isinstance(v, torch.Tensor) and v.shape[:1] == leading for v in entries.values()
-    ):
-        return ReplayBatch(entries, batch_size=leading)
-    return entries
+    if not isinstance(data, TensorDict):
+        data = data.to_tensordict()
+    return ReplayBatch._new_unsafe(
+        source=data._tensordict, batch_size=data.batch_size, device=data.device
+    )
 
 
 def place(batch: Any, pin: bool, device: torch.device | None) -> Any:

@@ -23,7 +23,6 @@ condition while holding either.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections import deque
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rbdata.buffers.protocol import Draw, aligned_info
 from rbdata.loader._batch import as_replay_batch, place
 
 if TYPE_CHECKING:
@@ -105,15 +105,16 @@ class _PassEngine:
                     break
             if not self._wait_ready(stop):
                 break
-            with buffer_lock(self.buffer):
+            with self.buffer.lock:
                 with self.lock:
                     if self._pass_fully_sampled():
                         break
                 write_count = None if ds.timeout is None else self.buffer.write_count
-                index, info = self._draw(ds.batch_size)
+                draw = self._draw(ds.batch_size)
+                index = draw.index
                 if index.numel():
-                    ends = ds.num_batches is None and bool(self.buffer.sampler.ran_out)
-                    record = _Record(index, info, ends)
+                    ends = ds.num_batches is None and draw.ends_pass
+                    record = _Record(index, draw.info, ends)
                     with self.lock:
                         self.pending.append(record)
                         self.sampled_batches += 1
@@ -134,10 +135,10 @@ class _PassEngine:
         num_batches = self.ds.num_batches
         return num_batches is not None and self.position + len(self.pending) >= num_batches
 
-    def _draw(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    def _draw(self, batch_size: int) -> Draw:
         if len(self.buffer) == 0:
-            return torch.empty(0, dtype=torch.long), {}
-        return self.buffer._sample_index(batch_size)
+            return Draw.empty()
+        return self.buffer.draw(batch_size)
 
     def _wait_ready(self, stop: threading.Event) -> bool:
         """Wait for ``min_size`` items and the rate limiter's go; False: stop or timed out."""
@@ -210,10 +211,7 @@ class _PassEngine:
         """Wake threads waiting on this engine or on the buffer, so they see a stop request."""
         with self.cond:
             self.cond.notify_all()
-        buffer_cond = getattr(self.buffer, "_cond", None)
-        if buffer_cond is not None:
-            with buffer_cond:
-                buffer_cond.notify_all()
+        self.buffer.notify_waiters()
 
     # ------------------------------------------------------------ gathering
     def next_ungathered(self) -> _Record | None:
@@ -226,8 +224,7 @@ class _PassEngine:
     def gather(self, record: _Record, ahead: bool) -> None:
         """Gather ``record``'s data (a copy), pin it and move it as the dataset asks."""
         ds = self.ds
-        info = dict(record.info)
-        batch = as_replay_batch(self.buffer._fetch(record.index, info, keep_info=True), info)
+        batch = as_replay_batch(self.buffer.gather(Draw(record.index, dict(record.info))))
         if ds._pin or ds._device is not None:
             batch = place(batch, ds._pin, ds._device)
         with self.lock:
@@ -239,8 +236,10 @@ class _PassEngine:
     def hand_out(self, record: _Record) -> Any:
         """Hand out ``record`` (the oldest pending one): re-check filters, count it."""
         batch = record.batch  # already a ReplayBatch (see gather)
-        if record.ahead and self.buffer.transform.filters_rows and _has_rows(batch):
-            batch = as_replay_batch(self.buffer._refilter(batch), record.info)
+        if record.ahead and _has_rows(batch):
+            refiltered = self.buffer.refilter(batch)
+            if refiltered is not batch:
+                batch = as_replay_batch(refiltered)
         with self.lock:
             self.pending.popleft()
             record.batch = None
@@ -252,6 +251,8 @@ class _PassEngine:
                 while len(self.recent) > held:
                     self.recent.popleft()
             self.notify()
+        if self.ds.return_info:
+            return batch, aligned_info(batch, record.info)
         return batch
 
     # ------------------------------------------------------------ state
@@ -284,8 +285,3 @@ def _has_rows(batch: Any) -> bool:
     shape = getattr(batch, "batch_size", None)
     return shape is None or len(shape) == 0 or shape[0] > 0
 
-
-def buffer_lock(buffer: Any) -> Any:
-    """The buffer's lock: sampling, and reading or restoring the sampler, happen under it."""
-    lock = getattr(buffer, "_lock", None)
-    return contextlib.nullcontext() if lock is None else lock

@@ -20,13 +20,13 @@ differ between workers and repeat with a seeded DataLoader.
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rbdata.buffers import ReplayBuffer
+from rbdata.buffers.protocol import aligned_info
 from rbdata.loader._batch import as_replay_batch
 from rbdata.samplers import RandomSampler, Sampler, SamplerWithoutReplacement
 
@@ -45,7 +45,6 @@ class WorkerPosition:
     def __init__(self) -> None:
         self.yielded = 0
         self.skip = 0
-        self.sampler: Sampler | None = None  # the buffer's own sampler, before a worker swap
 
     def state_dict(self) -> dict[str, int]:
         """The worker's position."""
@@ -56,7 +55,7 @@ class WorkerPosition:
         self.skip = int(state_dict.get("yielded", 0))
 
 
-def check(ds: ReplayDataset, sampler: Sampler | None = None) -> None:
+def check(ds: ReplayDataset) -> None:
     """Raise a RuntimeError/ValueError unless ``ds`` can run in worker processes."""
     buffer = ds.buffer
     if not isinstance(buffer, ReplayBuffer):
@@ -65,7 +64,7 @@ def check(ds: ReplayDataset, sampler: Sampler | None = None) -> None:
             f"from two buffers whose sampling state worker processes cannot share; "
             f"{_USE_PREFETCH}."
         )
-    sampler = buffer.sampler if sampler is None else sampler
+    sampler = buffer.sampler
     if type(sampler) not in (RandomSampler, SamplerWithoutReplacement):
         raise RuntimeError(
             f"num_workers > 0 needs a RandomSampler or a SamplerWithoutReplacement; this buffer "
@@ -114,10 +113,7 @@ def iterate(ds: ReplayDataset, info: Any) -> Iterator[Any]:
     """The batches of worker ``info.id``: its share of the pass, from its own seed."""
     position = ds._worker
     buffer = ds.buffer
-    if position.sampler is None:
-        position.sampler = buffer.sampler
-    check(ds, position.sampler)
-    _own_lock(buffer)
+    check(ds)
     n = len(buffer)
     if n < ds.min_size:
         raise RuntimeError(
@@ -128,7 +124,7 @@ def iterate(ds: ReplayDataset, info: Any) -> Iterator[Any]:
     if n == 0:
         return iter(())
     batch_size, workers, worker = ds.batch_size, info.num_workers, info.id
-    original = position.sampler
+    original = buffer.sampler
     total = ds.num_batches
     if isinstance(original, SamplerWithoutReplacement):
         sampler: Sampler = _ShardedPasses(
@@ -138,35 +134,24 @@ def iterate(ds: ReplayDataset, info: Any) -> Iterator[Any]:
             total = n // batch_size if original.drop_last else -(-n // batch_size)
     else:
         sampler = RandomSampler()
-    buffer.set_sampler(sampler)
     sampler.set_rng(torch.Generator().manual_seed(info.seed))
+    # The worker's copy of the buffer draws with its own sampler, under its own lock (a
+    # lock held by a parent thread at fork time would stay locked in the child forever).
+    reader = buffer.reader(sampler)
     mine = itertools.count() if total is None else range(len(range(worker, total, workers)))
     skip, position.skip, position.yielded = position.skip, 0, 0
-    return _batches(ds, mine, skip)
+    return _batches(ds, reader, mine, skip)
 
 
-def _batches(ds: ReplayDataset, mine: Any, skip: int) -> Iterator[Any]:
-    buffer, position = ds.buffer, ds._worker
+def _batches(ds: ReplayDataset, reader: ReplayBuffer, mine: Any, skip: int) -> Iterator[Any]:
+    position = ds._worker
     for i in mine:
-        index, info = buffer._sample_index(ds.batch_size)
+        draw = reader.draw(ds.batch_size)
         if i < skip:  # resumed: these batches were yielded before the checkpoint
             continue
-        data = buffer._fetch(index, dict(info), keep_info=True)
+        batch = as_replay_batch(reader.gather(draw))
         position.yielded = i + 1
-        yield as_replay_batch(data, info)
-
-
-def _own_lock(buffer: Any) -> None:
-    """Give a forked worker's copy of an unshared buffer a fresh lock.
-
-    A worker forked while a collector thread of the parent held the buffer's
-    lock would inherit it locked, forever; the copy is private to the worker,
-    so a fresh lock is correct.
-    """
-    if getattr(buffer, "_shared", False) or not hasattr(buffer, "_lock"):
-        return
-    buffer._lock = threading.RLock()
-    buffer._cond = threading.Condition(buffer._lock)
+        yield (batch, aligned_info(batch, draw.info)) if ds.return_info else batch
 
 
 class _ShardedPasses(Sampler):
@@ -189,9 +174,11 @@ class _ShardedPasses(Sampler):
         self._next = 0
         self._global = 0
 
-    def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    def _sample(
+        self, storage: Any, batch_size: int, live: Any
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Return this worker's next batch of the shared passes."""
-        n = self._check_storage(storage)
+        n = len(storage)
         while True:
             if self._perm is None:
                 self._chunks = n // batch_size if self._drop_last else -(-n // batch_size)

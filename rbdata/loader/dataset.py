@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import numbers
 import threading
 import warnings
 import weakref
@@ -12,8 +10,12 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from torch.utils.hooks import RemovableHandle
+
+from rbdata._validation import check_bool, check_int, check_number, check_optional_int
+from rbdata.buffers.protocol import ServableBuffer
 from rbdata.loader import _workers
-from rbdata.loader._pass import _PassEngine, _Record, buffer_lock
+from rbdata.loader._pass import _PassEngine, _Record
 from rbdata.loader._prefetch import _PrefetchThread
 from rbdata.loader.rate_limit import SampleToInsertRatio
 
@@ -127,26 +129,27 @@ class ReplayDataset(IterableDataset):
         *,
         samples_per_insert: float | None = None,
         rate_limiter: SampleToInsertRatio | None = None,
+        return_info: bool = False,
     ) -> None:
-        if not (hasattr(buffer, "_sample_index") and hasattr(buffer, "_fetch")):
-            raise TypeError(f"buffer must be an rbdata replay buffer, got {type(buffer).__name__}.")
+        if not isinstance(buffer, ServableBuffer):
+            raise TypeError(
+                f"buffer must be a replay buffer implementing rbdata's ServableBuffer protocol "
+                f"(an rbdata ReplayBuffer, OfflineToOnlineReplayBuffer, ...), got "
+                f"{type(buffer).__name__}."
+            )
         batch_size = buffer.batch_size if batch_size is None else batch_size
         if batch_size is None:
             raise ValueError(
                 "batch_size is None and the buffer has no batch_size; pass batch_size=... to "
                 "ReplayDataset or to the buffer."
             )
-        _check_int(batch_size, "batch_size", minimum=1)
-        if num_batches is not None:
-            _check_int(num_batches, "num_batches", minimum=1)
-        _check_int(prefetch, "prefetch", minimum=0)
-        _check_int(min_size, "min_size", minimum=0)
-        if not isinstance(pin_memory, bool):
-            raise TypeError(f"pin_memory must be a bool, got {type(pin_memory).__name__}.")
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or timeout < 0
-        ):
-            raise ValueError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}.")
+        check_int(batch_size, "batch_size", minimum=1)
+        check_optional_int(num_batches, "num_batches", minimum=1)
+        check_int(prefetch, "prefetch", minimum=0)
+        check_int(min_size, "min_size", minimum=0)
+        check_bool(pin_memory, "pin_memory")
+        if timeout is not None:
+            check_number(timeout, "timeout", minimum=0.0)
         if samples_per_insert is not None and rate_limiter is not None:
             raise ValueError("pass samples_per_insert or rate_limiter, not both.")
         if rate_limiter is not None and not isinstance(rate_limiter, SampleToInsertRatio):
@@ -167,6 +170,7 @@ class ReplayDataset(IterableDataset):
         self.min_size = min_size
         self.timeout = None if timeout is None else float(timeout)
         self.rate_limiter = rate_limiter
+        self.return_info = check_bool(return_info, "return_info")
         self.held_back = 0
         self._pin = pin_memory and _accelerator_available()
         if pin_memory and not self._pin:
@@ -184,8 +188,8 @@ class ReplayDataset(IterableDataset):
         self._resume = False
         self._worker = _workers.WorkerPosition()
         self._stats = _StatsSource(self._engine)
-        self.buffer._stats_sources.append(self._stats)
-        weakref.finalize(self, _discard, self.buffer._stats_sources, self._stats)
+        self._stats_handle: RemovableHandle | None = self.buffer.register_stats_source(self._stats)
+        weakref.finalize(self, self._stats_handle.remove)
 
     # ------------------------------------------------------------ iteration
     def __iter__(self) -> Any:
@@ -232,8 +236,8 @@ class ReplayDataset(IterableDataset):
         if previous is not None and previous is not iterator:
             previous.close()
         self._active = weakref.ref(iterator)
-        if self._stats not in self.buffer._stats_sources:
-            self.buffer._stats_sources.append(self._stats)
+        if self._stats_handle is None:
+            self._stats_handle = self.buffer.register_stats_source(self._stats)
         resume, self._resume = self._resume, False
         return resume
 
@@ -242,7 +246,9 @@ class ReplayDataset(IterableDataset):
         active = None if self._active is None else self._active()
         if active is not None:
             active.close()
-        _discard(self.buffer._stats_sources, self._stats)
+        if self._stats_handle is not None:
+            self._stats_handle.remove()
+            self._stats_handle = None
 
     def __enter__(self) -> ReplayDataset:
         return self
@@ -260,9 +266,9 @@ class ReplayDataset(IterableDataset):
         if get_worker_info() is not None:
             return {"format": _STATE_FORMAT, "worker": self._worker.state_dict()}
         engine, buffer = self._engine, self.buffer
-        with buffer_lock(buffer), engine.lock:
+        with buffer.lock, engine.lock:
             state = engine.snapshot()
-            state.update(buffer._sampling_state())
+            state.update(buffer.sampling_state())
         state["format"] = _STATE_FORMAT
         state["rate_limiter"] = (
             None if self.rate_limiter is None else self.rate_limiter.state_dict()
@@ -291,8 +297,8 @@ class ReplayDataset(IterableDataset):
         state = {**current, **{k: v for k, v in state_dict.items() if k in current}}
         _validate_pass_state(state)
         self.close()
-        with buffer_lock(buffer), engine.lock:
-            buffer._load_sampling_state(state_dict)
+        with buffer.lock, engine.lock:
+            buffer.load_sampling_state(state_dict)
             engine.restore(state)
         if self.rate_limiter is not None and state_dict.get("rate_limiter") is not None:
             self.rate_limiter.load_state_dict(state_dict["rate_limiter"])
@@ -301,16 +307,15 @@ class ReplayDataset(IterableDataset):
     # ------------------------------------------------------------ pickling
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for key in ("_engine", "_active", "_stats", "_resume"):
+        for key in ("_engine", "_active", "_stats", "_stats_handle", "_resume"):
             state.pop(key, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._setup_runtime()
-        limiter = self.rate_limiter
-        if limiter is not None and limiter.stats not in self.buffer._stats_sources:
-            self.buffer._stats_sources.append(limiter.stats)
+        if self.rate_limiter is not None:
+            self.rate_limiter.reattach(self.buffer)
 
     def __repr__(self) -> str:
         return (
@@ -417,18 +422,6 @@ class _StatsSource:
             "loader_pending_batches": len(engine.pending),
             "loader_sampled_batches": engine.sampled_batches,
         }
-
-
-def _discard(sources: list[Any], source: Any) -> None:
-    with contextlib.suppress(ValueError):
-        sources.remove(source)
-
-
-def _check_int(value: Any, name: str, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r}).")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}.")
 
 
 def _validate_pass_state(state: dict[str, Any]) -> None:

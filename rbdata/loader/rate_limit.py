@@ -6,6 +6,10 @@ import threading
 import time
 from typing import Any
 
+from torch.utils.hooks import RemovableHandle
+
+from rbdata.buffers.protocol import ServableBuffer
+
 __all__ = ["SampleToInsertRatio"]
 
 
@@ -77,7 +81,8 @@ class SampleToInsertRatio:
         self.tolerance = float(tolerance)
         self.min_size_to_sample = min_size_to_sample
         self._cond = threading.Condition()
-        self._buffer: Any = None
+        self._buffer: ServableBuffer | None = None
+        self._stats_handle: RemovableHandle | None = None
         self._sampled = 0
         self._sample_waits = 0
         self._sample_wait_s = 0.0
@@ -85,7 +90,7 @@ class SampleToInsertRatio:
         self._insert_wait_s = 0.0
 
     # ------------------------------------------------------------ binding
-    def attach(self, buffer: Any) -> None:
+    def attach(self, buffer: ServableBuffer) -> None:
         """Count the inserts of ``buffer`` (its ``write_count``) and report in its ``stats()``.
 
         Called by :class:`~rbdata.loader.ReplayDataset`; a limiter serves one buffer.
@@ -100,8 +105,12 @@ class SampleToInsertRatio:
                 "rate_limiter is already attached to another buffer; build one "
                 "SampleToInsertRatio per buffer."
             )
+        self.reattach(buffer)
+
+    def reattach(self, buffer: ServableBuffer) -> None:
+        """Serve ``buffer`` (an unpickled copy of the one attached before) and report to it."""
         self._buffer = buffer
-        buffer._stats_sources.append(self.stats)
+        self._stats_handle = buffer.register_stats_source(self.stats)
 
     @property
     def inserted(self) -> int:
@@ -185,11 +194,13 @@ class SampleToInsertRatio:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_cond")
+        state.pop("_stats_handle")
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._cond = threading.Condition()
+        self._stats_handle = None
 
     def __repr__(self) -> str:
         return (

@@ -3,33 +3,43 @@
 from __future__ import annotations
 
 import abc
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from rbdata._validation import check_int
 from rbdata.samplers._live import _LiveSet
+
+__all__ = ["Sampler"]
+
+_STATE_FILE = "sampler_state.pt"
 
 
 class Sampler(abc.ABC):
-    """Base class of every sampler.
+    """Base class of every sampler: it owns the public methods, subclasses fill small hooks.
 
     A sampler picks the slots a batch reads: ``sample(storage, batch_size)``
-    returns ``(index, info)`` where ``index`` is a 1-D LongTensor of slots and
-    ``info`` a dict of per-item tensors (e.g. ``"priority_weight"``). The buffer tells
-    the sampler about writes (``extend`` / ``add``), hands it a random
-    generator (``set_rng``; None means torch's global RNG) and, for
-    consume-after-n, the number of returns after which an item leaves the
-    sampleable set (``set_consume_after_n``).
+    returns ``(index, info)`` where ``index`` is a LongTensor of slots and
+    ``info`` a dict of per-item tensors (e.g. ``"priority_weight"``). The
+    buffer tells the sampler about writes (``extend`` / ``add``) and in-place
+    edits (``mark_update``), hands it a random generator (``set_rng``; None
+    means torch's global RNG) and, for consume-after-n, the number of returns
+    after which an item leaves the sampleable set (``set_consume_after_n``).
 
-    Consume-after-n is shared by every sampler through a :class:`_LiveSet`:
-    with it, a batch holds distinct live items (fewer than ``batch_size`` when
-    fewer are live), counts go up when the batch is sampled, and a write makes
-    a slot live again with a count of 0. Subclasses get the synchronized live
-    set with :meth:`_live_set` and count a batch with ``live.consume(index)`` (or draw
-    and count at once with ``live.take(batch_size, rng)``).
+    The public methods check their arguments and keep the consume-after-n
+    bookkeeping (a :class:`_LiveSet`: with it, a batch holds distinct live
+    items, fewer than ``batch_size`` when fewer are live; counts go up when
+    the batch is sampled; a write makes a slot live again with a count of 0),
+    then call the hooks a subclass implements:
 
-    Subclasses implement :meth:`sample` and call ``super()`` in ``extend``,
-    ``add``, ``_empty``, ``state_dict`` and ``load_state_dict``.
+    - ``_sample(storage, batch_size, live) -> (index, info)`` (required;
+      ``live`` is the live set, or None without consume-after-n);
+    - ``_on_write(index)``, ``_on_update(index)``, ``_on_empty()``;
+    - ``_extra_state()`` / ``_load_extra_state(state)`` for ``state_dict``.
+
+    A subclass may also override ``sample`` itself, as torchrl samplers do.
 
     Examples:
         >>> import torch
@@ -54,19 +64,41 @@ class Sampler(abc.ABC):
         self._live_needs_seed = False
 
     # ------------------------------------------------------------ sampling
-    @abc.abstractmethod
     def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """Pick ``batch_size`` slots of ``storage``.
 
         Args:
-            storage: the storage to sample from (only ``len(storage)`` and
-                ``storage.max_size`` are used).
+            storage: the storage to sample from (``len(storage)`` and
+                ``storage.max_size`` are what most samplers use).
             batch_size: the number of items wanted (a positive int).
 
         Returns:
-            ``(index, info)``: a 1-D LongTensor of slots and a dict of
-            per-item tensors.
+            ``(index, info)``: a LongTensor of slots and a dict of per-item tensors.
+
+        Raises:
+            TypeError: if ``batch_size`` is not an int.
+            ValueError: if ``batch_size`` is not positive.
+            RuntimeError: if the storage is empty or every item was consumed.
         """
+        check_int(batch_size, "batch_size", minimum=1)
+        if len(storage) == 0:
+            raise RuntimeError(
+                "Cannot sample from an empty storage: it holds 0 items "
+                f"(max_size={getattr(storage, 'max_size', '?')}); extend the buffer first."
+            )
+        live = self._live_set(storage)
+        if live is not None and len(live) == 0:
+            raise RuntimeError(
+                "Cannot sample: every item was consumed "
+                f"(consume_after_n_samples={live.n}); write new items first."
+            )
+        return self._sample(storage, batch_size, live)
+
+    def _sample(
+        self, storage: Any, batch_size: int, live: _LiveSet | None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Draw the slots (arguments already checked); see :meth:`sample`."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither sample nor _sample.")
 
     @property
     def ran_out(self) -> bool:
@@ -80,15 +112,26 @@ class Sampler(abc.ABC):
         live = self._live_set(storage)
         return live is not None and len(live) == 0
 
+    def sampleable(self, storage: Any) -> int:
+        """How many items a sample may still return (all of them without consume-after-n)."""
+        live = self._live_set(storage)
+        return len(storage) if live is None else len(live)
+
     # ------------------------------------------------------------ writes
     def extend(self, index: torch.Tensor) -> None:
         """Tell the sampler that the slots ``index`` were (re)written."""
+        index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
+        self._on_write(index)
         if self._live is not None:
-            self._live.add(torch.as_tensor(index, dtype=torch.long), self._rng)
+            self._live.add(index, self._rng)
 
     def add(self, index: int) -> None:
         """Tell the sampler that the slot ``index`` was (re)written."""
         self.extend(torch.tensor([int(index)]))
+
+    def mark_update(self, index: torch.Tensor | int, *, storage: Any = None) -> None:
+        """Tell the sampler that the slots ``index`` were edited in place (``set_``, ...)."""
+        self._on_update(torch.as_tensor(index, dtype=torch.long).reshape(-1))
 
     def update_priority(
         self, index: int | torch.Tensor, priority: float | torch.Tensor, *, storage: Any = None
@@ -104,6 +147,17 @@ class Sampler(abc.ABC):
         if self._live is not None:
             self._live.clear()
             self._live_needs_seed = False
+        self._on_empty()
+
+    # hooks (no-ops by default)
+    def _on_write(self, index: torch.Tensor) -> None:
+        """The slots ``index`` (1-D) were written."""
+
+    def _on_update(self, index: torch.Tensor) -> None:
+        """The slots ``index`` (1-D) were edited in place."""
+
+    def _on_empty(self) -> None:
+        """The storage was emptied."""
 
     # ------------------------------------------------------------ settings
     def set_rng(self, generator: torch.Generator | None) -> None:
@@ -125,7 +179,7 @@ class Sampler(abc.ABC):
             self._live = None
             self._live_needs_seed = False
             return
-        self._live = _LiveSet(n)
+        self._live = _LiveSet(check_int(n, "consume_after_n_samples", minimum=1))
         self._live_needs_seed = True
 
     @property
@@ -133,51 +187,49 @@ class Sampler(abc.ABC):
         """The consume-after-n setting (None when items are never consumed)."""
         return None if self._live is None else self._live.n
 
-    # ------------------------------------------------------------ helpers
     def _live_set(self, storage: Any) -> _LiveSet | None:
-        """Return the live set (None without consume-after-n), seeded from ``storage`` once."""
+        """The live set (None without consume-after-n), seeded from ``storage`` once."""
         if self._live is not None and self._live_needs_seed:
             self._live.add(torch.arange(len(storage)), self._rng)
             self._live_needs_seed = False
         return self._live
 
-    @staticmethod
-    def _check_batch_size(batch_size: int) -> None:
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}.")
-
-    @staticmethod
-    def _check_storage(storage: Any) -> int:
-        n = len(storage)
-        if n == 0:
-            raise RuntimeError(
-                "cannot sample from an empty buffer: the storage holds 0 items "
-                f"(max_size={getattr(storage, 'max_size', '?')})."
-            )
-        return n
-
-    @staticmethod
-    def _check_live(live: _LiveSet) -> None:
-        if len(live) == 0:
-            raise RuntimeError(
-                "cannot sample: every item was consumed "
-                f"(consume_after_n_samples={live.n}); write new items first."
-            )
-
     # ------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Return the sampler's state (plain values and tensors; not the generator)."""
+        """The sampler's state (plain values and tensors; not the generator)."""
         return {
             "consume_after_n": self.consume_after_n,
             "live": None if self._live is None else self._live.state_dict(),
             "live_needs_seed": self._live_needs_seed,
+            **self._extra_state(),
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output; unknown keys are ignored, missing ones kept."""
+        self._load_extra_state(state_dict)
         if "consume_after_n" in state_dict:
             self.set_consume_after_n(state_dict["consume_after_n"])
         live = state_dict.get("live")
         if self._live is not None and live is not None:
             self._live.load_state_dict(live)
             self._live_needs_seed = bool(state_dict.get("live_needs_seed", False))
+
+    def _extra_state(self) -> dict[str, Any]:
+        """A subclass's own state entries."""
+        return {}
+
+    def _load_extra_state(self, state_dict: dict[str, Any]) -> None:
+        """Restore a subclass's own state entries (validate before changing anything)."""
+
+    def dumps(self, path: str | os.PathLike[str]) -> None:
+        """Save :meth:`state_dict` in the directory ``path``."""
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.save(self.state_dict(), folder / _STATE_FILE)
+
+    def loads(self, path: str | os.PathLike[str]) -> None:
+        """Load a state saved with :meth:`dumps` (read with ``weights_only=True``)."""
+        self.load_state_dict(torch.load(Path(path) / _STATE_FILE, weights_only=True))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

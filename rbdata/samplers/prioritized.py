@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
 import torch
 
+from rbdata._validation import check_int, check_number
 from rbdata.samplers._base import Sampler
-from rbdata.samplers._live import first_unique
+from rbdata.samplers._live import _LiveSet, first_unique
 from rbdata.samplers._sumtree import _SumTree
 
-_REDUCTIONS = {"max": "amax", "min": "amin", "sum": "sum", "mean": "mean"}
+logger = logging.getLogger(__name__)
+
+_REDUCTIONS = {"max": "amax", "min": "amin", "sum": "sum", "mean": "mean", "median": "median"}
 # Reductions that commute with the increasing (p + eps) ** alpha: the tree's leaves merge
 # duplicate indices themselves, no torch.unique needed.
 _LEAF_REDUCTIONS = {"max": "amax", "min": "amin"}
@@ -46,15 +50,17 @@ class PrioritizedSampler(Sampler):
 
     Args:
         max_capacity: number of slots (the storage's ``max_size``).
-        alpha: how strongly priorities skew sampling (> 0).
+        alpha: how strongly priorities skew sampling (>= 0; 0 samples uniformly).
+            Assigning :attr:`alpha` later re-transforms the stored values.
         beta: importance-sampling correction exponent (>= 0).
         eps: added to priorities before the power.
         dtype: floating dtype of the priority tree (float32 or float64; other floating
             dtypes are stored as float32).
         reduction: how duplicate indices of one ``update_priority`` call are
-            merged: ``"max"``, ``"min"``, ``"sum"`` or ``"mean"``.
+            merged: ``"max"``, ``"min"``, ``"sum"``, ``"mean"`` or ``"median"``.
         max_priority_within_buffer: the default priority of new items is the
             maximum over the items in the buffer (else: the maximum ever seen).
+        device: where the priorities live (None: the CPU).
 
     Examples:
         >>> import torch
@@ -82,34 +88,82 @@ class PrioritizedSampler(Sampler):
         dtype: torch.dtype = torch.float,
         reduction: str = "max",
         max_priority_within_buffer: bool = False,
+        device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(max_capacity, int) or isinstance(max_capacity, bool) or max_capacity <= 0:
-            raise ValueError(f"max_capacity must be a positive int, got {max_capacity!r}.")
-        if not alpha > 0:
-            raise ValueError(f"alpha must be > 0, got alpha={alpha!r}.")
-        if not beta >= 0:
-            raise ValueError(f"beta must be >= 0, got beta={beta!r}.")
-        if not eps >= 0:
-            raise ValueError(f"eps must be >= 0, got eps={eps!r}.")
+        self._max_capacity = check_int(max_capacity, "max_capacity", minimum=1)
+        self._alpha = check_number(alpha, "alpha", minimum=0.0)
+        self._beta = check_number(beta, "beta", minimum=0.0)
+        self._eps = check_number(eps, "eps", minimum=0.0)
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {sorted(_REDUCTIONS)}, got {reduction!r}.")
-        self.max_capacity = max_capacity
-        self.alpha = float(alpha)
-        self.beta = float(beta)
-        self.eps = float(eps)
         self.dtype = dtype
         self.reduction = reduction
-        self.max_priority_within_buffer = bool(max_priority_within_buffer)
-        self._tree = _SumTree(max_capacity, dtype, track_max=self.max_priority_within_buffer)
-        self._initial_priority = (1.0 + self.eps) ** self.alpha
+        self._max_priority_within_buffer = bool(max_priority_within_buffer)
+        self._device = torch.device("cpu") if device is None else torch.device(device)
+        self._tree = _SumTree(max_capacity, dtype, track_max=self._max_priority_within_buffer)
+        self._initial_priority = (1.0 + self._eps) ** self._alpha
         self._max_seen = self._initial_priority
+
+    # ------------------------------------------------------------ settings
+    @property
+    def max_capacity(self) -> int:
+        """Number of slots."""
+        return self._max_capacity
+
+    max_size = max_capacity
+
+    @property
+    def device(self) -> torch.device:
+        """Where the priorities live."""
+        return self._device
+
+    @property
+    def eps(self) -> float:
+        """Added to every priority before the power."""
+        return self._eps
+
+    @property
+    def max_priority_within_buffer(self) -> bool:
+        """Whether new items get the largest priority in the buffer (else the largest seen)."""
+        return self._max_priority_within_buffer
+
+    @property
+    def alpha(self) -> float:
+        """The priority exponent; assigning it re-transforms the stored values at once."""
+        return self._alpha
+
+    @alpha.setter
+    def alpha(self, value: float) -> None:
+        value = check_number(value, "alpha", minimum=0.0)
+        old, self._alpha = self._alpha, value
+        if value == old:
+            return
+        if old == 0.0:
+            logger.warning(
+                "PrioritizedSampler.alpha changed from 0: the stored priorities cannot be "
+                "recovered, so items keep uniform weights until their priority is updated."
+            )
+        else:
+            leaves = self._tree.leaves.clone()
+            self._tree.set_leaves(leaves.pow_(value / old))
+            self._max_seen = self._max_seen ** (value / old)
+        self._initial_priority = (1.0 + self._eps) ** value
+
+    @property
+    def beta(self) -> float:
+        """The importance-sampling exponent."""
+        return self._beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        self._beta = check_number(value, "beta", minimum=0.0)
 
     # ------------------------------------------------------------ priorities
     @property
     def default_priority(self) -> float:
         """The tree value given to new items: ``(max_priority + eps) ** alpha``."""
-        if self.max_priority_within_buffer:
+        if self._max_priority_within_buffer:
             top = self._tree.max
             return top if top > 0 else self._initial_priority
         return self._max_seen
@@ -124,13 +178,11 @@ class PrioritizedSampler(Sampler):
             values = torch.full(consumed.shape, self.default_priority, dtype=self.dtype)
             self._tree.update(consumed, values, positive=True)
 
-    def extend(self, index: torch.Tensor) -> None:
+    def _on_write(self, index: torch.Tensor) -> None:
         """Give the (re)written slots ``index`` the default priority."""
-        index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
-        self._check_index(index, self.max_capacity)
+        self._check_index(index, self._max_capacity)
         values = torch.full(index.shape, self.default_priority, dtype=self.dtype)
         self._tree.update(index, values, positive=True)
-        super().extend(index)
 
     def _check_index(self, index: torch.Tensor, bound: int) -> None:
         if not index.numel():
@@ -179,7 +231,7 @@ class PrioritizedSampler(Sampler):
         if priority.dim() != 1:
             priority = priority.reshape(-1)
         values, low, high = _checked_values(priority)
-        self._check_index(index, self.max_capacity if storage is None else len(storage))
+        self._check_index(index, self._max_capacity if storage is None else len(storage))
         self._set_priorities(index.numpy(), values, low, high)
 
     def _update_priority_validated(self, index: torch.Tensor, priority: torch.Tensor) -> None:
@@ -205,7 +257,7 @@ class PrioritizedSampler(Sampler):
             return
         if not index.is_cpu or index.dtype != torch.long:
             index = index.to(device="cpu", dtype=torch.long)
-        self._check_index(index, self.max_capacity)
+        self._check_index(index, self._max_capacity)
         if priority.requires_grad:
             priority = priority.detach()
         if not priority.is_cpu or priority.dtype != self._tree.dtype:
@@ -223,20 +275,20 @@ class PrioritizedSampler(Sampler):
                 torch.from_numpy(index), torch.from_numpy(priority)
             )
             index, priority = merged_index.numpy(), merged.numpy()
-        values = priority + self.eps  # a new array: the caller's priorities stay untouched
-        if self.alpha != 1.0:
-            np.power(values, self.alpha, out=values)
-        positive = (low + self.eps) ** self.alpha > 0
+        values = priority + self._eps  # a new array: the caller's priorities stay untouched
+        if self._alpha != 1.0:
+            np.power(values, self._alpha, out=values)
+        positive = (low + self._eps) ** self._alpha > 0
         if self._live is not None:
             consumed = self._consumed(torch.from_numpy(index)).numpy()
             if consumed.any():
                 values[consumed] = 0
                 positive = False
         self._tree.update_np(index, values, reduce, positive)
-        if self.max_priority_within_buffer:
+        if self._max_priority_within_buffer:
             return
         if self._live is None and self.reduction == "max":
-            top = (high + self.eps) ** self.alpha  # the largest stored value, without a reduction
+            top = (high + self._eps) ** self._alpha  # the largest stored value, without a reduction
         else:
             top = float(self._tree.leaves.numpy().take(index).max())
         if top > self._max_seen:
@@ -249,6 +301,12 @@ class PrioritizedSampler(Sampler):
         uniq, inverse = torch.unique(index, return_inverse=True)
         if uniq.numel() == index.numel():
             return index, priority
+        if self.reduction == "median":  # the lower median of each slot's values, as torch's
+            by_value = torch.argsort(priority, stable=True)
+            order = by_value[torch.argsort(inverse[by_value], stable=True)]
+            counts = torch.bincount(inverse, minlength=uniq.numel())
+            starts = torch.cumsum(counts, 0) - counts
+            return uniq, priority[order[starts + (counts - 1) // 2]]
         merged = torch.zeros(uniq.numel(), dtype=priority.dtype)
         reduce = _REDUCTIONS[self.reduction]
         return uniq, merged.scatter_reduce_(0, inverse, priority, reduce, include_self=False)
@@ -263,20 +321,23 @@ class PrioritizedSampler(Sampler):
         return consumed
 
     # ------------------------------------------------------------ sampling
-    def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    def _sample(
+        self, storage: Any, batch_size: int, live: _LiveSet | None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Draw slots proportionally to their priority (IS weights in ``"priority_weight"``)."""
-        self._check_batch_size(batch_size)
-        self._check_storage(storage)
-        live = self._live_set(storage)
+        if not self._tree.total > 0:
+            raise RuntimeError(
+                "Cannot sample: every priority is 0 (nothing has a positive probability); "
+                "update priorities or write new items first."
+            )
         if live is None:
             index, values = self._tree.sample_np(batch_size, self._rng)
         else:
-            self._check_live(live)
             index, values = self._sample_distinct(batch_size)
             index, values = index.numpy(), values.numpy()
         # Importance weights (P(i) / P_min) ** -beta, i.e. (value / min) ** -beta.
         weight = values / self._tree.min
-        np.power(weight, -self.beta, out=weight)
+        np.power(weight, -self._beta, out=weight)
         index = torch.from_numpy(index)
         if live is not None:
             done = live.consume(index)
@@ -308,27 +369,29 @@ class PrioritizedSampler(Sampler):
         """Whether nothing is sampleable: empty storage, all consumed or all priorities 0."""
         return super().exhausted(storage) or not self._tree.total > 0
 
-    def _empty(self) -> None:
-        super()._empty()
-        self._tree.set_leaves(torch.zeros(self.max_capacity, dtype=self.dtype))
+    def _on_empty(self) -> None:
+        self._tree.set_leaves(torch.zeros(self._max_capacity, dtype=self.dtype))
         self._max_seen = self._initial_priority
 
     # ------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, Any]:
-        """Return the tree leaves, the max priority and the consume-after-n state."""
-        state = super().state_dict()
-        state.update(leaves=self._tree.leaves.clone(), max_priority=self._max_seen)
-        return state
+    def _extra_state(self) -> dict[str, Any]:
+        """The tree leaves and the max priority."""
+        return {"leaves": self._tree.leaves.clone(), "max_priority": self._max_seen}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output (the tree is rebuilt from its leaves)."""
+    def _load_extra_state(self, state_dict: dict[str, Any]) -> None:
+        """Restore the tree from its leaves (checked first)."""
         leaves = state_dict.get("leaves")
-        if leaves is not None and tuple(leaves.shape) != (self.max_capacity,):
+        if leaves is not None and tuple(leaves.shape) != (self._max_capacity,):
             raise ValueError(
                 f"state_dict['leaves'] has shape {tuple(leaves.shape)}, expected "
-                f"({self.max_capacity},) (max_capacity)."
+                f"({self._max_capacity},) (max_capacity)."
             )
-        super().load_state_dict(state_dict)
         if leaves is not None:
             self._tree.set_leaves(leaves)
         self._max_seen = float(state_dict.get("max_priority", self._max_seen))
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(alpha={self._alpha}, beta={self._beta}, eps={self._eps}, "
+            f"reduction={self.reduction!r})"
+        )

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import Unpack
 
-from rbdata._trajectories import NestedKey
 from rbdata.samplers._base import Sampler
+from rbdata.samplers._live import _LiveSet
 from rbdata.samplers.prioritized import PrioritizedSampler
-from rbdata.samplers.slice import SliceSampler, SpanArg, _SliceWeight
+from rbdata.samplers.slice import SliceArgs, SliceSampler, _SliceWeight
 
 
 class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
@@ -73,20 +74,10 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         dtype: torch.dtype = torch.float,
         reduction: str = "max",
         *,
-        num_slices: int | None = None,
-        slice_len: int | None = None,
-        end_key: NestedKey | None = None,
-        traj_key: NestedKey | None = None,
-        ends: torch.Tensor | None = None,
-        trajectories: torch.Tensor | None = None,
-        cache_values: bool = False,
-        truncated_key: NestedKey | None = ("next", "truncated"),
-        strict_length: bool = True,
-        compile: bool | dict = False,
-        span: SpanArg = False,
-        use_gpu: bool | torch.device = False,
         max_priority_within_buffer: bool = False,
+        **slice_args: Unpack[SliceArgs],
     ) -> None:
+        span = slice_args.get("span", False)
         left = span[0] if isinstance(span, tuple) else span
         if left is not False and left != 0:
             raise ValueError(
@@ -94,29 +85,24 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
                 "a slice start is drawn by the priority of its first stored transition."
             )
         PrioritizedSampler.__init__(
-            self, max_capacity, alpha, beta, eps, dtype, reduction, max_priority_within_buffer
+            self,
+            max_capacity,
+            alpha,
+            beta,
+            eps,
+            dtype,
+            reduction,
+            max_priority_within_buffer=max_priority_within_buffer,
         )
-        self._setup_slices(
-            num_slices=num_slices,
-            slice_len=slice_len,
-            end_key=end_key,
-            traj_key=traj_key,
-            ends=ends,
-            trajectories=trajectories,
-            truncated_key=truncated_key,
-            strict_length=strict_length,
-            span=span,
-        )
-        self.cache_values, self.compile, self.use_gpu = cache_values, compile, use_gpu
+        self._setup_slices(**slice_args)
         self._raw = torch.zeros(max_capacity, dtype=dtype)
         self._valid = torch.zeros(max_capacity, dtype=torch.bool)
         self._refresh_all = True
 
     # ------------------------------------------------------------ writes
-    def extend(self, index: torch.Tensor) -> None:
+    def _on_write(self, index: torch.Tensor) -> None:
         """Give the written slots the default priority; boundaries update at the next sample."""
-        index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
-        self._check_index(index, self.max_capacity)
+        self._check_index(index, self._max_capacity)
         self._raw.index_fill_(0, index, self.default_priority)
         self._index.extend(index)
 
@@ -131,8 +117,9 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
             self._raw.index_copy_(0, slots, values)
             self._tree.update(slots, values * self._valid.index_select(0, slots))
 
-    def _empty(self) -> None:
-        super()._empty()
+    def _on_empty(self) -> None:
+        SliceSampler._on_empty(self)
+        PrioritizedSampler._on_empty(self)
         self._raw.zero_()
         self._valid.zero_()
         self._refresh_all = True
@@ -147,10 +134,10 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         self._refresh_all = True
 
     def _sync(self, storage: Any) -> tuple[bool, int] | None:
-        if storage.max_size != self.max_capacity:
+        if storage.max_size != self._max_capacity:
             raise ValueError(
                 f"the storage has max_size={storage.max_size} but the sampler was built with "
-                f"max_capacity={self.max_capacity}: they must match."
+                f"max_capacity={self._max_capacity}: they must match."
             )
         change = self._index.sync(storage)
         index = self._index
@@ -189,7 +176,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
 
     def _refresh_everything(self) -> None:
         index = self._index
-        valid = torch.zeros(self.max_capacity, dtype=torch.bool)
+        valid = torch.zeros(self._max_capacity, dtype=torch.bool)
         if index.n:
             room = index.weight.many(index.view("lengths"))
             slice_id = torch.repeat_interleave(room)
@@ -201,17 +188,18 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         self._refresh_all = False
 
     # ------------------------------------------------------------ sampling
-    def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    def _sample(
+        self, storage: Any, batch_size: int, live: _LiveSet | None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Draw slices whose starts follow the priorities (``"priority_weight"`` per step)."""
         num_slices, slice_len = self._shape(batch_size)
-        self._check_storage(storage)
         self._sync(storage)
         if not self._tree.total > 0:
             raise RuntimeError(
                 "cannot sample: every transition that can start a slice has priority 0."
             )
         slots = self._tree.sample(num_slices, self._rng)
-        weight = (self._tree.leaves.index_select(0, slots) / self._tree.min).pow(-self.beta)
+        weight = (self._tree.leaves.index_select(0, slots) / self._tree.min).pow(-self._beta)
         starts = self._index.slots_to_v(slots)
         if self.strict_length and self._index.weight.right == 0:
             index, info = self._gather(storage, starts.view(-1, 1), None, slice_len)
@@ -222,19 +210,23 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         return index, info
 
     # ------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, Any]:
-        """Priorities, the write position and the prioritized sampler's state."""
-        return {**super().state_dict(), "raw": self._raw.clone()}
+    def _extra_state(self) -> dict[str, Any]:
+        """Priorities and trajectory positions (boundaries are rebuilt at the next sample)."""
+        return {
+            **SliceSampler._extra_state(self),
+            **PrioritizedSampler._extra_state(self),
+            "raw": self._raw.clone(),
+        }
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output (boundaries are rebuilt at the next sample)."""
+    def _load_extra_state(self, state_dict: dict[str, Any]) -> None:
         raw = state_dict.get("raw")
-        if raw is not None and tuple(raw.shape) != (self.max_capacity,):
+        if raw is not None and tuple(raw.shape) != (self._max_capacity,):
             raise ValueError(
                 f"state_dict['raw'] has shape {tuple(raw.shape)}, expected "
-                f"({self.max_capacity},) (max_capacity)."
+                f"({self._max_capacity},) (max_capacity)."
             )
-        super().load_state_dict(state_dict)
+        PrioritizedSampler._load_extra_state(self, state_dict)
+        SliceSampler._load_extra_state(self, state_dict)
         if raw is not None:
             self._raw = raw.to(self.dtype).clone()
         self._refresh_all = True

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from rbdata.samplers._base import Sampler
+from rbdata.samplers._live import _LiveSet
 
 
 class RandomSampler(Sampler):
@@ -30,12 +31,9 @@ class RandomSampler(Sampler):
         tensor([4, 9, 3, 0, 3])
     """
 
-    def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Draw ``batch_size`` slots uniformly (see the class docstring)."""
-        self._check_batch_size(batch_size)
-        n = self._check_storage(storage)
-        live = self._live_set(storage)
+    def _sample(
+        self, storage: Any, batch_size: int, live: _LiveSet | None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         if live is None:
-            return torch.randint(n, (batch_size,), generator=self._rng), {}
-        self._check_live(live)
+            return torch.randint(len(storage), (batch_size,), generator=self._rng), {}
         return live.take(batch_size, self._rng), {}

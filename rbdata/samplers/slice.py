@@ -2,21 +2,35 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
+from typing_extensions import Unpack
 
-from rbdata._trajectories import (
-    NestedKey,
-    TrajectoryIndex,
-    normalize_key,
-    read_leaf,
-    storage_keys,
-)
+from rbdata._trajectories import TrajectoryIndex, read_leaf, storage_keys
+from rbdata._validation import NestedKey, check_int, check_optional_int, normalize_key
 from rbdata.samplers._base import Sampler
+from rbdata.samplers._live import _LiveSet
 
 SpanArg = bool | int | tuple[bool | int, bool | int]
+
+
+class SliceArgs(TypedDict, total=False):
+    """The keyword arguments every slice sampler takes (see :class:`SliceSampler`)."""
+
+    num_slices: int | None
+    slice_len: int | None
+    end_key: NestedKey | None
+    traj_key: NestedKey | None
+    ends: torch.Tensor | None
+    trajectories: torch.Tensor | None
+    cache_values: bool
+    truncated_key: NestedKey | None
+    strict_length: bool
+    compile: bool | dict[str, Any]
+    span: SpanArg
+    use_gpu: bool | torch.device
 
 
 class _SliceWeight:
@@ -50,11 +64,6 @@ def _span_amount(value: bool | int, slice_len: int, name: str) -> int:
     if isinstance(value, int) and value >= 0:
         return min(value, slice_len - 1)
     raise ValueError(f"{name} must be a bool or an int >= 0, got {value!r}.")
-
-
-def _check_count(value: Any, name: str) -> None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-        raise ValueError(f"{name} must be a positive int or None, got {value!r}.")
 
 
 def _static_markers(ends: Any, trajectories: Any) -> tuple[str, torch.Tensor] | None:
@@ -147,7 +156,11 @@ class SliceSampler(Sampler):
         True
     """
 
-    def __init__(
+    def __init__(self, **slice_args: Unpack[SliceArgs]) -> None:
+        Sampler.__init__(self)
+        self._setup_slices(**slice_args)
+
+    def _setup_slices(
         self,
         *,
         num_slices: int | None = None,
@@ -159,44 +172,18 @@ class SliceSampler(Sampler):
         cache_values: bool = False,
         truncated_key: NestedKey | None = ("next", "truncated"),
         strict_length: bool = True,
-        compile: bool | dict = False,
+        compile: bool | dict[str, Any] = False,
         span: SpanArg = False,
         use_gpu: bool | torch.device = False,
     ) -> None:
-        Sampler.__init__(self)
-        self._setup_slices(
-            num_slices=num_slices,
-            slice_len=slice_len,
-            end_key=end_key,
-            traj_key=traj_key,
-            ends=ends,
-            trajectories=trajectories,
-            truncated_key=truncated_key,
-            strict_length=strict_length,
-            span=span,
-        )
-        self.cache_values, self.compile, self.use_gpu = cache_values, compile, use_gpu
-
-    def _setup_slices(
-        self,
-        *,
-        num_slices: int | None,
-        slice_len: int | None,
-        end_key: NestedKey | None,
-        traj_key: NestedKey | None,
-        ends: torch.Tensor | None,
-        trajectories: torch.Tensor | None,
-        truncated_key: NestedKey | None,
-        strict_length: bool,
-        span: SpanArg,
-    ) -> None:
+        """Check and store the slice arguments (the one place every slice sampler uses)."""
         if (num_slices is None) == (slice_len is None):
             raise ValueError(
                 "pass exactly one of num_slices and slice_len, got "
                 f"num_slices={num_slices!r} and slice_len={slice_len!r}."
             )
-        _check_count(num_slices, "num_slices")
-        _check_count(slice_len, "slice_len")
+        check_optional_int(num_slices, "num_slices", minimum=1)
+        check_optional_int(slice_len, "slice_len", minimum=1)
         if end_key is not None and traj_key is not None:
             raise ValueError(
                 f"pass at most one of end_key and traj_key, got end_key={end_key!r} "
@@ -219,22 +206,22 @@ class SliceSampler(Sampler):
         )
         self.strict_length = bool(strict_length)
         self.span = span
+        self.cache_values, self.compile, self.use_gpu = cache_values, compile, use_gpu
         self._index = TrajectoryIndex(traj_key=self.traj_key, end_key=self.end_key, static=static)
         self._templates: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self._info_keys: tuple[Any, ...] | None = None
         self._shapes: dict[int, tuple[int, int]] = {}
 
     # ------------------------------------------------------------ writes
-    def extend(self, index: torch.Tensor) -> None:
+    def _on_write(self, index: torch.Tensor) -> None:
         """Note the written slots; boundaries are updated at the next sample."""
         self._index.extend(index)
 
-    def mark_update(self, index: torch.Tensor) -> None:
+    def _on_update(self, index: torch.Tensor) -> None:
         """Note slots edited in place (``set_``, ``update_``): boundaries are re-read."""
         self._index.extend(index)
 
-    def _empty(self) -> None:
-        super()._empty()
+    def _on_empty(self) -> None:
         self._index.clear()
         self._info_keys = None
 
@@ -252,7 +239,7 @@ class SliceSampler(Sampler):
         """``(num_slices, slice_len)`` for a batch; sets the trajectory weights."""
         shape = self._shapes.get(batch_size) if type(batch_size) is int else None
         if shape is None:
-            self._check_batch_size(batch_size)
+            check_int(batch_size, "batch_size", minimum=1)
             fixed, name = (
                 (self.num_slices, "num_slices")
                 if self.num_slices is not None
@@ -304,10 +291,11 @@ class SliceSampler(Sampler):
             f"strict_length={self.strict_length}; use shorter slices or strict_length=False."
         )
 
-    def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    def _sample(
+        self, storage: Any, batch_size: int, live: _LiveSet | None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Draw ``batch_size // slice_len`` slices (see the class docstring)."""
         num_slices, slice_len = self._shape(batch_size)
-        self._check_storage(storage)
         self._sync(storage)
         index = self._index
         x = torch.randint(index.base, index.total_end, (num_slices, 1), generator=self._rng)
@@ -405,13 +393,11 @@ class SliceSampler(Sampler):
         return done_key, terminated_key, tail, terminated_key in keys
 
     # ------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, Any]:
+    def _extra_state(self) -> dict[str, Any]:
         """The write position; trajectory boundaries are rebuilt from the storage on load."""
-        return {**super().state_dict(), "trajectories": self._index.state_dict()}
+        return {"trajectories": self._index.state_dict()}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output (boundaries are rebuilt at the next sample)."""
-        super().load_state_dict(state_dict)
+    def _load_extra_state(self, state_dict: dict[str, Any]) -> None:
         if "trajectories" in state_dict:
             self._index.load_state_dict(state_dict["trajectories"])
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import Unpack
 
-from rbdata._trajectories import NestedKey
-from rbdata.samplers.slice import SliceSampler
+from rbdata.samplers._live import _LiveSet
+from rbdata.samplers.slice import SliceArgs, SliceSampler
 
 
 class SliceSamplerWithoutReplacement(SliceSampler):
@@ -22,8 +23,10 @@ class SliceSamplerWithoutReplacement(SliceSampler):
     during a pass wait for the next one; trajectories overwritten meanwhile are
     skipped.
 
-    Args:
+    Keyword Args:
         drop_last: leave out the trajectories that cannot fill a last full batch.
+        shuffle: visit trajectories in random order (else oldest first).
+        **slice_args: the :class:`SliceSampler` arguments:
         num_slices: slices per batch.
         slice_len: transitions per slice.
         end_key: entry holding end-of-trajectory flags.
@@ -33,7 +36,6 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         truncated_key: where the end-of-slice marker goes (None: no markers).
         strict_length: skip trajectories shorter than ``slice_len`` (else they
             give short slices).
-        shuffle: visit trajectories in random order (else oldest first).
         compile: accepted for torchrl compatibility.
         use_gpu: accepted for torchrl compatibility.
 
@@ -56,30 +58,10 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         self,
         *,
         drop_last: bool = False,
-        num_slices: int | None = None,
-        slice_len: int | None = None,
-        end_key: NestedKey | None = None,
-        traj_key: NestedKey | None = None,
-        ends: torch.Tensor | None = None,
-        trajectories: torch.Tensor | None = None,
-        truncated_key: NestedKey | None = ("next", "truncated"),
-        strict_length: bool = True,
         shuffle: bool = True,
-        compile: bool | dict = False,
-        use_gpu: bool | torch.device = False,
+        **slice_args: Unpack[SliceArgs],
     ) -> None:
-        super().__init__(
-            num_slices=num_slices,
-            slice_len=slice_len,
-            end_key=end_key,
-            traj_key=traj_key,
-            ends=ends,
-            trajectories=trajectories,
-            truncated_key=truncated_key,
-            strict_length=strict_length,
-            compile=compile,
-            use_gpu=use_gpu,
-        )
+        super().__init__(**slice_args)
         self.drop_last = bool(drop_last)
         self.shuffle = bool(shuffle)
         self._order: torch.Tensor | None = None
@@ -130,10 +112,11 @@ class SliceSamplerWithoutReplacement(SliceSampler):
                 break
         return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
 
-    def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    def _sample(
+        self, storage: Any, batch_size: int, live: _LiveSet | None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Draw the next slices of the pass (see the class docstring)."""
         num_slices, slice_len = self._shape(batch_size)
-        self._check_storage(storage)
         self._sync(storage)
         index = self._index
         k = self._take(num_slices)
@@ -145,22 +128,21 @@ class SliceSamplerWithoutReplacement(SliceSampler):
             return self._gather(storage, starts.view(-1, 1), None, slice_len)
         return self._clip(storage, starts, k, slice_len)
 
-    def _empty(self) -> None:
-        super()._empty()
+    def _on_empty(self) -> None:
+        super()._on_empty()
         self._order, self._pos, self._ran_out = None, 0, False
 
-    def state_dict(self) -> dict[str, Any]:
+    def _extra_state(self) -> dict[str, Any]:
         """The pass (trajectories left, by start position) and the write position."""
         return {
-            **super().state_dict(),
+            **super()._extra_state(),
             "order": None if self._order is None else self._order.clone(),
             "pos": self._pos,
             "ran_out": self._ran_out,
         }
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output."""
-        super().load_state_dict(state_dict)
+    def _load_extra_state(self, state_dict: dict[str, Any]) -> None:
+        super()._load_extra_state(state_dict)
         if "order" in state_dict:
             order = state_dict["order"]
             self._order = None if order is None else torch.as_tensor(order, dtype=torch.long)

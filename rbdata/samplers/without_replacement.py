@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from rbdata.samplers._base import Sampler
+from rbdata.samplers._live import _LiveSet
 
 
 class SamplerWithoutReplacement(Sampler):
@@ -67,13 +68,10 @@ class SamplerWithoutReplacement(Sampler):
     def _remaining(self) -> int:
         return 0 if self._perm is None else self._perm.numel() - self._cursor
 
-    def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Return the next chunk of the current pass (see the class docstring)."""
-        self._check_batch_size(batch_size)
-        n = self._check_storage(storage)
-        live = self._live_set(storage)
-        if live is not None:
-            self._check_live(live)
+    def _sample(
+        self, storage: Any, batch_size: int, live: _LiveSet | None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        n = len(storage)
         remaining = self._remaining()
         if remaining == 0 or (self.drop_last and remaining < batch_size):
             self._new_pass(n, None if live is None else live.live.clone())
@@ -104,25 +102,20 @@ class SamplerWithoutReplacement(Sampler):
             self._cursor = 0
         return index, {}
 
-    def _empty(self) -> None:
-        super()._empty()
+    def _on_empty(self) -> None:
         self._perm = None
         self._cursor = 0
         self._ran_out = False
 
-    def state_dict(self) -> dict[str, Any]:
-        """Return the pass (permutation and position) and the consume-after-n state."""
-        state = super().state_dict()
-        state.update(
-            perm=None if self._perm is None else self._perm.clone(),
-            cursor=self._cursor,
-            ran_out=self._ran_out,
-        )
-        return state
+    def _extra_state(self) -> dict[str, Any]:
+        """The pass (permutation and position), so a resumed sampler continues it."""
+        return {
+            "perm": None if self._perm is None else self._perm.clone(),
+            "cursor": self._cursor,
+            "ran_out": self._ran_out,
+        }
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output, so a resumed sampler continues the same pass."""
-        super().load_state_dict(state_dict)
+    def _load_extra_state(self, state_dict: dict[str, Any]) -> None:
         if "perm" in state_dict:
             perm = state_dict["perm"]
             self._perm = None if perm is None else torch.as_tensor(perm, dtype=torch.long).clone()

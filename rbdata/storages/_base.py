@@ -9,7 +9,13 @@ from typing import Any
 
 import torch
 
+from rbdata._validation import check_bool, check_int
+
 Index = int | slice | torch.Tensor
+
+
+def _identity(data: Any) -> Any:
+    return data
 
 
 class Storage(abc.ABC):
@@ -32,6 +38,9 @@ class Storage(abc.ABC):
 
     Args:
         max_size: number of slots.
+        compilable: keep the bookkeeping friendly to ``torch.compile`` (plain
+            Python ints and tensors; rbdata's storages always are, so this only
+            records the choice, as torchrl's argument of that name).
 
     Examples:
         >>> import torch
@@ -44,10 +53,9 @@ class Storage(abc.ABC):
 
     ndim: int = 1
 
-    def __init__(self, max_size: int) -> None:
-        if not isinstance(max_size, int) or isinstance(max_size, bool) or max_size <= 0:
-            raise ValueError(f"max_size must be a positive int, got {max_size!r}.")
-        self.max_size = max_size
+    def __init__(self, max_size: int, *, compilable: bool = False) -> None:
+        self.max_size = check_int(max_size, "max_size", minimum=1)
+        self._compilable = check_bool(compilable, "compilable")
         self._len_value = 0
         self._len_shared: torch.Tensor | None = None
         self._save_hooks: list[Callable[[Any], Any]] = []
@@ -110,6 +118,36 @@ class Storage(abc.ABC):
     def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
         """Register a callable applied to the content after it is read by ``loads``."""
         self._load_hooks.append(hook)
+
+    def apply_save_hooks(self, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` (a :meth:`state_dict`) passed through the save hooks, in order."""
+        for hook in self._save_hooks:
+            state = hook(state)
+        return state
+
+    def apply_load_hooks(self, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` read back from a dump passed through the load hooks, in order."""
+        for hook in self._load_hooks:
+            state = hook(state)
+        return state
+
+    # ------------------------------------------------- what the buffer asks
+    def default_collate_fn(self) -> Callable[[Any], Any]:
+        """How a buffer merges what :meth:`get` returns for several items (default: as is)."""
+        return _identity
+
+    def as_batch(self, data: Any, dim: int) -> Any:
+        """``data`` given to ``extend`` as a batch this storage writes (items along dim 0).
+
+        Args:
+            data: the batch as the user gave it.
+            dim: the dimension the items run along (the buffer's ``dim_extend``).
+        """
+        return data
+
+    def item_as_batch(self, item: Any) -> Any | None:
+        """``item`` given to ``add`` as a batch of one, or None to write it as one item."""
+        return None
 
     def _reads_own_memory(self, data: Any) -> bool:
         """Whether ``data`` is a view of this storage's memory (writes must copy it first)."""

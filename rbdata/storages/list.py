@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
+from torch.utils.data._utils.collate import default_collate
 
-from ._base import Index, Storage, _as_index, _get_index, _set_index
+from rbdata._validation import check_int
+
+from ._base import Index, Storage, _as_index, _get_index, _identity, _set_index
+
+
+def _collate_list(items: list[Any]) -> Any:
+    """Stack items read from a list storage (TensorDicts stacked, the rest default-collated)."""
+    if items and isinstance(items[0], TensorDictBase):
+        return torch.stack(items)
+    return default_collate(items)
 
 
 class ListStorage(Storage):
@@ -25,6 +36,11 @@ class ListStorage(Storage):
     Args:
         max_size: number of slots. Defaults to 1000.
 
+    Keyword Args:
+        compilable: accepted as torchrl's argument (see :class:`Storage`).
+        device: move the items that have a ``.to()`` (tensors, TensorDicts) to this
+            device when they are written. Defaults to None (items are kept as given).
+
     Examples:
         >>> import torch
         >>> from rbdata.storages import ListStorage
@@ -34,9 +50,29 @@ class ListStorage(Storage):
         ([1, 'a'], None, 3)
     """
 
-    def __init__(self, max_size: int = 1000) -> None:
-        super().__init__(max_size)
+    def __init__(
+        self,
+        max_size: int = 1000,
+        *,
+        compilable: bool = False,
+        device: torch.device | str | int | None = None,
+    ) -> None:
+        super().__init__(max_size, compilable=compilable)
+        self.device = None if device is None else torch.device(device)
         self._items: list[Any] = []
+
+    def default_collate_fn(self) -> Callable[[Any], Any]:
+        """Stack the items read together (TensorDicts, tensors, numbers, PyTrees of them)."""
+        return _collate_list
+
+    def as_batch(self, data: Any, dim: int) -> Any:
+        """A list of items: a list, a tensor or a TensorDict as is, any other iterable listed."""
+        return data if isinstance(data, list | TensorDictBase | torch.Tensor) else list(data)
+
+    def _place(self, item: Any) -> Any:
+        if self.device is not None and hasattr(item, "to"):
+            return item.to(self.device)
+        return item
 
     @property
     def initialized(self) -> bool:
@@ -46,7 +82,7 @@ class ListStorage(Storage):
     def _set(self, index: Index, data: Any) -> int:
         index, stop = _set_index(index, self._len, self.max_size)
         if isinstance(index, int):
-            positions, items = [index], [data]
+            positions, items = [index], [data]  # one item, stored as given
         else:
             if isinstance(index, torch.Tensor):
                 positions = index.tolist()
@@ -64,7 +100,7 @@ class ListStorage(Storage):
             if missing > 0:
                 self._items.extend([None] * missing)
             for position, item in zip(positions, items, strict=True):
-                self._items[position] = item
+                self._items[position] = self._place(item)
         return stop
 
     def _unbind(self, data: Any) -> list[Any]:
@@ -128,6 +164,13 @@ class LazyStackStorage(ListStorage):
     Args:
         max_size: number of slots. Defaults to 1000.
 
+    Keyword Args:
+        compilable: accepted as torchrl's argument (see :class:`Storage`).
+        stack_dim: the dimension the items are lazily stacked along when
+            several are read (negative values count from the end of the
+            stacked result). Defaults to 0.
+        device: as in :class:`ListStorage`.
+
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
@@ -140,6 +183,21 @@ class LazyStackStorage(ListStorage):
         ('LazyStackedTensorDict', torch.Size([5]))
     """
 
+    def __init__(
+        self,
+        max_size: int = 1000,
+        *,
+        compilable: bool = False,
+        stack_dim: int = 0,
+        device: torch.device | str | int | None = None,
+    ) -> None:
+        super().__init__(max_size, compilable=compilable, device=device)
+        self.stack_dim = check_int(stack_dim, "stack_dim")
+
+    def default_collate_fn(self) -> Callable[[Any], Any]:
+        """Items read together are already lazily stacked: as is."""
+        return _identity
+
     def _unbind(self, data: Any) -> list[Any]:
         if isinstance(data, TensorDictBase):
             return list(data.unbind(0))
@@ -148,4 +206,7 @@ class LazyStackStorage(ListStorage):
     def _collect(self, items: list[Any]) -> Any:
         if not items:
             raise IndexError("cannot lazily stack zero items: the index selects nothing.")
-        return LazyStackedTensorDict.lazy_stack(items, 0)
+        dim = self.stack_dim
+        if dim < 0:
+            dim += items[0].ndim + 1
+        return LazyStackedTensorDict.lazy_stack(items, dim)

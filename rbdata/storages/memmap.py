@@ -37,6 +37,12 @@ class LazyMemmapStorage(LazyTensorStorage):
         existsok: whether an existing ``packed.memmap`` in ``scratch_dir`` may be
             overwritten; if False, the first write raises ``RuntimeError``.
             Defaults to False.
+        compilable: accepted as torchrl's argument (see :class:`~rbdata.Storage`).
+        shared_init: accepted as torchrl's argument: the rows are a file, which
+            every process that maps it shares already.
+        auto_cleanup: remove ``scratch_dir`` when the storage is garbage
+            collected or :meth:`cleanup` is called. Defaults to True for a
+            temporary directory (``scratch_dir=None``), False for one you gave.
 
     Examples:
         >>> import os, tempfile, torch
@@ -57,10 +63,22 @@ class LazyMemmapStorage(LazyTensorStorage):
         device: torch.device | str = "cpu",
         ndim: int = 1,
         existsok: bool = False,
+        compilable: bool = False,
+        shared_init: bool = False,
+        auto_cleanup: bool | None = None,
     ) -> None:
-        super().__init__(max_size, device=device, ndim=ndim)
+        super().__init__(max_size, device=device, ndim=ndim, compilable=compilable)
+        if self._device.type != "cpu":
+            raise ValueError(
+                f"LazyMemmapStorage keeps its rows in a file in CPU memory; got device="
+                f"{device!r}. Use LazyTensorStorage(device=...) for a device-resident buffer."
+            )
         self.scratch_dir = None if scratch_dir is None else str(scratch_dir)
         self.existsok = existsok
+        self.shared_init = bool(shared_init)
+        self._scratch_dir_is_temp = scratch_dir is None
+        self._auto_cleanup = self._scratch_dir_is_temp if auto_cleanup is None else auto_cleanup
+        self._cleaned_up = False
         self._mmap: MemoryMappedTensor | None = None
         self._cleanup: weakref.finalize | None = None
 
@@ -73,10 +91,11 @@ class LazyMemmapStorage(LazyTensorStorage):
         directory = self.scratch_dir
         if directory is None:
             directory = tempfile.mkdtemp(prefix="rbdata-memmap-")
-            cleanup = weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
         else:
             os.makedirs(directory, exist_ok=True)
-            cleanup = None
+        cleanup = None
+        if self._auto_cleanup:
+            cleanup = weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
         path = os.path.join(directory, _PACKED_FILE)
         if os.path.exists(path):
             if not self.existsok:
@@ -90,6 +109,24 @@ class LazyMemmapStorage(LazyTensorStorage):
         )
         self.scratch_dir, self._cleanup = directory, cleanup
         return self._mmap.as_subclass(torch.Tensor)
+
+    def cleanup(self) -> bool:
+        """Remove the scratch directory and its file now (the storage is unusable afterwards).
+
+        Returns:
+            True if something was removed, False if there was nothing left to remove
+            (never written, already cleaned up, or removed by someone else).
+        """
+        directory = self.scratch_dir if self._mmap is not None else None
+        if self._cleanup is not None:
+            self._cleanup.detach()
+            self._cleanup = None
+        already, self._cleaned_up = self._cleaned_up, True
+        if already or directory is None or not os.path.exists(directory):
+            return False
+        self._mmap = None
+        shutil.rmtree(directory, ignore_errors=True)
+        return True
 
     def _share_rows(self) -> None:
         """The rows are a file: every process mapping it shares them already."""

@@ -12,6 +12,8 @@ import os
 from typing import Any, NamedTuple
 
 import torch
+from tensordict import TensorDictBase
+from torch.utils._pytree import tree_map
 
 from ._base import Index, Storage, _as_index, _get_index, _set_index
 from ._packed import _PackedLayout, _PackedRows
@@ -53,6 +55,7 @@ class TensorStorage(Storage):
         max_size: number of items; defaults to (and must equal) the data's first dim.
         device: where the packed rows live. Defaults to ``"cpu"``.
         ndim: number of storage dims (see :class:`LazyTensorStorage`). Defaults to 1.
+        compilable: accepted as torchrl's argument (see :class:`~rbdata.Storage`).
 
     Examples:
         >>> import torch
@@ -75,6 +78,7 @@ class TensorStorage(Storage):
         *,
         device: torch.device | str = "cpu",
         ndim: int = 1,
+        compilable: bool = False,
     ) -> None:
         _check_ndim(ndim)
         _, leaves = _Structure.infer(storage, ndim)
@@ -89,11 +93,13 @@ class TensorStorage(Storage):
             raise ValueError(
                 f"max_size must equal the number of items in storage ({cells}), got {max_size}."
             )
-        self._setup(cells, device, ndim)
+        self._setup(cells, device, ndim, compilable)
         self.set(slice(0, first.shape[0]), storage)
 
-    def _setup(self, max_size: int, device: torch.device | str, ndim: int) -> None:
-        Storage.__init__(self, max_size)
+    def _setup(
+        self, max_size: int, device: torch.device | str, ndim: int, compilable: bool
+    ) -> None:
+        Storage.__init__(self, max_size, compilable=compilable)
         _check_ndim(ndim)
         self.ndim = ndim
         self._device = torch.device(device)
@@ -161,6 +167,28 @@ class TensorStorage(Storage):
             f"{type(self).__name__}(max_size={self.max_size}, len={len(self)}, "
             f"device={self._device}, ndim={self.ndim}, keys={self.leaf_keys()})"
         )
+
+    # ------------------------------------------------- what the buffer asks
+    def as_batch(self, data: Any, dim: int) -> Any:
+        """``data`` with its items along dim 0: a list stacked, dim ``dim`` moved first."""
+        if isinstance(data, list):
+            first = data[0] if data else None
+            stackable = isinstance(first, torch.Tensor | TensorDictBase)
+            data = torch.stack(data) if stackable else torch.as_tensor(data)
+        if dim > 0:
+            if isinstance(data, torch.Tensor):
+                data = data.movedim(dim, 0)
+            elif isinstance(data, TensorDictBase):
+                data = data.transpose(dim, 0)
+            else:
+                data = tree_map(lambda t: t.movedim(dim, 0), data)
+        return data
+
+    def item_as_batch(self, item: Any) -> Any:
+        """``item`` with a leading dim of 1 (tensors, TensorDicts and PyTree leaves)."""
+        if isinstance(item, torch.Tensor | TensorDictBase):
+            return item.unsqueeze(0)
+        return tree_map(lambda t: torch.as_tensor(t).unsqueeze(0), item)
 
     # ----------------------------------------------------------- validation
     def validate(self, data: Any, batched: bool) -> None:
@@ -468,6 +496,14 @@ class LazyTensorStorage(TensorStorage):
         max_size: number of slots (cells).
         device: where the rows live. Defaults to ``"cpu"``.
         ndim: number of storage dims. Defaults to 1.
+        compilable: accepted as torchrl's argument (see :class:`~rbdata.Storage`).
+        consolidated: accepted as torchrl's argument: an item's leaves are
+            always stored consolidated, in one packed row.
+        shared_init: allocate the rows in shared memory at the first write, as
+            :meth:`share_memory_` does, so that the storage can be sent to
+            ``torch.multiprocessing`` children once initialized.
+        cleanup_memmap: accepted as torchrl's argument (this storage keeps no
+            memory-mapped files).
 
     Examples:
         >>> import torch
@@ -483,8 +519,23 @@ class LazyTensorStorage(TensorStorage):
         (12, torch.Size([3, 4]))
     """
 
-    def __init__(self, max_size: int, *, device: torch.device | str = "cpu", ndim: int = 1) -> None:
-        self._setup(max_size, device, ndim)
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        device: torch.device | str = "cpu",
+        ndim: int = 1,
+        compilable: bool = False,
+        consolidated: bool = False,
+        shared_init: bool = False,
+        cleanup_memmap: bool = True,
+    ) -> None:
+        self._setup(max_size, device, ndim, compilable)
+        self.consolidated = bool(consolidated)
+        self.shared_init = bool(shared_init)
+        self.cleanup_memmap = bool(cleanup_memmap)
+        if self.shared_init:
+            self.share_memory_()
 
 
 # --------------------------------------------------------------- helpers

@@ -13,23 +13,22 @@ be kept (a ReplayDataset's pending batches, a checkpoint) and gathered later:
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 
-from rbdata.buffers import INFO_KEYS
+from rbdata.buffers.protocol import INFO_KEYS
 
 SOURCE_KEY = "is_offline"
 """The batch entry (bool ``[B]``) that is True for the rows drawn from the offline data."""
 
 _FILL_ONES = frozenset({"priority_weight"})  # info entries a part lacks are filled with 1 (else 0)
 
-Draw = tuple[torch.Tensor, dict[str, Any]]
+Rows = tuple[torch.Tensor, dict[str, Any]]
 
 
-def merge_draws(offline: Draw | None, online: Draw | None) -> Draw:
+def merge_draws(offline: Rows | None, online: Rows | None) -> Rows:
     """One mixed draw from each part's ``(index, info)`` (either may be None)."""
     parts = [(flag, draw) for flag, draw in ((True, offline), (False, online)) if draw is not None]
     index = torch.cat([draw[0] for _, draw in parts])
@@ -54,7 +53,7 @@ def merge_draws(offline: Draw | None, online: Draw | None) -> Draw:
     return index, info
 
 
-def split_draw(index: torch.Tensor, info: dict[str, Any]) -> list[tuple[bool, Draw]]:
+def split_draw(index: torch.Tensor, info: dict[str, Any]) -> list[tuple[bool, Rows]]:
     """Each part's ``(offline?, (index, info))`` in a mixed draw, offline first."""
     source = info[SOURCE_KEY]
     parts = []
@@ -140,21 +139,6 @@ def check_online_data(storage: Any, data: Any, *, batched: bool) -> TensorDictBa
                 f"{stored.dtype}."
             )
     return data
-
-
-def is_positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def check_fraction(value: Any, what: str) -> float:
-    """``value`` as a float in ``[0, 1]``; TypeError/ValueError naming ``what`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f"{what} must be a float in [0, 1], got {type(value).__name__} ({value!r})."
-        )
-    if not 0.0 <= float(value) <= 1.0:  # NaN fails too
-        raise ValueError(f"{what} must be a float in [0, 1], got {value!r}.")
-    return float(value)
 
 
 def as_tuple(key: str | tuple[str, ...]) -> tuple[str, ...]:

@@ -10,21 +10,24 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rbdata._mixture_parts import (
+from torch.utils.hooks import RemovableHandle
+
+from rbdata._validation import check_number, check_optional_int, transaction
+from rbdata.buffers._init_args import resolve_batch_size
+from rbdata.buffers._mixture import (
     SOURCE_KEY,
-    Draw,
-    check_fraction,
     check_online_data,
     concat,
-    is_positive_int,
     merge_draws,
     split_draw,
     tag,
     without_content,
 )
-from rbdata.buffers import INFO_KEYS, ReplayBuffer, TensorDictReplayBuffer
-from rbdata.buffers._helpers import _resolve_batch_size
-from rbdata.buffers._mutations import check_priority_update
+from rbdata.buffers._priority import check_priorities
+from rbdata.buffers._stats import _BufferStats
+from rbdata.buffers.protocol import INFO_KEYS, Draw, StatsSource
+from rbdata.buffers.replay import ReplayBuffer
+from rbdata.buffers.tensordict import TensorDictReplayBuffer
 from rbdata.samplers import Sampler
 from rbdata.storages import LazyTensorStorage, Storage, TensorStorage
 from rbdata.transforms import Compose, PolicyAgeFilter, Transform
@@ -142,16 +145,14 @@ class OfflineToOnlineReplayBuffer:
             raise ValueError(
                 f"give exactly one of online_storage and online_capacity, got {given}."
             )
-        if online_capacity is not None and not is_positive_int(online_capacity):
-            raise ValueError(f"online_capacity must be a positive int, got {online_capacity!r}.")
+        check_optional_int(online_capacity, "online_capacity", minimum=1)
         if online_storage is not None and not isinstance(online_storage, Storage):
             raise TypeError(
                 f"online_storage must be a Storage, got {type(online_storage).__name__}."
             )
         if not callable(offline_fraction):
-            offline_fraction = check_fraction(offline_fraction, "offline_fraction")
-        if batch_size is not None and not is_positive_int(batch_size):
-            raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}.")
+            offline_fraction = _check_fraction(offline_fraction, "offline_fraction")
+        check_optional_int(batch_size, "batch_size", minimum=1)
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(
                 f"generator must be a torch.Generator or None, got {type(generator).__name__}."
@@ -178,7 +179,7 @@ class OfflineToOnlineReplayBuffer:
         self._generator = generator
         self._batches_sampled = 0
         self._lock = threading.RLock()  # a ReplayDataset samples under it, then draws
-        self._stats_sources: list[Callable[[], dict[str, Any]]] = []
+        self._stats = _BufferStats()
 
     # ------------------------------------------------------------ parts
     @property
@@ -259,7 +260,15 @@ class OfflineToOnlineReplayBuffer:
             ValueError: without ``is_offline``, for one of another length, or for
                 a negative, NaN or infinite priority; nothing changes then.
         """
-        index, priority = check_priority_update(index, priority)
+        index = torch.as_tensor(index).reshape(-1)
+        priority = check_priorities(priority)
+        if priority.numel() == 1 and index.numel() != 1:
+            priority = priority.expand(index.numel())
+        if priority.numel() != index.numel():
+            raise ValueError(
+                f"priority has {priority.numel()} entries, expected one per index "
+                f"({index.numel()})."
+            )
         if is_offline is None:
             raise ValueError(
                 "update_priority needs is_offline=batch['is_offline']: a mixed batch's index "
@@ -272,13 +281,44 @@ class OfflineToOnlineReplayBuffer:
                 f"({index.numel()})."
             )
         generation = None if generation is None else torch.as_tensor(generation).reshape(-1)
-        for part, rows in ((self._offline, source), (self._online, ~source)):
-            if bool(rows.any()):
+        parts = [(p, rows) for p, rows in ((self._offline, source), (self._online, ~source))]
+        parts = [(p, rows) for p, rows in parts if p.prioritized and bool(rows.any())]
+        with transaction(*(p.sampler for p, _ in parts)):  # both parts, or neither
+            for part, rows in parts:
                 part.update_priority(
                     index[rows],
                     priority[rows],
                     generation=None if generation is None else generation[rows],
                 )
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether one of the parts is prioritized."""
+        return self._offline.prioritized or self._online.prioritized
+
+    @property
+    def lock(self) -> Any:
+        """The lock draws happen under (a ReplayDataset takes it to checkpoint consistently)."""
+        return self._lock
+
+    def update_batch_priority(self, batch: Any, priority: torch.Tensor) -> None:
+        """Apply new priorities to a mixed batch's rows, each in its own part."""
+        if not self.prioritized:
+            return
+        index = batch["index"]
+        priority = torch.as_tensor(priority).detach()
+        if priority.numel() == index.numel():
+            priority = priority.reshape(index.shape)
+        self.update_priority(
+            index,
+            priority,
+            generation=batch.get("index_generation", None),
+            is_offline=batch[SOURCE_KEY],
+        )
+
+    def publish_policy_version(self, version: int) -> None:
+        """Make ``version`` the live policy version of the online part's PolicyAgeFilters."""
+        self._online.publish_policy_version(version)
 
     def policy_age_filters(self) -> list[PolicyAgeFilter]:
         """The :class:`~rbdata.PolicyAgeFilter` instances of the online transform chain."""
@@ -341,15 +381,15 @@ class OfflineToOnlineReplayBuffer:
             ValueError: for a bad ``batch_size`` or a schedule value outside ``[0, 1]``.
             RuntimeError: if offline rows are due and the offline buffer is empty.
         """
-        index, info = self._sample_index(self._resolve_batch_size(batch_size))
-        batch = self._fetch(index, info)
+        draw = self.draw(resolve_batch_size(batch_size, self._batch_size))
+        batch = self.gather(draw)
         if return_info:
             info_keys = (*INFO_KEYS, SOURCE_KEY)
             return batch, {key: batch.get(key) for key in info_keys if key in batch.keys()}
         return batch
 
-    def _sample_index(self, batch_size: int) -> Draw:
-        """Draw one mixed batch: each part's indices and info, merged (see ``_mixture_parts``)."""
+    def draw(self, batch_size: int) -> Draw:
+        """Draw one mixed batch: each part's indices and info, merged (see ``_mixture``)."""
         with self._lock:
             fraction = self._fraction_at(self._batches_sampled)
             n_offline = batch_size if len(self._online) == 0 else round(fraction * batch_size)
@@ -357,35 +397,39 @@ class OfflineToOnlineReplayBuffer:
                 raise RuntimeError(
                     f"cannot sample {n_offline} offline rows: the offline buffer is empty."
                 )
-            offline = self._offline._sample_index(n_offline) if n_offline else None
-            n_online = batch_size - n_offline
-            online = self._online._sample_index(n_online) if n_online else None
+            offline = self._part_draw(self._offline, n_offline)
+            online = self._part_draw(self._online, batch_size - n_offline)
             self._batches_sampled += 1
-        return merge_draws(offline, online)
+        if offline is None and online is None:
+            return Draw.empty()
+        return Draw(*merge_draws(offline, online))
 
-    def _fetch(
-        self, index: torch.Tensor, info: dict[str, Any], *, keep_info: bool | None = None
-    ) -> TensorDictBase:
-        """Gather a mixed draw: each part gathers (and transforms) its own rows.
+    @staticmethod
+    def _part_draw(part: ReplayBuffer, n: int) -> tuple[torch.Tensor, dict[str, Any]] | None:
+        if not n:
+            return None
+        draw = part.draw(n)
+        return (draw.index, draw.info) if draw.index.numel() else None
 
-        Mixed batches always keep their info entries (``keep_info`` is accepted
-        for the buffer protocol and has no effect).
-        """
+    def gather(self, draw: Draw) -> Any:
+        """Gather a mixed draw: each part gathers (and transforms) its own rows."""
         batches = []
-        for offline, (rows, rows_info) in split_draw(index, info):
+        for offline, (rows, rows_info) in split_draw(draw.index, draw.info):
             part = self._offline if offline else self._online
-            batches.append(tag(part._fetch(rows, rows_info, keep_info=True), offline))
+            batches.append(tag(part.gather(Draw(rows, rows_info)), offline))
         return batches[0] if len(batches) == 1 else concat(*batches)
 
-    def _refilter(self, batch: TensorDictBase) -> TensorDictBase:
+    def refilter(self, batch: TensorDictBase) -> TensorDictBase:
         """Re-apply the online row filters to the online rows of a batch sampled ahead."""
+        if not self._online.transform.filters_rows:
+            return batch
         source = batch.get(SOURCE_KEY)
-        online = self._online._refilter(batch[~source])
+        online = self._online.refilter(batch[~source])
         return concat(batch[source], online) if bool(source.any()) else online
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         """Yield batches of ``batch_size`` rows forever."""
-        self._resolve_batch_size(None)
+        resolve_batch_size(None, self._batch_size)
         while True:
             yield self.sample()
 
@@ -393,13 +437,18 @@ class OfflineToOnlineReplayBuffer:
         """Wait until ``predicate()`` holds, woken by online writes, or ``timeout`` seconds pass."""
         return self._online.wait_for_data(predicate, timeout)
 
-    def _resolve_batch_size(self, batch_size: int | None) -> int:
-        return _resolve_batch_size(batch_size, self._batch_size)
+    def notify_waiters(self) -> None:
+        """Wake the threads inside :meth:`wait_for_data`."""
+        self._online.notify_waiters()
+
+    def register_stats_source(self, source: StatsSource) -> RemovableHandle:
+        """Merge ``source()``'s counters into :meth:`stats` until the handle is removed."""
+        return self._stats.register(source)
 
     def _fraction_at(self, step: int) -> float:
         if not callable(self._fraction):
             return self._fraction
-        return check_fraction(
+        return _check_fraction(
             self._fraction(step), f"offline_fraction schedule's value for batch {step}"
         )
 
@@ -421,30 +470,25 @@ class OfflineToOnlineReplayBuffer:
             "write_count": self._online.write_count,
         }
         out.update({f"online_{key}": value for key, value in self._online.stats().items()})
-        for source in list(self._stats_sources):  # a ReplayDataset's or rate limiter's counters
-            out.update(source())
+        out.update(self._stats.snapshot())  # a ReplayDataset's or rate limiter's counters
         return out
 
-    def _sampling_state(self) -> dict[str, Any]:
+    def sampling_state(self) -> dict[str, Any]:
         """What decides the next mixed draws: both parts' sampler and RNG, the schedule position."""
         return {
-            "offline": self._offline._sampling_state(),
-            "online": self._online._sampling_state(),
+            "offline": self._offline.sampling_state(),
+            "online": self._online.sampling_state(),
             "batches_sampled": self._batches_sampled,
         }
 
-    def _load_sampling_state(self, state: dict[str, Any]) -> None:
-        """Load :meth:`_sampling_state`'s output (absent entries: kept); unchanged on error."""
+    def load_sampling_state(self, state: dict[str, Any]) -> None:
+        """Load :meth:`sampling_state`'s output (absent entries: kept); unchanged on error."""
         count = state.get("batches_sampled", self._batches_sampled)
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ValueError(f"batches_sampled must be an int >= 0, got {count!r}.")
-        saved = self._offline._sampling_state()
-        self._offline._load_sampling_state(state.get("offline", {}))
-        try:
-            self._online._load_sampling_state(state.get("online", {}))
-        except BaseException:
-            self._offline._load_sampling_state(saved)
-            raise
+        with transaction(self._offline.sampler, self._online.sampler):
+            self._offline.load_sampling_state(state.get("offline", {}))
+            self._online.load_sampling_state(state.get("online", {}))
         self._batches_sampled = count
 
     def state_dict(self) -> dict[str, Any]:
@@ -469,16 +513,11 @@ class OfflineToOnlineReplayBuffer:
         count = state_dict.get("batches_sampled", self._batches_sampled)
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ValueError(f"state_dict['batches_sampled'] must be an int >= 0, got {count!r}.")
-        with self._lock:
-            before = without_content(self._offline.state_dict())
+        with self._lock, transaction(self._offline.sampler, self._offline.writer):
             if "offline" in state_dict:
                 self._offline.load_state_dict(without_content(state_dict["offline"]))
-            try:
-                if "online" in state_dict:
-                    self._online.load_state_dict(state_dict["online"])
-            except BaseException:
-                self._offline.load_state_dict(before)
-                raise
+            if "online" in state_dict:
+                self._online.load_state_dict(state_dict["online"])
             self._batches_sampled = count
 
     def dumps(self, path: str | os.PathLike) -> None:
@@ -497,7 +536,7 @@ class OfflineToOnlineReplayBuffer:
         self._online.empty(empty_write_count)
 
     # -------------------------------------------------------- lifecycle
-    def shutdown(self) -> None:
+    def shutdown(self, timeout: float | None = None) -> None:
         """Release both parts' background threads."""
         self._online.shutdown()
         self._offline.shutdown()
@@ -516,3 +555,8 @@ class OfflineToOnlineReplayBuffer:
             f"{type(self).__name__}(offline_size={len(self._offline)}, online_size="
             f"{len(self._online)}, offline_fraction={fraction}, batch_size={self._batch_size})"
         )
+
+
+def _check_fraction(value: Any, what: str) -> float:
+    """``value`` as a float in ``[0, 1]``; TypeError/ValueError naming ``what`` otherwise."""
+    return check_number(value, what, minimum=0.0, maximum=1.0)

@@ -1,0 +1,188 @@
+"""Argument checks shared by every rbdata component: one rule for each kind of mistake.
+
+The rule: a value of the wrong *type* raises ``TypeError``, a value of the
+right type but out of range raises ``ValueError``; both name the argument,
+say what was given and what was expected. Checks run before anything is
+changed; :func:`transaction` rolls stateful components back when a
+multi-step change fails half-way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import numbers
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import torch
+
+__all__ = [
+    "NestedKey",
+    "UnsupportedDataError",
+    "check_bool",
+    "check_int",
+    "check_number",
+    "check_optional_int",
+    "normalize_key",
+    "transaction",
+]
+
+#: A TensorDict key: a str for a top-level entry, a tuple of str for a nested one.
+NestedKey = str | tuple[str, ...]
+
+
+class UnsupportedDataError(TypeError, RuntimeError):
+    """Data of a kind a component cannot hold (e.g. a plain tensor given to a TensorDict writer).
+
+    A ``TypeError`` by rbdata's rule, and a ``RuntimeError`` as torchrl raises
+    in the same situations, so code written for either catches it.
+
+    Examples:
+        >>> issubclass(UnsupportedDataError, TypeError), issubclass(UnsupportedDataError, RuntimeError)
+        (True, True)
+    """
+
+
+def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
+    """``value`` if it is an int (not a bool) of at least ``minimum``.
+
+    Raises:
+        TypeError: if ``value`` is not an int (numpy and torch integer scalars count as ints).
+        ValueError: if it is below ``minimum``.
+
+    Examples:
+        >>> check_int(3, "batch_size", minimum=1)
+        3
+        >>> check_int(0, "batch_size", minimum=1)
+        Traceback (most recent call last):
+        ...
+        ValueError: batch_size must be >= 1, got 0.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if isinstance(value, torch.Tensor) and value.ndim == 0 and not value.is_floating_point():
+            value = int(value)
+        else:
+            raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r}).")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}.")
+    return value
+
+
+def check_optional_int(value: Any, name: str, *, minimum: int | None = None) -> int | None:
+    """:func:`check_int`, letting None through."""
+    return None if value is None else check_int(value, name, minimum=minimum)
+
+
+def check_number(
+    value: Any, name: str, *, minimum: float | None = None, maximum: float | None = None
+) -> float:
+    """``value`` as a float if it is a real number (not a bool) within ``[minimum, maximum]``.
+
+    Raises:
+        TypeError: if ``value`` is not a real number.
+        ValueError: if it is NaN or outside the bounds.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r}).")
+    value = float(value)
+    low = -float("inf") if minimum is None else minimum
+    high = float("inf") if maximum is None else maximum
+    if not low <= value <= high:
+        bounds = f"in [{low:g}, {high:g}]" if maximum is not None else f">= {low:g}"
+        raise ValueError(f"{name} must be {bounds}, got {value!r}.")
+    return value
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` if it is a bool.
+
+    Raises:
+        TypeError: otherwise.
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} ({value!r}).")
+    return value
+
+
+def normalize_key(key: Any, name: str = "key", *, dotted: bool = True) -> NestedKey:
+    """``key`` as a str (top-level entry) or a tuple of two or more str (nested entry).
+
+    Args:
+        key: a str or a non-empty tuple of str (a 1-tuple means its only element).
+        name: the argument name used in error messages.
+        dotted: whether a str may contain dots (where the reference documents
+            refuse dotted strings, e.g. ``version_key``, pass False).
+
+    Raises:
+        TypeError: if ``key`` is neither a str nor a non-empty tuple of str.
+        ValueError: if ``key`` is a dotted str and ``dotted`` is False.
+
+    Examples:
+        >>> normalize_key(("next", "reward")), normalize_key(("obs",))
+        (('next', 'reward'), 'obs')
+    """
+    if isinstance(key, str):
+        if not dotted and "." in key:
+            raise ValueError(
+                f"{name}={key!r} is a dotted string; pass nested keys as tuples, e.g. "
+                f"{tuple(key.split('.'))!r}."
+            )
+        return key
+    if isinstance(key, tuple) and key and all(isinstance(k, str) for k in key):
+        return key[0] if len(key) == 1 else key
+    raise TypeError(f"{name} must be a str or a non-empty tuple of str, got {key!r}.")
+
+
+class _Stateful(Protocol):
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
+def _snapshot(component: _Stateful) -> dict[str, Any]:
+    """A state of ``component`` that later changes to the component cannot alter."""
+    state = component.state_dict()
+    return copy.deepcopy(state) if _aliases_tensors(state) else state
+
+
+def _aliases_tensors(state: Any) -> bool:
+    if isinstance(state, torch.Tensor):
+        return True
+    if isinstance(state, dict):
+        return any(_aliases_tensors(v) for v in state.values())
+    if isinstance(state, list | tuple):
+        return any(_aliases_tensors(v) for v in state)
+    return False
+
+
+@contextlib.contextmanager
+def transaction(*components: _Stateful) -> Iterator[None]:
+    """Validate, apply, roll back on error: restore ``components`` if the block raises.
+
+    The state of each component is copied on entry (tensors cloned, so that
+    the copy never aliases live state); if the block raises, every component
+    gets its copy back and the exception propagates.
+
+    Examples:
+        >>> import torch
+        >>> from rbdata import RandomSampler
+        >>> sampler = RandomSampler()
+        >>> sampler.set_consume_after_n(2)
+        >>> try:
+        ...     with transaction(sampler):
+        ...         sampler.set_consume_after_n(None)
+        ...         raise ValueError("bad input")
+        ... except ValueError:
+        ...     pass
+        >>> sampler.consume_after_n
+        2
+    """
+    saved = [_snapshot(component) for component in components]
+    try:
+        yield
+    except BaseException:  # also KeyboardInterrupt: never leave a half-applied change behind
+        for component, state in zip(components, saved, strict=True):
+            component.load_state_dict(state)
+        raise

@@ -1,0 +1,62 @@
+"""The read path of a buffer: what turns rows read from the storage into a sampled batch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from torch.utils._pytree import tree_map
+
+from rbdata.transforms import Compose
+
+
+def finish_batch(
+    data: Any,
+    index: torch.Tensor,
+    info: Mapping[str, Any],
+    *,
+    collate_fn: Callable[[Any], Any],
+    transform: Compose,
+    keep_info: bool,
+    pin: bool,
+) -> Any:
+    """Collate ``data`` (the rows of ``index``, flat), shape it like ``index``, run transforms.
+
+    Args:
+        data: what ``storage.get(index.reshape(-1))`` returned.
+        index: the drawn rows (any shape: a ``[B, T]`` index gives a ``[B, T]`` batch).
+        info: per-row tensors of the draw.
+        collate_fn: merges what the storage returned (identity for tensor storages).
+        transform: the sample-path transforms.
+        keep_info: leave the info entries in a TensorDict batch (TensorDict buffers).
+        pin: pin the batch's memory.
+
+    Returns:
+        The batch handed to the user.
+    """
+    data = collate_fn(data)
+    if index.ndim > 1 and isinstance(data, torch.Tensor | TensorDictBase):
+        data = data.reshape(*index.shape, *data.shape[1:]) if isinstance(data, torch.Tensor) else (
+            data.reshape(*index.shape)
+        )
+    # Row filters drop rows: the info entries travel inside the batch so they stay aligned.
+    if isinstance(data, TensorDictBase) and (keep_info or transform.filters_rows):
+        for key, value in info.items():
+            if isinstance(value, torch.Tensor) and value.shape[: index.ndim] == index.shape:
+                data.set(key, value)
+        if len(transform):
+            data = transform(data)
+        if not keep_info:
+            data = data.exclude(*[key for key in info if key in data.keys()])
+    elif len(transform):
+        data = transform(data)
+    if pin:
+        data = data.pin_memory() if hasattr(data, "pin_memory") else tree_map(_pin, data)
+    return data
+
+
+def _pin(value: Any) -> Any:
+    return value.pin_memory() if isinstance(value, torch.Tensor) else value
+

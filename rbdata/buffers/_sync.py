@@ -1,0 +1,72 @@
+"""The lock and condition of a buffer: writes, draws and waits for data synchronize here."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch.multiprocessing as mp
+
+
+class _BufferSync:
+    """A reentrant lock and a condition on it, process-safe once :meth:`share` is called.
+
+    Writers hold the lock and call :meth:`notify` after a write; readers that
+    wait for data sleep in :meth:`wait_for` (never busy-loop). Pickling a
+    thread-local instance gives a fresh lock (a lock cannot cross processes);
+    a shared one pickles its multiprocessing lock, so parent and children
+    keep excluding each other.
+
+    Examples:
+        >>> sync = _BufferSync()
+        >>> with sync.lock:
+        ...     sync.notify()
+        >>> sync.wait_for(lambda: True, timeout=0.0)
+        True
+    """
+
+    def __init__(self) -> None:
+        self._shared = False
+        self.lock: Any = threading.RLock()
+        self.cond: Any = threading.Condition(self.lock)
+
+    @property
+    def shared(self) -> bool:
+        """Whether the lock is a multiprocessing lock (see :meth:`share`)."""
+        return self._shared
+
+    def share(self) -> None:
+        """Switch to a lock and condition that ``torch.multiprocessing`` children share."""
+        lock = mp.RLock()
+        self.lock, self.cond, self._shared = lock, mp.Condition(lock), True
+
+    def renew(self) -> None:
+        """Give this copy a fresh thread lock (a forked child's private copy of a buffer).
+
+        A child forked while another thread of the parent held the lock would
+        inherit it locked forever; its copy of an unshared buffer is private,
+        so a fresh lock is correct. Shared locks are kept.
+        """
+        if not self._shared:
+            self.__init__()  # type: ignore[misc]
+
+    def notify(self) -> None:
+        """Wake every thread inside :meth:`wait_for` (takes the lock)."""
+        with self.cond:
+            self.cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
+        """Sleep until ``predicate()`` holds (checked at every notify) or ``timeout`` passes."""
+        with self.cond:
+            return bool(self.cond.wait_for(predicate, timeout))
+
+    def __getstate__(self) -> dict[str, Any]:
+        if not self._shared:
+            return {"shared": False}
+        return {"shared": True, "lock": self.lock, "cond": self.cond}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
+        if state["shared"]:
+            self.lock, self.cond, self._shared = state["lock"], state["cond"], True

@@ -1,0 +1,263 @@
+"""The Writer base class: which storage slots new data goes to, and slot generations."""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from torch.utils._pytree import tree_leaves
+
+from rbdata._validation import check_bool
+from rbdata.storages import Storage
+
+__all__ = ["Writer", "batch_len"]
+
+_STATE_FILE = "writer.json"
+_GENERATIONS_FILE = "generations.pt"
+
+
+def batch_len(data: Any) -> int:
+    """Items in a batch (its leading dim).
+
+    Raises:
+        ValueError: if ``data`` has no leading dimension.
+    """
+    if isinstance(data, list):
+        return len(data)
+    if isinstance(data, torch.Tensor | TensorDictBase):
+        shape = data.shape
+    else:
+        leaves = tree_leaves(data)
+        if not leaves:
+            raise ValueError(
+                f"extend got {type(data).__name__} data holding no tensor: nothing to write."
+            )
+        shape = torch.as_tensor(leaves[0]).shape
+    if not shape:
+        raise ValueError(
+            f"extend needs data with a leading batch dim (one entry per item), got shape "
+            f"{list(shape)}; use add() for a single item."
+        )
+    return int(shape[0])
+
+
+class Writer(abc.ABC):
+    """Base class of writers: the write cursor, the write count and slot generations.
+
+    The base class owns the public ``add``/``extend`` (counting writes and
+    stamping generations); a subclass picks the slots and writes the data in
+    two hooks, ``_write_one(data) -> slot`` and ``_write_batch(data) -> slots``
+    (``-1`` for an item it drops).
+
+    With ``track_generations=True`` every slot carries a generation stamp: -1
+    before its first write, then 0, 1, ... one more per write (emptying the
+    buffer advances every written slot too). A handle ``(index, generation)``
+    captured at sampling time therefore tells whether the slot still holds
+    the same item (:meth:`generations_of`).
+
+    Args:
+        compilable: keep the counters as plain Python ints (always the case in
+            rbdata; accepted as torchrl's argument).
+
+    Keyword Args:
+        track_generations: keep a per-slot generation stamp.
+
+    Examples:
+        >>> import torch
+        >>> from rbdata import LazyTensorStorage, RoundRobinWriter
+        >>> writer = RoundRobinWriter(track_generations=True)
+        >>> writer.register_storage(LazyTensorStorage(3))
+        >>> writer.extend(torch.arange(4)).tolist(), writer.write_count
+        ([0, 1, 2, 0], 4)
+        >>> writer.generations_of(torch.arange(3)).tolist()
+        [1, 0, 0]
+    """
+
+    #: whether ``extend`` may drop items (their returned index is -1)
+    drops_items: bool = False
+
+    def __init__(self, compilable: bool = False, *, track_generations: bool = False) -> None:
+        self._compilable = check_bool(compilable, "compilable")
+        self._track_generations = check_bool(track_generations, "track_generations")
+        self._storage: Storage | None = None
+        # [cursor, write_count]: a list, or a shared int64 tensor after share_memory_().
+        self._counters: list[int] | torch.Tensor = [0, 0]
+        self._generation: torch.Tensor | None = None
+
+    # ------------------------------------------------------------ counters
+    @property
+    def _cursor(self) -> int:
+        return int(self._counters[0])
+
+    @_cursor.setter
+    def _cursor(self, value: int) -> None:
+        self._counters[0] = value
+
+    @property
+    def _write_count(self) -> int:
+        return int(self._counters[1])
+
+    @_write_count.setter
+    def _write_count(self, value: int) -> None:
+        self._counters[1] = value
+
+    @property
+    def write_count(self) -> int:
+        """Total number of items written through ``add`` and ``extend``."""
+        return self._write_count
+
+    @property
+    def tracks_generations(self) -> bool:
+        """Whether the writer stamps slots with generations (``track_generations=True``)."""
+        return self._track_generations
+
+    # ------------------------------------------------------------ storage
+    def register_storage(self, storage: Storage) -> None:
+        """Attach the storage this writer writes into."""
+        self._storage = storage
+        if self._track_generations and (
+            self._generation is None or self._generation.numel() != self._capacity()
+        ):
+            self._generation = torch.full((self._capacity(),), -1, dtype=torch.long)
+
+    @property
+    def storage(self) -> Storage:
+        """The storage registered with :meth:`register_storage`."""
+        if self._storage is None:
+            raise RuntimeError(f"{type(self).__name__} has no storage: call register_storage first.")
+        return self._storage
+
+    def _capacity(self) -> int:
+        """Slots along the storage's first dim (items, for multi-dim storages)."""
+        storage = self.storage
+        return int(getattr(storage, "_max_size_along_dim0", storage.max_size))
+
+    def share_memory_(self) -> Writer:
+        """Move the cursor, counters and generations to shared memory (for child processes)."""
+        self._counters = torch.tensor([int(c) for c in self._counters]).share_memory_()
+        if self._generation is not None:
+            self._generation.share_memory_()
+        return self
+
+    # ------------------------------------------------------------ generations
+    def generations_of(self, index: int | torch.Tensor) -> torch.Tensor:
+        """The generation stamp of each slot of ``index`` (-1: never written or untracked).
+
+        Args:
+            index: an int or an integer tensor of slots (any shape).
+
+        Returns:
+            int64 stamps shaped like ``index``.
+        """
+        index = torch.as_tensor(index, dtype=torch.long)
+        generation = self._generation
+        if generation is None or not generation.numel():
+            return torch.full(index.shape, -1, dtype=torch.long)
+        n = generation.numel()
+        stamps = generation[index.clamp(0, n - 1)]
+        return torch.where((index >= 0) & (index < n), stamps, torch.full_like(stamps, -1))
+
+    def _stamp(self, index: torch.Tensor | int) -> None:
+        generation = self._generation
+        if generation is None:
+            return
+        if isinstance(index, torch.Tensor):  # repeated slots count once per write
+            generation.index_add_(0, index, torch.ones_like(index))
+        else:
+            generation[index] += 1
+
+    # ------------------------------------------------------------ writing
+    def add(self, data: Any) -> int:
+        """Write one item; return its slot (-1 if the writer dropped it)."""
+        index = self._write_one(data)
+        if index >= 0:
+            self._stamp(index)
+            self._write_count += 1
+        return index
+
+    def extend(self, data: Any) -> torch.Tensor:
+        """Write a batch of items; return their slots in data order (-1 for dropped items)."""
+        index = self._write_batch(data)
+        written = index[index >= 0] if self.drops_items else index
+        if written.numel():
+            self._stamp(written)
+            self._write_count += int(written.numel())
+        return index
+
+    @abc.abstractmethod
+    def _write_one(self, data: Any) -> int:
+        """Pick the slot of one item and write it there; return the slot (or -1)."""
+
+    @abc.abstractmethod
+    def _write_batch(self, data: Any) -> torch.Tensor:
+        """Pick the slots of a batch and write it; return the slots (-1: dropped)."""
+
+    def _empty(self, empty_write_count: bool = True) -> None:
+        """Forget the written data: cursor to 0, stamps of written slots advanced."""
+        self._cursor = 0
+        if self._generation is not None:
+            written = self._generation >= 0
+            self._generation[written] += 1
+        if empty_write_count:
+            self._write_count = 0
+
+    # ------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """The cursor, the write count and (when tracked) a copy of the generations."""
+        state: dict[str, Any] = {"_cursor": self._cursor, "_write_count": self._write_count}
+        if self._generation is not None:
+            state["_generation"] = self._generation.clone()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output; missing entries are kept.
+
+        Raises:
+            ValueError: if the saved generations do not have one stamp per slot
+                (nothing is changed then).
+        """
+        generation = state_dict.get("_generation")
+        if generation is not None and self._generation is not None:
+            if generation.shape != self._generation.shape:
+                raise ValueError(
+                    f"writer generations have shape {tuple(generation.shape)}, expected "
+                    f"{tuple(self._generation.shape)} (one per storage slot)."
+                )
+        self._cursor = int(state_dict.get("_cursor", self._cursor))
+        self._write_count = int(state_dict.get("_write_count", self._write_count))
+        if generation is not None:
+            if self._generation is None:
+                self._generation = generation.clone()
+            else:
+                self._generation.copy_(generation)
+
+    def dumps(self, path: str | os.PathLike[str]) -> None:
+        """Save the writer's state in the directory ``path`` (JSON plus a tensor file)."""
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        state = self.state_dict()
+        generation = state.pop("_generation", None)
+        if generation is not None:
+            torch.save(generation, folder / _GENERATIONS_FILE)
+        (folder / _STATE_FILE).write_text(json.dumps(_plain(state)))
+
+    def loads(self, path: str | os.PathLike[str]) -> None:
+        """Load a state saved with :meth:`dumps` (tensors read with ``weights_only=True``)."""
+        folder = Path(path)
+        state = json.loads((folder / _STATE_FILE).read_text())
+        if (folder / _GENERATIONS_FILE).is_file():
+            state["_generation"] = torch.load(folder / _GENERATIONS_FILE, weights_only=True)
+        self.load_state_dict(state)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(cursor={self._cursor}, write_count={self._write_count})"
+
+
+def _plain(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with tensors turned into lists (JSON-able)."""
+    return {k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in state.items()}

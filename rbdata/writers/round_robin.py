@@ -1,0 +1,95 @@
+"""RoundRobinWriter: items written one after the other, wrapping around at the end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from rbdata.writers._base import Writer, batch_len
+
+__all__ = ["RoundRobinWriter", "TensorDictRoundRobinWriter"]
+
+
+class RoundRobinWriter(Writer):
+    """Writes items at the cursor, one after the other, wrapping around at the storage's end.
+
+    Args:
+        compilable: accepted as torchrl's argument (see :class:`Writer`).
+
+    Keyword Args:
+        track_generations: keep a per-slot generation stamp (see :class:`Writer`).
+
+    Examples:
+        >>> import torch
+        >>> from rbdata import LazyTensorStorage, ReplayBuffer, RoundRobinWriter
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(4),
+        ...                   writer=RoundRobinWriter(track_generations=True))
+        >>> rb.extend(torch.arange(6)).tolist()
+        [0, 1, 2, 3, 0, 1]
+        >>> rb.writer.generations_of(torch.arange(4)).tolist()
+        [1, 1, 0, 0]
+    """
+
+    @property
+    def cursor(self) -> int:
+        """Slot the next item goes to."""
+        return self._cursor
+
+    def _write_one(self, data: Any) -> int:
+        index = self._cursor
+        self.storage.set(index, data)
+        self._cursor = (index + 1) % self._capacity()
+        return index
+
+    def _write_batch(self, data: Any) -> torch.Tensor:
+        storage = self.storage
+        kind = type(data)
+        n = data.shape[0] if (kind is TensorDict or kind is torch.Tensor) and data.shape else (
+            batch_len(data)
+        )
+        if n > 1 and storage.ndim > 1 and not storage.initialized:
+            # A multi-dim lazy storage learns its item capacity from its first item.
+            return torch.cat([self._write_batch(data[:1]), self._write_batch(data[1:])])
+        capacity = self._capacity()
+        start = self._cursor
+        index = torch.arange(start, start + n)
+        if start + n > capacity:
+            index %= capacity
+        if n == 0:
+            return index
+        skip = n - capacity if n > capacity else 0  # only the last `capacity` items survive
+        if skip:
+            data = data[skip:]
+        first_slot = (start + skip) % capacity
+        stop = first_slot + n - skip
+        # Slice writes (two at the wrap point): fast copies, and compile-friendly.
+        if stop <= capacity:
+            storage.set(slice(first_slot, stop), data)
+        else:
+            cut = capacity - first_slot
+            tail = data[cut:]
+            if storage._reads_own_memory(tail):  # the first write would change it
+                tail = tail.clone()
+            storage.set(slice(first_slot, capacity), data[:cut])
+            storage.set(slice(0, stop - capacity), tail)
+        self._cursor = (start + n) % capacity
+        return index
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(cursor={self._cursor}, write_count={self._write_count})"
+
+
+class TensorDictRoundRobinWriter(RoundRobinWriter):
+    """Round-robin writer for TensorDict data (same behaviour as :class:`RoundRobinWriter`).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rbdata import LazyTensorStorage, TensorDictReplayBuffer, TensorDictRoundRobinWriter
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10),
+        ...     writer=TensorDictRoundRobinWriter(track_generations=True), batch_size=4)
+        >>> rb.extend(TensorDict({"obs": torch.zeros(10, 3)}, batch_size=[10])).shape
+        torch.Size([10])
+    """
