@@ -36,7 +36,13 @@ __all__ = ["ReplayBuffer"]
 _TRANSIENT = ("_iterator", "_prefetcher")
 # the constructor arguments that choose the backend, not the buffer a Ray actor hosts
 _SERVICE_ARGS = frozenset(
-    "service_backend service_backend_options use_ray_service transport transport_options".split()
+    {
+        "service_backend",
+        "service_backend_options",
+        "use_ray_service",
+        "transport",
+        "transport_options",
+    }
 )
 
 
