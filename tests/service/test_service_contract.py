@@ -40,6 +40,7 @@ def transitions(n: int, start: int = 0) -> TensorDict:
         {
             "obs": torch.arange(start, start + n, dtype=torch.float32).unsqueeze(-1).expand(n, 3),
             "next": {"reward": torch.ones(n, 1)},
+            "episode": torch.arange(start, start + n) // 3,
         },
         batch_size=[n],
     )
@@ -52,15 +53,6 @@ def ray_buffer(cls: type = TensorDictReplayBuffer, **kwargs: Any) -> Any:
 
 def shm_files() -> set[str]:
     return {p.name for p in SHM_DIR.glob("rbdata-*")} if SHM_DIR.is_dir() else set()
-
-
-@pytest.fixture(scope="module")
-def td_rb(ray_cluster: Any) -> Any:
-    """One TensorDict buffer with generations, shared by the read-mostly tests."""
-    rb = ray_buffer(writer=TensorDictRoundRobinWriter(track_generations=True), batch_size=4)
-    rb.extend(transitions(10))
-    yield rb
-    rb.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +71,12 @@ def shared_rb(ray_cluster: Any) -> Any:
 def empty_rb(shared_rb: Any) -> Any:
     shared_rb.empty()
     return shared_rb
+
+
+@pytest.fixture
+def td_rb(empty_rb: Any) -> Any:
+    empty_rb.extend(transitions(10))
+    return empty_rb
 
 
 # ---------------------------------------------------------------- construction
@@ -114,7 +112,7 @@ def test_a_failing_constructor_raises_its_own_error_and_leaves_no_actor(ray_clus
 
 
 # ------------------------------------------------------------------ the methods
-def test_writes_reads_and_counters_go_through_the_actor(ray_cluster: Any) -> None:
+def test_writes_reads_counters_and_the_lifecycle_through_the_actor(ray_cluster: Any) -> None:
     with pytest.warns(FutureWarning, match="use_ray_service"):  # the deprecated spelling
         rb = ReplayBuffer(
             storage=ListStorage(100), batch_size=3, use_ray_service=True,
@@ -131,8 +129,23 @@ def test_writes_reads_and_counters_go_through_the_actor(ray_cluster: Any) -> Non
         assert stats["size"] == 4 and stats["write_count"] == 4 and stats["capacity"] == 100
         rb.empty()
         assert len(rb) == 0 and rb.write_count == 0
+        client = rb.client()
+        client.add("x")
+        # the actor dies: its clients raise a clear error, the buffer reports it
+        ray.kill(ray.get_actor(client._address.actor_name, namespace="rbdata"))
+        with pytest.raises(ServiceUnavailableError, match="no longer alive"):
+            client.sample(1)
+        assert not rb.is_alive
     finally:
         rb.shutdown()
+    rb.shutdown(timeout=1.0)  # idempotent
+    assert ray.is_initialized()  # the user started Ray: it keeps running
+    with pytest.raises(ServiceUnavailableError, match="was shut down"):
+        pickle.loads(pickle.dumps(client)).add("y")
+    with pytest.raises(RuntimeError, match="cannot be restarted"):
+        rb.start()
+    with pytest.raises(RuntimeError, match="cannot be restarted"):
+        rb.client()
 
 
 def test_sample_with_info_indexing_and_setitem(td_rb: Any) -> None:
@@ -178,9 +191,7 @@ def test_priorities_update_through_the_actor(ray_cluster: Any) -> None:
 
 def test_set_update_and_query_run_in_the_actor(empty_rb: Any) -> None:
     rb = empty_rb
-    data = transitions(6)
-    data["episode"] = torch.tensor([0, 0, 0, 1, 1, 1])
-    rb.extend(data)
+    rb.extend(transitions(6))  # episodes 0 and 1, of 3 steps each
     assert rb.set_at_("obs", torch.zeros(2, 3), torch.tensor([0, 1])) is rb
     assert rb[0]["obs"].sum() == 0
     trajectories = rb.query(rbdata.traj.length >= 3, trajectory_key="episode")
@@ -218,6 +229,7 @@ def test_actor_exceptions_keep_their_type_and_message(td_rb: Any) -> None:
         td_rb.update_tensordict_priority(td_rb.sample())
     try:
         td_rb.extend(TensorDict({"obs": torch.zeros(2, 5)}, [2]))
+        raise AssertionError("a mismatching extend must raise")
     except Exception as err:  # noqa: BLE001 - compared with the in-process error below
         remote = err
     local = TensorDictReplayBuffer(storage=LazyTensorStorage(1000))
@@ -228,27 +240,6 @@ def test_actor_exceptions_keep_their_type_and_message(td_rb: Any) -> None:
 
 
 # ------------------------------------------------------------------- lifecycle
-def test_a_dead_actor_and_shutdown_give_clear_errors_and_leave_ray_running(
-    ray_cluster: Any,
-) -> None:
-    rb = ray_buffer(storage=LazyTensorStorage(10))
-    client = rb.client()
-    client.extend(transitions(1))
-    ray.kill(ray.get_actor(client._address.actor_name, namespace="rbdata"))
-    with pytest.raises(ServiceUnavailableError, match="no longer alive"):
-        client.sample(1)
-    assert not rb.is_alive
-    rb.shutdown()
-    rb.shutdown(timeout=1.0)  # idempotent
-    assert ray.is_initialized()  # the user started Ray: it keeps running
-    with pytest.raises(ServiceUnavailableError, match="was shut down"):
-        pickle.loads(pickle.dumps(client)).extend(transitions(1))
-    with pytest.raises(RuntimeError, match="cannot be restarted"):
-        rb.start()
-    with pytest.raises(RuntimeError, match="cannot be restarted"):
-        rb.client()
-
-
 def test_the_client_has_no_lifecycle_methods(td_rb: Any) -> None:
     client = td_rb.client()
     for name in ("start", "shutdown", "close", "client"):
@@ -266,8 +257,13 @@ def test_as_remote_builds_a_ray_class_of_the_buffer(ray_cluster: Any) -> None:
 # ---------------------------------------------------------------- other processes
 def test_items_extended_from_two_ray_tasks_all_arrive(empty_rb: Any) -> None:
     def extend_from_task(client: Any, start: int) -> int:
+        import torch
+        from tensordict import TensorDict
+
         for i in range(10):
-            client.extend(transitions(5, start=start + 5 * i))
+            obs = torch.arange(start + 5 * i, start + 5 * i + 5.0).unsqueeze(-1).expand(5, 3)
+            reward, episode = torch.ones(5, 1), torch.zeros(5, dtype=torch.long)
+            client.extend(TensorDict({"obs": obs, "next": {"reward": reward}, "episode": episode}, [5]))
         return len(client)
 
     task = ray.remote(num_cpus=0)(extend_from_task)
@@ -286,7 +282,8 @@ def test_a_second_driver_process_uses_a_pickled_client(td_rb: Any, tmp_path: Pat
         "import pickle, sys, torch\n"
         "from tensordict import TensorDict\n"
         "client = pickle.loads(open(sys.argv[1], 'rb').read())\n"
-        "client.extend(TensorDict({'obs': torch.zeros(3, 3), 'next': {'reward': torch.ones(3, 1)}}, [3]))\n"
+        "client.extend(TensorDict({'obs': torch.zeros(3, 3), 'next': {'reward': torch.ones(3, 1)},"
+        " 'episode': torch.zeros(3, dtype=torch.long)}, [3]))\n"
         "print(len(client), client.sample(2)['obs'].shape[0])\n"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(rbdata.__file__).parents[1])}
