@@ -27,7 +27,7 @@ import contextlib
 import threading
 import time
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -111,8 +111,9 @@ class RayBufferClient(_ForwardedMethods):
         self._draws: deque[Any] = deque()  # draw() requests in flight
         self._draw_size: int | None = None
         self._ahead: deque[tuple[Draw, Any]] = deque()  # drawn in the actor, not handed out
-        self._gathered: dict[int, tuple[Draw, Any]] = {}  # id(draw) -> (draw, its batch)
-        self._stats_sources: dict[int, StatsSource] = {}
+        # id(draw.index) -> (draw.index, its batch): the loader may wrap the index in a new Draw
+        self._gathered: dict[int, tuple[torch.Tensor, Any]] = {}
+        self._stats_sources: OrderedDict[int, StatsSource] = OrderedDict()  # weakref-able
         self._wakes = 0
         self._cache: dict[str, Any] = {}
 
@@ -296,7 +297,7 @@ class RayBufferClient(_ForwardedMethods):
 
     def _keep_gathered(self, draw: Draw, batch: Any) -> None:
         """Hold ``draw``'s batch for :meth:`gather` (a bounded number: the oldest go first)."""
-        self._gathered[id(draw)] = (draw, batch)
+        self._gathered[id(draw.index)] = (draw.index, batch)
         while len(self._gathered) > 2 * self._prefetch + _HELD_DRAWS:
             del self._gathered[next(iter(self._gathered))]
 
@@ -309,8 +310,8 @@ class RayBufferClient(_ForwardedMethods):
 
     def gather(self, draw: Draw) -> Any:
         """The batch of ``draw``: already received with it, else gathered by the actor now."""
-        held = self._gathered.pop(id(draw), None)
-        if held is not None and held[0] is draw:
+        held = self._gathered.pop(id(draw.index), None)
+        if held is not None and held[0] is draw.index:
             return held[1]
         ref = self._actor().gather.remote(draw.index, dict(draw.info), self._ring_path())
         return self._receive(ref, "gather")

@@ -313,30 +313,40 @@ def dict_node(batch_size: tuple[int, ...], entries: dict[Any, Any]) -> Any:
 
 def decode(payload: Payload) -> Any:
     """Rebuild the value of ``payload``; its tensors view the payload's buffers (no copy)."""
-    bases = [_from_numpy(b) for b in payload.buffers]
-    return _build(payload.tree, bases)
+    if any(not b.flags.writeable for b in payload.buffers):
+        # Arrays read out of Ray's object store are flagged read-only, though the memory
+        # is the caller's alone: torch warns (once per process) about the flag.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return _build(payload.tree, payload.buffers)
+    return _build(payload.tree, payload.buffers)
 
 
 def unpack(packed: Packed, memory: torch.Tensor) -> Any:
     """Rebuild the value :func:`pack_into` wrote into ``memory``; its tensors view ``memory``."""
-    bases = [memory[o : o + n] for o, n in zip(packed.offsets, packed.sizes, strict=True)]
+    whole = memory.numpy()
+    bases = [whole[o : o + n] for o, n in zip(packed.offsets, packed.sizes, strict=True)]
     return _build(packed.tree, bases)
 
 
-def _from_numpy(array: np.ndarray) -> torch.Tensor:
-    if array.flags.writeable:
-        return torch.from_numpy(array)
-    # Arrays read out of Ray's object store are flagged read-only, though the memory is
-    # the caller's alone: torch warns once per process about that flag; the view is safe.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(array)
+def _leaf_view(base: np.ndarray, leaf: _Leaf) -> torch.Tensor:
+    """The tensor ``leaf`` of ``base``, in a storage of its own that starts at its first byte.
+
+    (A storage offset is never left for the consumer: some torch functions ignore it,
+    ``Generator.set_state`` for one.)
+    """
+    size = torch.empty((), dtype=leaf.dtype).element_size()
+    if 0 in leaf.shape:
+        return torch.empty(leaf.shape, dtype=leaf.dtype)
+    span = 1 + sum((n - 1) * st for n, st in zip(leaf.shape, leaf.stride, strict=True))
+    flat = torch.frombuffer(base, dtype=torch.uint8, count=span * size, offset=leaf.offset)
+    return flat.view(leaf.dtype).as_strided(leaf.shape, leaf.stride)
 
 
-def _build(tree: Any, bases: list[torch.Tensor]) -> Any:
+def _build(tree: Any, bases: list[np.ndarray]) -> Any:
     kind = type(tree)
     if kind is _Leaf:
-        return _view(bases[tree.buffer], tree.offset, tree.dtype, tree.shape, tree.stride)
+        return _leaf_view(bases[tree.buffer], tree)
     if kind is _Dict:
         entries = {k: _build(v, bases) for k, v in tree.entries.items()}
         return TensorDict(entries, batch_size=tree.batch_size)

@@ -86,8 +86,8 @@ class DistributedBufferClient(RayBufferClient):
 
     def gather(self, draw: Draw) -> Any:
         """The batch of ``draw`` (received with it, else gathered now)."""
-        held = self._gathered.pop(id(draw), None)
-        if held is not None and held[0] is draw:
+        held = self._gathered.pop(id(draw.index), None)
+        if held is not None and held[0] is draw.index:
             return held[1]
         return self._call("gather", draw.index, dict(draw.info))
 

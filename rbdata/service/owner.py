@@ -148,7 +148,7 @@ class BufferOwner:
             return self._reply(self._draw_and_gather(batch_size), ring)
         sources, slot_ring, slot = direct
         try:
-            draw = buffer.draw(batch_size)
+            draw = buffer.draw(batch_size)  # direct_sources() saw a non-empty storage
             filled = None
             if len(draw):
                 memory = slot_ring.memory(slot)
@@ -164,7 +164,7 @@ class BufferOwner:
         return InSlot(slot, Packed(tree, [0], [filled.nbytes]))
 
     def _draw_and_gather(self, batch_size: int) -> tuple[Any, ...]:
-        draw = self._buffer.draw(batch_size)
+        draw = self._buffer.draw(batch_size) if len(self._buffer) else Draw.empty()
         batch = self._buffer.gather(draw) if len(draw) else None
         return draw.index, draw.info, draw.ends_pass, batch
 
