@@ -114,3 +114,23 @@ def test_two_ddp_ranks_share_one_buffer_fed_by_a_collector(
     checkpoints = list(tmp_path.rglob("*.ckpt"))
     dumps = [p for p in tmp_path.rglob("*.buffer-*") if p.is_dir()]
     assert len(checkpoints) == 1 and len(dumps) == 1
+
+
+def test_the_ray_collectors_example_runs(ray_cluster: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("gymnasium", reason="the example needs the 'examples' extra")
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "ray_collectors.py"
+    spec = importlib.util.spec_from_file_location("_example_ray_collectors", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    threads = torch.get_num_threads()
+    try:
+        stats = example.main(["--collectors", "1", "--steps", "20", "--learning-starts", "64"])
+    finally:
+        torch.set_num_threads(threads)
+    assert stats["collector_frames_per_s"] > 0 and stats["learner_steps_per_s"] > 0
+    assert stats["policy_version"] == 20 and stats["buffer_size"] >= 64
+    assert "frames/s written" in capsys.readouterr().out
+    assert ray_cluster.is_initialized()  # the example leaves the caller's Ray running
