@@ -33,6 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import Limit, fill, pixel_transitions, timeit, timeit_pair, transitions  # noqa: E402
+from bench_compressed import row_compressed  # noqa: E402
 
 Row = dict[str, object]
 
@@ -197,6 +198,7 @@ ROWS: dict[str, Callable[[ModuleType], Row]] = {
     "extend": row_extend,
     "sample": row_sample,
     "pixels": row_pixels,
+    "compressed": row_compressed,
     "memmap": row_memmap,
     "consume": row_consume,
     "per": row_per,
@@ -285,6 +287,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         if "sec_per_batch" in row:
             print(f"{'':<10}{'':>9}  ({row['sec_per_batch'] * 1e3:.3f} ms per batch)")
+        if "note" in row:
+            print(f"{'':<10}{'':>9}  ({row['note']})")
     loader = []
     if "loader" in names:
         from bench_loader import bench_loader

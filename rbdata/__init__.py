@@ -31,6 +31,7 @@ from rbdata.samplers import (
     SliceSamplerWithoutReplacement,
 )
 from rbdata.storages import (
+    CompressedListStorage,
     LazyMemmapStorage,
     LazyStackStorage,
     LazyTensorStorage,
@@ -83,6 +84,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "CheckpointError",
     "Compose",
+    "CompressedListStorage",
     "ConditionalUpdateResult",
     "ImmutableDatasetWriter",
     "LazyMemmapStorage",

@@ -94,21 +94,22 @@ def resolve_markers(
 ) -> Markers:
     """Pick the entries that delimit trajectories among the stored ``keys``.
 
-    An explicit ``traj_key`` or ``end_key`` must be stored. Otherwise the first
-    stored candidate id key is used, then the done/terminated/truncated flags
-    under ``"next"`` (TED layout), then at the root.
+    A given ``traj_key`` is used when it is stored; then a given ``end_key``
+    (so both may be given: ids when the data has them, else end flags). With
+    neither, the first stored candidate id key is used, then the
+    done/terminated/truncated flags under ``"next"`` (TED layout), then at the root.
 
     Raises:
         KeyError: when the requested (or any usable) entry is not stored.
     """
     stored = sorted(map(str, keys))
-    for name, key in (("traj_key", traj_key), ("end_key", end_key)):
-        if key is not None and key not in keys:
-            raise KeyError(f"{name}={key!r} is not stored; stored keys are {stored}.")
-    if traj_key is not None:
+    if traj_key is not None and traj_key in keys:
         return Markers("ids", (traj_key,))
-    if end_key is not None:
+    if end_key is not None and end_key in keys:
         return Markers("ends", (end_key,))
+    for name, key in (("traj_key", traj_key), ("end_key", end_key)):
+        if key is not None:
+            raise KeyError(f"{name}={key!r} is not stored; stored keys are {stored}.")
     for key in traj_candidates:
         if key in keys:
             return Markers("ids", (key,))

@@ -39,8 +39,8 @@ class UnsupportedDataError(TypeError, RuntimeError):
     in the same situations, so code written for either catches it.
 
     Examples:
-        >>> issubclass(UnsupportedDataError, TypeError), issubclass(UnsupportedDataError, RuntimeError)
-        (True, True)
+        >>> [issubclass(UnsupportedDataError, kind) for kind in (TypeError, RuntimeError)]
+        [True, True]
     """
 
 

@@ -14,7 +14,6 @@ from rbdata._validation import NestedKey
 __all__ = ["Compose", "PolicyAgeFilter", "Transform"]
 
 
-
 class Transform:
     """Base class of replay-buffer transforms.
 

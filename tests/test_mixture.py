@@ -211,7 +211,9 @@ def test_keys_are_kept_and_generations_and_weights_filled() -> None:
     off = batch["is_offline"]
     assert torch.equal(batch["index_generation"][off], torch.zeros(5, dtype=torch.long))  # filled
     assert bool((batch["index_generation"][~off] == 0).all())  # each online slot written once
-    assert torch.equal(batch["priority_weight"][off], torch.ones(5, dtype=batch["priority_weight"].dtype))
+    assert torch.equal(
+        batch["priority_weight"][off], torch.ones(5, dtype=batch["priority_weight"].dtype)
+    )
     assert set(info) == {"index", "index_generation", "priority_weight", "is_offline"}
     assert torch.equal(info["index"], batch["index"])
     _check_rows(batch)

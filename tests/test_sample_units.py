@@ -101,7 +101,11 @@ def test_sequence_spans_the_wrap_point():
 def test_sequence_broadcasts_per_anchor_info():
     unit = Sequence(2, bootstrap=1)
     storage, _ = make_storage(20, unit, torch.zeros(10, dtype=torch.long))
-    info = {"priority_weight": torch.tensor([0.5, 2.0]), "note": "kept", "scalar": torch.tensor(1.0)}
+    info = {
+        "priority_weight": torch.tensor([0.5, 2.0]),
+        "note": "kept",
+        "scalar": torch.tensor(1.0),
+    }
     _, out = unit.expand(torch.tensor([1, 4]), info, storage)
     assert torch.equal(out["priority_weight"], torch.tensor([[0.5] * 3, [2.0] * 3]))
     assert out["note"] == "kept" and out["scalar"].shape == ()

@@ -192,7 +192,7 @@ def test_without_replacement_drop_last_and_order():
     assert sampler.sample(slots, 4)[0].tolist() == [4, 5, 6, 7]
     assert sampler.ran_out
     assert sampler.sample(slots, 4)[0].tolist() == [0, 1, 2, 3]
-    with pytest.raises(RuntimeError, match="drop_last=True needs at least batch_size=20"):
+    with pytest.raises(ValueError, match="The batch size 20 is greater than the storage capacity"):
         SamplerWithoutReplacement(drop_last=True).sample(slots, 20)
 
 
@@ -247,7 +247,9 @@ def test_prioritized_frequencies_and_weights():
     for _ in range(40):
         index, info = sampler.sample(Slots(5), 250)
         counts += torch.bincount(index, minlength=5)
-        torch.testing.assert_close(info["priority_weight"].double(), expected_w[index], rtol=1e-5, atol=0)
+        torch.testing.assert_close(
+            info["priority_weight"].double(), expected_w[index], rtol=1e-5, atol=0
+        )
         assert info["priority_weight"].dtype == torch.float
     torch.testing.assert_close(counts / counts.sum(), (p / p.sum()).float(), atol=0.01, rtol=0)
     sampler.update_priority(torch.tensor([0]), torch.tensor([1000.0]))

@@ -225,7 +225,6 @@ def test_num_slices_and_divisibility():
         ({}, ValueError),
         ({"num_slices": 2, "slice_len": 3}, ValueError),
         ({"slice_len": 0}, ValueError),
-        ({"slice_len": 2, "traj_key": "a", "end_key": "b"}, ValueError),
         ({"slice_len": 2, "span": (True,)}, ValueError),
         ({"slice_len": 2, "span": -1}, ValueError),
         ({"slice_len": 2, "ends": torch.zeros(3)}, ValueError),
@@ -529,8 +528,7 @@ def test_prioritized_slice_weights_and_masked_updates():
     assert {10, 11} <= starts <= {0, 1, 2, 5, 6, 7, 10, 11, 12, 13}
     with pytest.raises(ValueError, match="finite and >= 0"):
         sampler.update_priority(torch.tensor([1]), torch.tensor([-1.0]))
-    with pytest.raises(ValueError, match="span on the right only"):
-        PrioritizedSliceSampler(10, 1.0, 1.0, slice_len=2, span=True)
+    assert PrioritizedSliceSampler(10, 1.0, 1.0, slice_len=2, span=True).span == (False, True)
 
 
 def test_prioritized_slice_state_dict_and_right_span():

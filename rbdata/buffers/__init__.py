@@ -1,7 +1,7 @@
 """Replay buffers: thin orchestrators of storage, sampler, writer, sample unit and transforms."""
 
-from rbdata.buffers.protocol import INFO_KEYS
 from rbdata.buffers.prioritized import PrioritizedReplayBuffer
+from rbdata.buffers.protocol import INFO_KEYS
 from rbdata.buffers.replay import ReplayBuffer
 from rbdata.buffers.tensordict import TensorDictPrioritizedReplayBuffer, TensorDictReplayBuffer
 

@@ -38,13 +38,20 @@ def finish_batch(
     """
     data = collate_fn(data)
     if index.ndim > 1 and isinstance(data, torch.Tensor | TensorDictBase):
-        data = data.reshape(*index.shape, *data.shape[1:]) if isinstance(data, torch.Tensor) else (
-            data.reshape(*index.shape)
+        data = (
+            data.reshape(*index.shape, *data.shape[1:])
+            if isinstance(data, torch.Tensor)
+            else (data.reshape(*index.shape))
         )
     # Row filters drop rows: the info entries travel inside the batch so they stay aligned.
     if isinstance(data, TensorDictBase) and (keep_info or transform.filters_rows):
+        batch = data.batch_size
         for key, value in info.items():
             if isinstance(value, torch.Tensor) and value.shape[: index.ndim] == index.shape:
+                if value.ndim < len(batch) and batch[: value.ndim] == value.shape:
+                    # items that are themselves batches (a list storage of [T] TensorDicts)
+                    value = value.reshape(*value.shape, *[1] * (len(batch) - value.ndim))
+                    value = value.expand(batch)
                 data.set(key, value)
         if len(transform):
             data = transform(data)
@@ -59,4 +66,3 @@ def finish_batch(
 
 def _pin(value: Any) -> Any:
     return value.pin_memory() if isinstance(value, torch.Tensor) else value
-

@@ -84,9 +84,7 @@ def check_backend(
     if backend not in _BACKENDS:
         raise ValueError(f'service_backend must be "direct" or "ray", got {service_backend!r}.')
     if transport not in ("auto", "direct", "ray", "distributed"):
-        raise ValueError(
-            f'transport must be "auto", "ray" or "distributed", got {transport!r}.'
-        )
+        raise ValueError(f'transport must be "auto", "ray" or "distributed", got {transport!r}.')
     for name, options in (
         ("service_backend_options", service_backend_options),
         ("transport_options", transport_options),

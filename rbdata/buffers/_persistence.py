@@ -170,4 +170,3 @@ def _loads(rb: _Persistable, path: str | os.PathLike[str]) -> None:
         sd["storage"] = {**sd["storage"], "items": objects}
     sd["storage"] = rb.storage.apply_load_hooks(sd["storage"])
     rb.load_state_dict(sd)
-

@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase
-
 from torch.utils.hooks import RemovableHandle
 
 from rbdata._validation import check_number, check_optional_int, transaction

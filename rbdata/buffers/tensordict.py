@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -49,6 +50,27 @@ class TensorDictReplayBuffer(ReplayBuffer):
             if stale:
                 data = data.exclude(*stale)
         return data
+
+    def sample(
+        self,
+        batch_size: int | None = None,
+        return_info: bool = False,
+        include_info: bool | None = None,
+    ) -> Any:
+        """Sample a batch; its info entries (``index``, ...) are entries of the TensorDict.
+
+        Args:
+            batch_size: the number of items (default: the constructor's).
+            return_info: also return the info dict.
+            include_info: torchrl's deprecated argument; the info is always included.
+        """
+        if include_info is not None:
+            warnings.warn(
+                "include_info is deprecated: the sampled TensorDict always includes the info.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        return super().sample(batch_size, return_info)
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
         """Update priorities from a sampled batch (``index``, ``priority_key``, generations)."""

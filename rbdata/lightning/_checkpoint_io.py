@@ -15,22 +15,28 @@ from __future__ import annotations
 import shutil
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from lightning.fabric.plugins import CheckpointIO
 
-if TYPE_CHECKING:
-    from rbdata.lightning.datamodule import ReplayDataModule
+from rbdata.buffers.protocol import ServableBuffer
 
 DUMPS_KEY = "buffer_dumps"  # the dump's directory name, relative to the checkpoint's directory
 PATH_KEY = "buffer_path"  # its absolute path, added when the checkpoint is loaded
 _SUFFIX = ".buffer-"
 
 
+class _BufferOwner(Protocol):
+    """What this CheckpointIO needs from the data module: the buffer to dump."""
+
+    @property
+    def buffer(self) -> ServableBuffer: ...
+
+
 class _BufferCheckpointIO(CheckpointIO):
     """A CheckpointIO that writes, finds and removes the buffer dump of each checkpoint."""
 
-    def __init__(self, inner: CheckpointIO, datamodule: ReplayDataModule) -> None:
+    def __init__(self, inner: CheckpointIO, datamodule: _BufferOwner) -> None:
         self.inner = inner
         self.datamodule = datamodule
 

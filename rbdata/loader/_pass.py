@@ -27,15 +27,13 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from rbdata.buffers.protocol import Draw, aligned_info
 from rbdata.loader._batch import as_replay_batch, place
-
-if TYPE_CHECKING:
-    from rbdata.loader.dataset import ReplayDataset
+from rbdata.loader._settings import DatasetSettings
 
 _WAIT_SLICE_S = 0.1
 
@@ -54,7 +52,7 @@ class _Record:
 class _PassEngine:
     """Samples, gathers and hands out the batches of one dataset (see the module doc)."""
 
-    def __init__(self, dataset: ReplayDataset) -> None:
+    def __init__(self, dataset: DatasetSettings) -> None:
         self.ds = dataset
         self.buffer = dataset.buffer
         self.lock = threading.RLock()
@@ -284,4 +282,3 @@ class _PassEngine:
 def _has_rows(batch: Any) -> bool:
     shape = getattr(batch, "batch_size", None)
     return shape is None or len(shape) == 0 or shape[0] > 0
-

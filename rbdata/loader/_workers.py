@@ -21,17 +21,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from rbdata.buffers import ReplayBuffer
 from rbdata.buffers.protocol import aligned_info
 from rbdata.loader._batch import as_replay_batch
+from rbdata.loader._settings import DatasetSettings
 from rbdata.samplers import RandomSampler, Sampler, SamplerWithoutReplacement
-
-if TYPE_CHECKING:
-    from rbdata.loader.dataset import ReplayDataset
 
 _USE_PREFETCH = (
     "use num_workers=0 with ReplayDataset(prefetch=k), which samples on a background thread "
@@ -39,23 +37,7 @@ _USE_PREFETCH = (
 )
 
 
-class WorkerPosition:
-    """Per-worker resume state: batches this worker yielded in its share of the pass."""
-
-    def __init__(self) -> None:
-        self.yielded = 0
-        self.skip = 0
-
-    def state_dict(self) -> dict[str, int]:
-        """The worker's position."""
-        return {"yielded": self.yielded}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Resume: the next pass of this worker skips the batches already yielded."""
-        self.skip = int(state_dict.get("yielded", 0))
-
-
-def check(ds: ReplayDataset) -> None:
+def check(ds: DatasetSettings) -> None:
     """Raise a RuntimeError/ValueError unless ``ds`` can run in worker processes."""
     buffer = ds.buffer
     if not isinstance(buffer, ReplayBuffer):
@@ -109,7 +91,7 @@ def _readable_by_workers(storage: Any) -> bool:
     return all(storage.get_leaf(key).is_shared() for key in storage.leaf_keys())
 
 
-def iterate(ds: ReplayDataset, info: Any) -> Iterator[Any]:
+def iterate(ds: DatasetSettings, info: Any) -> Iterator[Any]:
     """The batches of worker ``info.id``: its share of the pass, from its own seed."""
     position = ds._worker
     buffer = ds.buffer
@@ -143,7 +125,7 @@ def iterate(ds: ReplayDataset, info: Any) -> Iterator[Any]:
     return _batches(ds, reader, mine, skip)
 
 
-def _batches(ds: ReplayDataset, reader: ReplayBuffer, mine: Any, skip: int) -> Iterator[Any]:
+def _batches(ds: DatasetSettings, reader: ReplayBuffer, mine: Any, skip: int) -> Iterator[Any]:
     position = ds._worker
     for i in mine:
         draw = reader.draw(ds.batch_size)

@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
-
 from torch.utils.hooks import RemovableHandle
 
 from rbdata._validation import check_bool, check_int, check_number, check_optional_int
@@ -17,6 +16,7 @@ from rbdata.buffers.protocol import ServableBuffer
 from rbdata.loader import _workers
 from rbdata.loader._pass import _PassEngine, _Record
 from rbdata.loader._prefetch import _PrefetchThread
+from rbdata.loader._worker_position import WorkerPosition
 from rbdata.loader.rate_limit import SampleToInsertRatio
 
 __all__ = ["ReplayDataset"]
@@ -186,7 +186,7 @@ class ReplayDataset(IterableDataset):
         self._engine = _PassEngine(self)
         self._active: weakref.ref[_ReplayIterator] | None = None
         self._resume = False
-        self._worker = _workers.WorkerPosition()
+        self._worker = WorkerPosition()
         self._stats = _StatsSource(self._engine)
         self._stats_handle: RemovableHandle | None = self.buffer.register_stats_source(self._stats)
         weakref.finalize(self, self._stats_handle.remove)

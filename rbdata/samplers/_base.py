@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import abc
 import os
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ __all__ = ["Sampler"]
 _STATE_FILE = "sampler_state.pt"
 
 
-class Sampler(abc.ABC):
+class Sampler:
     """Base class of every sampler: it owns the public methods, subclasses fill small hooks.
 
     A sampler picks the slots a batch reads: ``sample(storage, batch_size)``

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging
+import warnings
 from typing import Any
 
 import numpy as np
@@ -12,8 +12,6 @@ from rbdata._validation import check_int, check_number
 from rbdata.samplers._base import Sampler
 from rbdata.samplers._live import _LiveSet, first_unique
 from rbdata.samplers._sumtree import _SumTree
-
-logger = logging.getLogger(__name__)
 
 _REDUCTIONS = {"max": "amax", "min": "amin", "sum": "sum", "mean": "mean", "median": "median"}
 # Reductions that commute with the increasing (p + eps) ** alpha: the tree's leaves merge
@@ -104,6 +102,7 @@ class PrioritizedSampler(Sampler):
         self._tree = _SumTree(max_capacity, dtype, track_max=self._max_priority_within_buffer)
         self._initial_priority = (1.0 + self._eps) ** self._alpha
         self._max_seen = self._initial_priority
+        self._max_raw = 1.0  # the largest raw priority written (alpha = 0 cannot recover it)
 
     # ------------------------------------------------------------ settings
     @property
@@ -140,9 +139,11 @@ class PrioritizedSampler(Sampler):
         if value == old:
             return
         if old == 0.0:
-            logger.warning(
+            warnings.warn(
                 "PrioritizedSampler.alpha changed from 0: the stored priorities cannot be "
-                "recovered, so items keep uniform weights until their priority is updated."
+                "recovered, so items keep uniform weights until their priority is updated.",
+                UserWarning,
+                stacklevel=2,
             )
         else:
             leaves = self._tree.leaves.clone()
@@ -168,6 +169,19 @@ class PrioritizedSampler(Sampler):
             return top if top > 0 else self._initial_priority
         return self._max_seen
 
+    @property
+    def _max_priority(self) -> tuple[float, None]:
+        """The raw priority new items get, as torchrl's ``(raw max priority, index)``."""
+        if self._alpha > 0:
+            raw = self.default_priority ** (1.0 / self._alpha) - self._eps
+            return (raw, None)
+        return (self._max_raw, None)
+
+    @property
+    def _sum_tree(self) -> Any:
+        """The tree of ``(priority + eps) ** alpha`` values (``tree[i]`` reads leaf ``i``)."""
+        return self._tree
+
     def set_consume_after_n(self, n: int | None) -> None:
         """Change consume-after-n; items consumed so far get the default priority back."""
         consumed = torch.zeros(0, dtype=torch.long)
@@ -177,6 +191,10 @@ class PrioritizedSampler(Sampler):
         if consumed.numel():
             values = torch.full(consumed.shape, self.default_priority, dtype=self.dtype)
             self._tree.update(consumed, values, positive=True)
+
+    def _on_update(self, index: torch.Tensor) -> None:
+        """Slots edited in place get the default priority, as written ones do (torchrl's)."""
+        self._on_write(index)
 
     def _on_write(self, index: torch.Tensor) -> None:
         """Give the (re)written slots ``index`` the default priority."""
@@ -275,6 +293,9 @@ class PrioritizedSampler(Sampler):
                 torch.from_numpy(index), torch.from_numpy(priority)
             )
             index, priority = merged_index.numpy(), merged.numpy()
+        raw_top = high if reduce is not None else float(priority.max())
+        if raw_top > self._max_raw:
+            self._max_raw = raw_top
         values = priority + self._eps  # a new array: the caller's priorities stay untouched
         if self._alpha != 1.0:
             np.power(values, self._alpha, out=values)
@@ -372,11 +393,16 @@ class PrioritizedSampler(Sampler):
     def _on_empty(self) -> None:
         self._tree.set_leaves(torch.zeros(self._max_capacity, dtype=self.dtype))
         self._max_seen = self._initial_priority
+        self._max_raw = 1.0
 
     # ------------------------------------------------------------ state
     def _extra_state(self) -> dict[str, Any]:
         """The tree leaves and the max priority."""
-        return {"leaves": self._tree.leaves.clone(), "max_priority": self._max_seen}
+        return {
+            "leaves": self._tree.leaves.clone(),
+            "max_priority": self._max_seen,
+            "max_raw_priority": self._max_raw,
+        }
 
     def _load_extra_state(self, state_dict: dict[str, Any]) -> None:
         """Restore the tree from its leaves (checked first)."""
@@ -389,6 +415,7 @@ class PrioritizedSampler(Sampler):
         if leaves is not None:
             self._tree.set_leaves(leaves)
         self._max_seen = float(state_dict.get("max_priority", self._max_seen))
+        self._max_raw = float(state_dict.get("max_raw_priority", self._max_raw))
 
     def __repr__(self) -> str:
         return (

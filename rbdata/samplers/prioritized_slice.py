@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -11,6 +12,8 @@ from rbdata.samplers._base import Sampler
 from rbdata.samplers._live import _LiveSet
 from rbdata.samplers.prioritized import PrioritizedSampler
 from rbdata.samplers.slice import SliceArgs, SliceSampler, _SliceWeight
+
+logger = logging.getLogger(__name__)
 
 
 class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
@@ -78,12 +81,16 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         **slice_args: Unpack[SliceArgs],
     ) -> None:
         span = slice_args.get("span", False)
-        left = span[0] if isinstance(span, tuple) else span
+        right = span[1] if isinstance(span, tuple | list) else span
+        left = span[0] if isinstance(span, tuple | list) else span
         if left is not False and left != 0:
-            raise ValueError(
-                f"PrioritizedSliceSampler supports span on the right only, got span={span!r}: "
-                "a slice start is drawn by the priority of its first stored transition."
+            logger.warning(
+                "PrioritizedSliceSampler spans on the right only (a slice start is drawn by the "
+                "priority of its first stored transition): span=%r is used as (False, %r).",
+                span,
+                right,
             )
+            slice_args["span"] = (False, right)
         PrioritizedSampler.__init__(
             self,
             max_capacity,

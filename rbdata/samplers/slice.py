@@ -184,14 +184,11 @@ class SliceSampler(Sampler):
             )
         check_optional_int(num_slices, "num_slices", minimum=1)
         check_optional_int(slice_len, "slice_len", minimum=1)
-        if end_key is not None and traj_key is not None:
-            raise ValueError(
-                f"pass at most one of end_key and traj_key, got end_key={end_key!r} "
-                f"and traj_key={traj_key!r}."
-            )
         static = _static_markers(ends, trajectories)
         if static is not None and (end_key is not None or traj_key is not None):
             raise ValueError("ends / trajectories cannot be combined with end_key or traj_key.")
+        if isinstance(span, list):
+            span = tuple(span)
         if not isinstance(span, tuple):
             span = (span, span)
         if len(span) != 2:

@@ -65,6 +65,11 @@ class SamplerWithoutReplacement(Sampler):
         self._cursor = 0
         self._ran_out = False
 
+    @property
+    def _sample_list(self) -> torch.Tensor | None:
+        """The slots the current pass has still to hand out (None between passes)."""
+        return None if self._perm is None else self._perm[self._cursor :]
+
     def _remaining(self) -> int:
         return 0 if self._perm is None else self._perm.numel() - self._cursor
 
@@ -76,9 +81,9 @@ class SamplerWithoutReplacement(Sampler):
         if remaining == 0 or (self.drop_last and remaining < batch_size):
             self._new_pass(n, None if live is None else live.live.clone())
         if self.drop_last and self._remaining() < batch_size:
-            raise RuntimeError(
-                f"drop_last=True needs at least batch_size={batch_size} sampleable items, "
-                f"got {self._remaining()}."
+            raise ValueError(
+                f"The batch size {batch_size} is greater than the storage capacity of "
+                f"{self._remaining()} sampleable item(s): with drop_last=True no batch can be made."
             )
         assert self._perm is not None
         parts = []

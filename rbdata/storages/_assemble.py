@@ -19,12 +19,9 @@ stay 0.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
-if TYPE_CHECKING:
-    from ._packed import _PackedLayout
+from ._layout import _PackedLayout
 
 _PIECE = torch.float32
 _PIECE_BYTES = 4

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import abc
 import operator
+import os
+from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +14,8 @@ import torch
 from rbdata._validation import check_bool, check_int
 
 Index = int | slice | torch.Tensor
+
+_STATE_FILE = "storage_state.pt"
 
 
 def _identity(data: Any) -> Any:
@@ -118,6 +122,21 @@ class Storage(abc.ABC):
     def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
         """Register a callable applied to the content after it is read by ``loads``."""
         self._load_hooks.append(hook)
+
+    def dumps(self, path: str | os.PathLike[str]) -> None:
+        """Save :meth:`state_dict` (content included) in the directory ``path``."""
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.save(self.apply_save_hooks(self.state_dict()), folder / _STATE_FILE)
+
+    def loads(self, path: str | os.PathLike[str]) -> None:
+        """Load a state saved with :meth:`dumps` (read with ``weights_only=True``).
+
+        Raises:
+            FileNotFoundError: if ``path`` holds no saved storage.
+        """
+        state = torch.load(Path(path) / _STATE_FILE, weights_only=True, map_location="cpu")
+        self.load_state_dict(self.apply_load_hooks(state))
 
     def apply_save_hooks(self, state: dict[str, Any]) -> dict[str, Any]:
         """``state`` (a :meth:`state_dict`) passed through the save hooks, in order."""

@@ -8,18 +8,24 @@ itself as plain JSON-able values so that a saved storage can be rebuilt.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import NonTensorData, TensorDict, TensorDictBase, is_non_tensor, is_tensorclass
 
 _LEAF = "tensor"
 _TD = "tensordict"
 _DICT = "dict"
 _LIST = "list"
 _TUPLE = "tuple"
-_KINDS = (_LEAF, _TD, _DICT, _LIST, _TUPLE)
+_TC = "tensorclass"  # one child: the TensorDict the tensorclass wraps
+_CONST = "const"  # a non-tensor entry of a TensorDict: one value for every item
+_KINDS = (_LEAF, _TD, _DICT, _LIST, _TUPLE, _TC, _CONST)
+# Tensorclasses seen in this process, by "module:qualname": a saved structure names its class
+# and loading only looks it up here or among modules already imported (it never imports one).
+_TENSORCLASSES: dict[str, type] = {}
 _SINGLE_TENSOR_NAME = "data"
 
 PathKey = tuple[str | int, ...]
@@ -29,7 +35,7 @@ _Builder = Callable[[list[torch.Tensor], torch.Size, torch.device], Any]
 class _Node:
     """One container (or leaf) of the structure."""
 
-    __slots__ = ("kind", "keys", "children", "batch")
+    __slots__ = ("kind", "keys", "children", "batch", "extra")
 
     def __init__(
         self,
@@ -37,11 +43,13 @@ class _Node:
         keys: list[str | int] | None = None,
         children: list[_Node] | None = None,
         batch: tuple[int, ...] = (),
+        extra: Any = None,
     ) -> None:
         self.kind = kind
         self.keys = keys
         self.children = children or []
         self.batch = batch
+        self.extra = extra  # the class name of a tensorclass, the value of a constant
 
     def state(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
@@ -51,7 +59,52 @@ class _Node:
             out["children"] = [child.state() for child in self.children]
         if self.kind == _TD:
             out["batch"] = list(self.batch)
+        if self.kind in (_TC, _CONST):
+            out["extra"] = self.extra
         return out
+
+
+def _class_name(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _tensorclass(name: Any) -> type:
+    """The tensorclass a saved structure names (never imported: known or already loaded)."""
+    if not isinstance(name, str) or ":" not in name:
+        raise ValueError(f"malformed tensorclass name in a storage structure: {name!r}.")
+    cls = _TENSORCLASSES.get(name)
+    if cls is None:
+        module_name, qualname = name.split(":", 1)
+        module = sys.modules.get(module_name)
+        found: Any = module
+        for part in qualname.split("."):
+            found = getattr(found, part, None)
+        if found is None or not is_tensorclass(found):
+            raise ValueError(
+                f"the saved data holds tensorclass {name}, which is not loaded: import the module "
+                "defining it before loading (rbdata never imports a module a file names)."
+            )
+        cls = _TENSORCLASSES[name] = found
+    return cls
+
+
+def _constant(value: Any, path: PathKey) -> _Node:
+    """The node of a non-tensor entry (one JSON-able value for the whole batch)."""
+    data = value.tolist() if hasattr(value, "tolist") else value.data
+    if isinstance(data, list):
+        distinct = {repr(d) for d in data}
+        if len(distinct) > 1:
+            raise TypeError(
+                f"non-tensor entry at {_key_repr(path)} holds different values per item; a "
+                "tensor storage keeps one value for all items (use a ListStorage)."
+            )
+        data = data[0] if data else None
+    if not isinstance(data, str | int | float | bool | type(None)):
+        raise TypeError(
+            f"non-tensor entry at {_key_repr(path)} holds a {type(data).__name__}; a tensor "
+            "storage keeps str, int, float, bool or None values only."
+        )
+    return _Node(_CONST, extra=data)
 
 
 def _key_repr(path: PathKey) -> str:
@@ -65,6 +118,12 @@ def _infer(data: Any, lead: int, path: PathKey, paths: list[PathKey]) -> _Node:
     if isinstance(data, torch.Tensor):
         paths.append(path)
         return _Node(_LEAF)
+    if is_non_tensor(data):  # (NonTensorData is a tensorclass too: check it first)
+        return _constant(data, path)
+    if is_tensorclass(data):
+        name = _class_name(type(data))
+        _TENSORCLASSES[name] = type(data)
+        return _Node(_TC, children=[_infer(data._tensordict, lead, path, paths)], extra=name)
     if isinstance(data, TensorDictBase):
         if data.batch_dims < lead:
             raise ValueError(
@@ -100,10 +159,17 @@ def _from_state(state: Any) -> _Node:
     kind = state["kind"]
     if kind == _LEAF:
         return _Node(_LEAF)
+    if kind == _CONST:
+        return _Node(_CONST, extra=state.get("extra"))
     children = [_from_state(child) for child in state.get("children", [])]
     keys = state.get("keys")
     if kind in (_TD, _DICT) and (keys is None or len(keys) != len(children)):
         raise ValueError(f"malformed storage structure description: {state!r}.")
+    if kind == _TC:
+        if len(children) != 1 or children[0].kind != _TD:
+            raise ValueError(f"malformed storage structure description: {state!r}.")
+        _tensorclass(state.get("extra"))  # the class must be known before anything is built
+        return _Node(_TC, children=children, extra=state["extra"])
     return _Node(
         kind, list(keys) if keys is not None else None, children, tuple(state.get("batch", ()))
     )
@@ -112,6 +178,10 @@ def _from_state(state: Any) -> _Node:
 def _collect_paths(node: _Node, path: PathKey, out: list[PathKey]) -> None:
     if node.kind == _LEAF:
         out.append(path)
+    elif node.kind == _TC:
+        _collect_paths(node.children[0], path, out)
+    elif node.kind == _CONST:
+        return
     elif node.kind in (_TD, _DICT):
         for key, child in zip(node.keys, node.children, strict=True):
             _collect_paths(child, (*path, key), out)
@@ -234,6 +304,13 @@ def _flatten(node: _Node, data: Any, path: PathKey, out: list[torch.Tensor]) -> 
             raise _mismatch(path, "a tensor", data)
         out.append(data)
         return
+    if kind == _CONST:
+        return
+    if kind == _TC:
+        if is_non_tensor(data) or _class_name(type(data)) != node.extra:
+            raise _mismatch(path, f"a {node.extra} tensorclass", data)
+        _flatten(node.children[0], data._tensordict, path, out)
+        return
     if kind in (_TD, _DICT):
         if kind == _TD and not isinstance(data, TensorDictBase):
             raise _mismatch(path, "a TensorDict", data)
@@ -272,6 +349,18 @@ def _compile_flatten(node: _Node) -> Callable[[Any, list[torch.Tensor]], None]:
             out.append(data)
 
         return flatten_leaf
+    if node.kind == _CONST:
+        return lambda data, out: None
+    if node.kind == _TC:
+        inner = _compile_flatten(node.children[0])
+        name = node.extra
+
+        def flatten_tensorclass(data: Any, out: list[torch.Tensor]) -> None:
+            if _class_name(type(data)) != name:
+                raise _Mismatch
+            inner(data._tensordict, out)
+
+        return flatten_tensorclass
     # children that are leaves are inlined (None) to save a call per leaf
     subs = [None if c.kind == _LEAF else _compile_flatten(c) for c in node.children]
     count = len(subs)
@@ -320,7 +409,13 @@ def _compile(node: _Node, counter: Any) -> _Builder:
     if kind == _LEAF:
         i = next(counter)
         return lambda leaves, batch, device: leaves[i]
+    if kind == _CONST:
+        value = node.extra
+        return lambda leaves, batch, device: NonTensorData(value, batch_size=batch, device=device)
     parts = [_compile(child, counter) for child in node.children]
+    if kind == _TC:
+        cls, build_inner = _tensorclass(node.extra), parts[0]
+        return lambda leaves, batch, device: cls._from_tensordict(build_inner(leaves, batch, device))
     if kind == _TD:
         pairs = list(zip(node.keys, parts, strict=True))
         extra = node.batch

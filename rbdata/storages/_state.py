@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ._packed import _PackedLayout
+from ._layout import _PackedLayout
 from ._pytree import _Structure
 
 

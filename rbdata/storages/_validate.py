@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._packed import _PackedLayout
+from ._layout import _PackedLayout
 from ._pytree import _Structure
 
 

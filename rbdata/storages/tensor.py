@@ -16,7 +16,8 @@ from tensordict import TensorDictBase
 from torch.utils._pytree import tree_map
 
 from ._base import Index, Storage, _as_index, _get_index, _set_index
-from ._packed import _PackedLayout, _PackedRows
+from ._layout import _PackedLayout
+from ._packed import _PackedRows
 from ._pytree import _Structure
 from ._state import _parse_state
 from ._validate import _check_leaves, _check_ndim, _tails
@@ -51,7 +52,9 @@ class TensorStorage(Storage):
     before a ``.view`` that merges the batch dim).
 
     Args:
-        storage: the data; its first dim is the number of items.
+        storage: the data; its first dim is the number of items. An empty
+            ``TensorDict(batch_size=[n])`` gives an uninitialized storage of ``n``
+            items whose layout the first write sets (as :class:`LazyTensorStorage`).
         max_size: number of items; defaults to (and must equal) the data's first dim.
         device: where the packed rows live. Defaults to ``"cpu"``.
         ndim: number of storage dims (see :class:`LazyTensorStorage`). Defaults to 1.
@@ -81,6 +84,17 @@ class TensorStorage(Storage):
         compilable: bool = False,
     ) -> None:
         _check_ndim(ndim)
+        if isinstance(storage, TensorDictBase) and not storage.keys():
+            # An empty TensorDict only gives the capacity: the first write sets the layout.
+            cells = math.prod(storage.batch_size[:ndim])
+            if not cells or (max_size is not None and max_size != cells):
+                raise ValueError(
+                    f"an empty TensorDict storage needs a batch size of at least one item and "
+                    f"max_size equal to it; got batch_size {list(storage.batch_size)} and "
+                    f"max_size={max_size}."
+                )
+            self._setup(cells, device, ndim, compilable)
+            return
         _, leaves = _Structure.infer(storage, ndim)
         first = leaves[0]
         if first.ndim < ndim:

@@ -10,12 +10,12 @@ from typing import Any
 
 import torch
 from tensordict import TensorDictBase
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves, tree_map
 
 from rbdata._validation import check_bool
 from rbdata.storages import Storage
 
-__all__ = ["Writer", "batch_len"]
+__all__ = ["Writer", "batch_len", "slice_batch"]
 
 _STATE_FILE = "writer.json"
 _GENERATIONS_FILE = "generations.pt"
@@ -44,6 +44,13 @@ def batch_len(data: Any) -> int:
             f"{list(shape)}; use add() for a single item."
         )
     return int(shape[0])
+
+
+def slice_batch(data: Any, rows: slice) -> Any:
+    """``rows`` of a batch: tensors, TensorDicts (tensorclasses) and lists sliced, PyTrees leafwise."""
+    if isinstance(data, torch.Tensor | TensorDictBase | list) or hasattr(data, "_tensordict"):
+        return data[rows]
+    return tree_map(lambda leaf: leaf[rows], data)
 
 
 class Writer(abc.ABC):
@@ -129,7 +136,9 @@ class Writer(abc.ABC):
     def storage(self) -> Storage:
         """The storage registered with :meth:`register_storage`."""
         if self._storage is None:
-            raise RuntimeError(f"{type(self).__name__} has no storage: call register_storage first.")
+            raise RuntimeError(
+                f"{type(self).__name__} has no storage: call register_storage first."
+            )
         return self._storage
 
     def _capacity(self) -> int:
@@ -222,12 +231,12 @@ class Writer(abc.ABC):
                 (nothing is changed then).
         """
         generation = state_dict.get("_generation")
-        if generation is not None and self._generation is not None:
-            if generation.shape != self._generation.shape:
-                raise ValueError(
-                    f"writer generations have shape {tuple(generation.shape)}, expected "
-                    f"{tuple(self._generation.shape)} (one per storage slot)."
-                )
+        current = self._generation
+        if generation is not None and current is not None and generation.shape != current.shape:
+            raise ValueError(
+                f"writer generations have shape {tuple(generation.shape)}, expected "
+                f"{tuple(current.shape)} (one per storage slot)."
+            )
         self._cursor = int(state_dict.get("_cursor", self._cursor))
         self._write_count = int(state_dict.get("_write_count", self._write_count))
         if generation is not None:

@@ -6,8 +6,9 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict
+from torch.utils._pytree import tree_map
 
-from rbdata.writers._base import Writer, batch_len
+from rbdata.writers._base import Writer, batch_len, slice_batch
 
 __all__ = ["RoundRobinWriter", "TensorDictRoundRobinWriter"]
 
@@ -46,12 +47,15 @@ class RoundRobinWriter(Writer):
     def _write_batch(self, data: Any) -> torch.Tensor:
         storage = self.storage
         kind = type(data)
-        n = data.shape[0] if (kind is TensorDict or kind is torch.Tensor) and data.shape else (
-            batch_len(data)
+        n = (
+            data.shape[0]
+            if (kind is TensorDict or kind is torch.Tensor) and data.shape
+            else (batch_len(data))
         )
         if n > 1 and storage.ndim > 1 and not storage.initialized:
             # A multi-dim lazy storage learns its item capacity from its first item.
-            return torch.cat([self._write_batch(data[:1]), self._write_batch(data[1:])])
+            first = self._write_batch(slice_batch(data, slice(0, 1)))
+            return torch.cat([first, self._write_batch(slice_batch(data, slice(1, None)))])
         capacity = self._capacity()
         start = self._cursor
         index = torch.arange(start, start + n)
@@ -61,7 +65,7 @@ class RoundRobinWriter(Writer):
             return index
         skip = n - capacity if n > capacity else 0  # only the last `capacity` items survive
         if skip:
-            data = data[skip:]
+            data = slice_batch(data, slice(skip, None))
         first_slot = (start + skip) % capacity
         stop = first_slot + n - skip
         # Slice writes (two at the wrap point): fast copies, and compile-friendly.
@@ -69,10 +73,10 @@ class RoundRobinWriter(Writer):
             storage.set(slice(first_slot, stop), data)
         else:
             cut = capacity - first_slot
-            tail = data[cut:]
+            tail = slice_batch(data, slice(cut, None))
             if storage._reads_own_memory(tail):  # the first write would change it
-                tail = tail.clone()
-            storage.set(slice(first_slot, capacity), data[:cut])
+                tail = tree_map(torch.clone, tail)
+            storage.set(slice(first_slot, capacity), slice_batch(data, slice(0, cut)))
             storage.set(slice(0, stop - capacity), tail)
         self._cursor = (start + n) % capacity
         return index

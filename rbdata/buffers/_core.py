@@ -1,0 +1,589 @@
+"""The engine of a replay buffer: its components, the write and sample paths, its state."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch.utils.hooks import RemovableHandle
+
+from rbdata.buffers import _persistence
+from rbdata.buffers._gather import finish_batch
+from rbdata.buffers._init_args import (
+    build_component,
+    check_backend,
+    check_buffer_args,
+    resolve_batch_size,
+)
+from rbdata.buffers._prefetch import _BatchPrefetcher
+from rbdata.buffers._stats import _BufferStats
+from rbdata.buffers._sync import _BufferSync
+from rbdata.buffers.protocol import Draw, StatsSource, aligned_info
+from rbdata.sample_units import SampleUnit, Transition
+from rbdata.samplers import RandomSampler, Sampler
+from rbdata.storages import ListStorage, Storage
+from rbdata.transforms import Compose, PolicyAgeFilter, Transform
+from rbdata.writers import RoundRobinWriter, Writer
+
+__all__ = ["_BufferCore"]
+
+_TRANSIENT = ("_iterator", "_prefetcher")
+# the constructor arguments that choose the backend, not the buffer a Ray actor hosts
+_SERVICE_ARGS = frozenset(
+    {
+        "service_backend",
+        "service_backend_options",
+        "use_ray_service",
+        "transport",
+        "transport_options",
+    }
+)
+
+
+class _BufferCore:
+    """The engine half of :class:`~rbdata.ReplayBuffer`: components, write and sample paths, state.
+
+    It owns the components (built lazily by ``_init``), the lock they are used
+    under and the collaborators (``_sync``, ``_stats``, ``_prefetcher``), and
+    forwards to them. :class:`~rbdata.ReplayBuffer` adds torchrl's API around
+    it (component replacement, in-place edits, priorities, dumps, queries).
+    Not meant to be used on its own.
+
+    Examples:
+        >>> from rbdata import LazyTensorStorage, ReplayBuffer
+        >>> issubclass(ReplayBuffer, _BufferCore)
+        True
+    """
+
+    _default_writer: ClassVar[type[Writer]] = RoundRobinWriter
+    #: whether a TensorDict batch keeps its info entries ("index", ...) as entries
+    _keeps_info: ClassVar[bool] = False
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _BufferCore:
+        """Record the constructor's arguments: a Ray actor hosting the buffer is built with them."""
+        self = super().__new__(cls)
+        self._init_kwargs = kwargs
+        return self
+
+    def __init__(
+        self,
+        *,
+        storage: Storage | Callable[[], Storage] | None = None,
+        sampler: Sampler | Callable[[], Sampler] | None = None,
+        sample_unit: SampleUnit | None = None,
+        writer: Writer | Callable[[], Writer] | None = None,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        prefetch: int | None = None,
+        transform: Transform | Callable[[Any], Any] | None = None,
+        transform_factory: Callable[[], Transform | Callable[[Any], Any]] | None = None,
+        batch_size: int | None = None,
+        dim_extend: int | None = None,
+        generator: torch.Generator | None = None,
+        consume_after_n_samples: int | None = None,
+        shared: bool = False,
+        compilable: bool = False,
+        delayed_init: bool | None = None,
+        service_backend: str | None = None,
+        service_backend_options: dict[str, Any] | None = None,
+        use_ray_service: bool = False,
+        transport: str = "auto",
+        transport_options: dict[str, Any] | None = None,
+    ) -> None:
+        backend = check_backend(
+            service_backend, use_ray_service, service_backend_options, transport, transport_options
+        )
+        check_buffer_args(
+            transform=transform,
+            transform_factory=transform_factory,
+            batch_size=batch_size,
+            prefetch=prefetch,
+            consume_after_n_samples=consume_after_n_samples,
+            generator=generator,
+            dim_extend=dim_extend,
+        )
+        self._service_backend = backend
+        self._remote: Any = None
+        self._args = {
+            "storage": storage,
+            "sampler": sampler,
+            "writer": writer,
+            "transform": transform,
+            "transform_factory": transform_factory,
+        }
+        self._sample_unit: SampleUnit = Transition() if sample_unit is None else sample_unit
+        self._collate_arg = collate_fn
+        self._pin_memory = bool(pin_memory)
+        self._prefetch = prefetch or 0
+        self._batch_size = batch_size
+        self._dim_extend_arg = dim_extend
+        self._generator = generator
+        self._consume_after_n = consume_after_n_samples
+        self._shared = bool(shared)
+        self._compilable = bool(compilable)
+        self._alive = True
+        self._sync = _BufferSync()
+        self._stats = _BufferStats()
+        self._prefetcher = _BatchPrefetcher(self._prefetch)
+        self._iterator: Iterator[Any] | None = None
+        self._initialized = False
+        if backend == "ray":  # the buffer lives in a Ray actor; this object forwards to it
+            from rbdata.service import attach_ray_service
+
+            hosted = {k: v for k, v in self._init_kwargs.items() if k not in _SERVICE_ARGS}
+            self._remote = attach_ray_service(
+                self, type(self), hosted, service_backend_options, transport, transport_options
+            )
+            return
+        if delayed_init is None:
+            delayed_init = transform_factory is not None
+        if not delayed_init:
+            self._init()
+
+    def _init(self) -> None:
+        if self._initialized:
+            return
+        args = self._args
+        self._storage: Storage = build_component(
+            args["storage"], Storage, lambda: ListStorage(1000), "storage"
+        )
+        self._sampler: Sampler = build_component(args["sampler"], Sampler, RandomSampler, "sampler")
+        self._writer: Writer = build_component(
+            args["writer"], Writer, lambda: self._default_writer(self._compilable), "writer"
+        )
+        if self._batch_size is None and getattr(self._sampler, "drop_last", False):
+            raise ValueError(
+                "Samplers with drop_last=True must work with a predictable batch-size: pass "
+                "batch_size=... to the buffer (with drop_last the pass length depends on it)."
+            )
+        self._writer.register_storage(self._storage)
+        self._sampler.set_rng(self._generator)
+        self._sampler.set_consume_after_n(self._consume_after_n)
+        factory = args["transform_factory"]
+        transform = args["transform"] if factory is None else factory()
+        self._transform: Compose = (
+            transform
+            if isinstance(transform, Compose)
+            else (Compose() if transform is None else Compose(transform))
+        )
+        self._collate_fn = self._collate_arg or self._storage.default_collate_fn()
+        if self._shared:
+            self._share()
+        self._initialized = True
+
+    def _share(self) -> None:
+        share_storage = getattr(self._storage, "share_memory_", None)
+        if share_storage is None:
+            raise ValueError(
+                f"shared=True needs a storage with share_memory_() (LazyTensorStorage, "
+                f"LazyMemmapStorage, TensorStorage); got {type(self._storage).__name__}."
+            )
+        share_storage()
+        self._writer.share_memory_()
+        self._sync.share()
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the components (storage, sampler, writer, transform) are built."""
+        return self._initialized
+
+    @property
+    def storage(self) -> Storage:
+        """The storage of the replay buffer."""
+        self._init()
+        return self._storage
+
+    @property
+    def sampler(self) -> Sampler:
+        """The sampler of the replay buffer."""
+        self._init()
+        return self._sampler
+
+    @property
+    def writer(self) -> Writer:
+        """The writer of the replay buffer."""
+        self._init()
+        return self._writer
+
+    @property
+    def transform(self) -> Compose:
+        """The transform chain of the replay buffer."""
+        self._init()
+        return self._transform
+
+    @property
+    def sample_unit(self) -> SampleUnit:
+        """The sample unit expanding sampled anchors into records."""
+        return self._sample_unit
+
+    @property
+    def batch_size(self) -> int | None:
+        """The default batch size of ``sample()`` and iteration."""
+        if self._remote is not None:
+            return self._remote.batch_size  # type: ignore[no-any-return]
+        return self._batch_size
+
+    @property
+    def dim_extend(self) -> int:
+        """The dimension ``extend`` iterates over."""
+        if self._remote is not None:
+            return int(self._remote.dim_extend)
+        if self._dim_extend_arg is not None:
+            return self._dim_extend_arg
+        return self.storage.ndim - 1
+
+    @property
+    def write_count(self) -> int:
+        """The total number of items written so far through add and extend."""
+        if self._remote is not None:
+            return int(self._remote.write_count)
+        return self.writer.write_count
+
+    @property
+    def service_backend(self) -> str:
+        """The deployment backend of this replay buffer (``"direct"`` or ``"ray"``)."""
+        return self._service_backend
+
+    @property
+    def is_alive(self) -> bool:
+        """Whether this buffer remains available (False after :meth:`shutdown`)."""
+        if self._remote is not None:
+            return bool(self._remote.is_alive)
+        return self._alive
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        """The generator used for sampling (None: torch's global RNG)."""
+        return self._generator
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether the sampler is prioritized (priority updates change what is drawn)."""
+        if self._remote is not None:
+            return bool(self._remote.prioritized)
+        return getattr(self.sampler, "default_priority", None) is not None
+
+    @property
+    def lock(self) -> Any:
+        """The buffer's reentrant lock (writes, draws and sampling-state reads happen under it)."""
+        if self._remote is not None:
+            return self._remote.lock
+        return self._sync.lock
+
+    def _prepare(self, data: Any) -> Any:
+        """What the buffer does to data before its transforms (TensorDict buffers strip info)."""
+        return data
+
+    def add(self, data: Any) -> int:
+        """Add a single element and return the index where it lives.
+
+        Raises:
+            KeyError, TypeError, ValueError: if ``data`` does not fit the storage;
+                nothing is written then.
+        """
+        self._init()
+        data = self._prepare(data)
+        batch = self._storage.item_as_batch(data)
+        if batch is not None:
+            index = self._extend(batch, None)
+            return int(index[0]) if index.numel() else -1
+        with self._sync.cond:
+            if len(self._transform):
+                data = self._transform.inv(data)
+            index = self._writer.add(data)
+            self._note_written(torch.tensor([index]))
+            self._sync.cond.notify_all()
+        return index
+
+    def extend(self, data: Any, *, update_priority: bool | None = None) -> torch.Tensor:
+        """Extend the buffer with a batch of elements; return their indices.
+
+        A list at the root is a stack of items; a tuple is a PyTree. Inverse
+        transforms run first; bad data raises before anything is written.
+
+        Raises:
+            KeyError, TypeError, ValueError: if ``data`` does not fit the storage;
+                nothing is written then.
+        """
+        self._init()
+        return self._extend(
+            self._storage.as_batch(self._prepare(data), self.dim_extend), update_priority
+        )
+
+    def _extend(self, data: Any, update_priority: bool | None) -> torch.Tensor:
+        with self._sync.cond:
+            if len(self._transform):
+                data = self._transform.inv(data)
+            if _is_empty(data):
+                return torch.empty(0, dtype=torch.long)
+            self._validate_extend(data, update_priority)
+            index = self._writer.extend(data)
+            self._note_written(index[index >= 0] if self._writer.drops_items else index)
+            self._after_extend(data, index, update_priority)
+            self._sync.cond.notify_all()
+        return index
+
+    def _note_written(self, index: torch.Tensor) -> None:
+        self._sampler.extend(index)
+        self._sample_unit.extend(index)
+
+    def _validate_extend(self, data: Any, update_priority: bool | None) -> None:
+        """Hook: check ``data`` before anything is written (prioritized buffers: priorities)."""
+
+    def _after_extend(self, data: Any, index: torch.Tensor, update_priority: bool | None) -> None:
+        """Hook: work after a write (prioritized buffers: priorities read from the data)."""
+
+    def _draw(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Draw one batch's rows (call under the lock); raises when nothing is sampleable."""
+        index, info = self._sampler.sample(self._storage, batch_size)
+        index, info = self._sample_unit.expand(index, info, self._storage)
+        info = dict(info)
+        if self._writer.tracks_generations:
+            info["index_generation"] = self._writer.generations_of(index)
+        info["index"] = index
+        return index, info
+
+    def draw(self, batch_size: int) -> Draw:
+        """Draw the rows of one batch (indices and info, no data); empty when nothing is left.
+
+        Part of the :class:`~rbdata.buffers.protocol.ServableBuffer` protocol.
+        """
+        self._init()
+        with self._sync.lock:
+            if self._sampler.exhausted(self._storage):
+                return Draw.empty()
+            index, info = self._draw(batch_size)
+            return Draw(index, info, bool(self._sampler.ran_out))
+
+    def gather(self, draw: Draw) -> Any:
+        """Read the rows of ``draw`` (a copy) with its info attached, transforms applied."""
+        return self._fetch(draw.index, draw.info, keep_info=True)
+
+    def _fetch(self, index: torch.Tensor, info: Mapping[str, Any], *, keep_info: bool) -> Any:
+        with self._sync.lock:  # a write must not tear the rows being gathered
+            data = self._storage.get(index if index.ndim == 1 else index.reshape(-1))
+        return finish_batch(
+            data,
+            index,
+            info,
+            collate_fn=self._collate_fn,
+            transform=self._transform,
+            keep_info=keep_info,
+            pin=self._pin_memory and torch.cuda.is_available(),
+        )
+
+    def refilter(self, batch: Any) -> Any:
+        """Re-apply the sample-path row filters to a batch gathered ahead of its hand-out."""
+        transform = self.transform
+        return transform.refilter(batch) if transform.filters_rows else batch
+
+    def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
+        """Sample a batch (``(batch, info)`` with ``return_info``).
+
+        Raises:
+            RuntimeError: if the buffer is empty or everything was consumed.
+            ValueError: for a bad ``batch_size``, or one that differs from the
+                constructor's with ``prefetch``.
+        """
+        self._init()
+        if self._prefetch:
+            if batch_size is not None and batch_size != self._batch_size:
+                raise ValueError(
+                    f"with prefetch={self._prefetch} the batch size is fixed at construction "
+                    f"({self._batch_size}); got batch_size={batch_size}."
+                )
+            data, info = self._next_prefetched()
+        else:
+            data, info = self._sample_once(resolve_batch_size(batch_size, self._batch_size))
+        return (data, aligned_info(data, info)) if return_info else data
+
+    def _sample_once(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
+        with self._sync.lock:
+            index, info = self._draw(batch_size)
+        return self._fetch(index, info, keep_info=self._keeps_info), info
+
+    def _next_prefetched(self) -> tuple[Any, dict[str, Any]]:
+        batch_size = resolve_batch_size(None, self._batch_size)
+        data, info = self._prefetcher.next(lambda: self._sample_once(batch_size))
+        return self.refilter(data), info
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._remote is not None:
+            yield from iter(self._remote.next, None)
+            return
+        while not self.sampler.exhausted(self.storage):
+            yield self.sample()
+            if self._sampler.ran_out:
+                return
+
+    def next(self) -> Any:
+        """Return the next batch of the buffer's iterator (None when a pass ends)."""
+        if self._iterator is None:
+            self._iterator = iter(self)
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            self._iterator = None
+            return None
+
+    def __len__(self) -> int:
+        if self._remote is not None:
+            return len(self._remote)
+        if not self._initialized:
+            return 0
+        with self._sync.lock:
+            return self._sampler.sampleable(self._storage)
+
+    def __getitem__(self, index: Any) -> Any:
+        if self._remote is not None:
+            return self._remote.getitem(index)
+        data = self.storage.get(index)
+        if not isinstance(index, int) and isinstance(data, list):
+            data = self._collate_fn(data)
+        return self._transform(data) if len(self._transform) else data
+
+    def _mark_update(self, index: Any) -> None:
+        """Tell the sampler and sample unit that slots were edited in place."""
+        if isinstance(index, slice):
+            index = torch.arange(*index.indices(len(self._storage)))
+        self._sampler.mark_update(torch.as_tensor(index, dtype=torch.long).reshape(-1))
+
+    def empty(self, empty_write_count: bool = True) -> None:
+        """Empty the buffer and reset the cursor to 0."""
+        with self._sync.cond:
+            self._init()
+            self._prefetcher.drain()
+            self._storage.empty()
+            self._writer._empty(empty_write_count)
+            self._sampler._empty()
+            self._sample_unit._empty()
+            self._sync.cond.notify_all()
+
+    def policy_age_filters(self) -> list[PolicyAgeFilter]:
+        """The :class:`PolicyAgeFilter` instances of the transform chain."""
+        return [t for t in self.transform.row_filters() if isinstance(t, PolicyAgeFilter)]
+
+    def publish_policy_version(self, version: int) -> None:
+        """Make ``version`` the live policy version of every PolicyAgeFilter of the buffer."""
+        for age_filter in self.policy_age_filters():
+            age_filter.set_current_version(version)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The buffer's full state (content included) under fixed keys."""
+        self._init()
+        with self._sync.lock:
+            return _persistence.buffer_state(
+                self._storage,
+                self._sampler,
+                self._writer,
+                self._sample_unit,
+                self._generator,
+                self._stats,
+            )
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (validated first; unchanged on error)."""
+        self._init()
+        with self._sync.cond:
+            self._prefetcher.drain()
+            _persistence.load_buffer_state(
+                state_dict,
+                self._storage,
+                self._sampler,
+                self._writer,
+                self._sample_unit,
+                self._generator,
+                self._stats,
+            )
+            self._sync.cond.notify_all()
+
+    def sampling_state(self) -> dict[str, Any]:
+        """What decides the next draws: the sampler's and the generator's state."""
+        self._init()
+        with self._sync.lock:
+            return _persistence.sampling_state(self._sampler, self._generator)
+
+    def load_sampling_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`sampling_state`'s output (missing entries kept; unchanged on error)."""
+        self._init()
+        with self._sync.lock:
+            _persistence.load_sampling_state(state, self._sampler, self._generator)
+
+    def stats(self) -> dict[str, Any]:
+        """A cheap, serializable snapshot of the buffer's operational state."""
+        if not self._initialized:
+            out: dict[str, Any] = {
+                "size": 0,
+                "write_count": 0,
+                "prefetch_queue_size": 0,
+                "initialized": False,
+            }
+            storage = self._args["storage"]
+            if isinstance(storage, Storage):
+                out.update(capacity=storage.max_size, utilization=0.0)
+            return out
+        size = len(self)
+        capacity = self._storage.max_size
+        return {
+            "size": size,
+            "write_count": self._writer.write_count,
+            "prefetch_queue_size": len(self._prefetcher),
+            "initialized": True,
+            "capacity": capacity,
+            "utilization": size / capacity,
+            **self._stats.snapshot(),
+        }
+
+    def register_stats_source(self, source: StatsSource) -> RemovableHandle:
+        """Merge ``source()``'s counters into :meth:`stats` until the handle is removed."""
+        return self._stats.register(source)
+
+    def wait_for_data(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
+        """Sleep until ``predicate()`` holds (re-checked on every write) or ``timeout`` passes."""
+        return self._sync.wait_for(predicate, timeout)
+
+    def notify_waiters(self) -> None:
+        """Wake the threads inside :meth:`wait_for_data` so they re-check their predicate."""
+        self._sync.notify()
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Stop the prefetch thread and mark this buffer as shut down."""
+        self._prefetcher.shutdown()
+        self._alive = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in _TRANSIENT}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._iterator = None
+        self._prefetcher = _BatchPrefetcher(self._prefetch)
+
+    def __repr__(self) -> str:
+        if not self._initialized:
+            return f"{type(self).__name__}(initialized=False)"
+        return (
+            f"{type(self).__name__}(storage={type(self._storage).__name__}(max_size="
+            f"{self._storage.max_size}), sampler={type(self._sampler).__name__}, writer="
+            f"{type(self._writer).__name__}, size={len(self._storage)}, "
+            f"batch_size={self._batch_size})"
+        )
+
+
+_BATCHES = (torch.Tensor, TensorDictBase)
+
+
+def _is_empty(data: Any) -> bool:
+    kind = type(data)
+    if (
+        kind is TensorDict
+        or kind is torch.Tensor
+        or isinstance(data, torch.Tensor | TensorDictBase)
+    ):
+        shape = data.shape
+        return bool(shape) and shape[0] == 0
+    if isinstance(data, list):
+        return len(data) == 0
+    return False

@@ -1,0 +1,87 @@
+"""The package's import graph: no module imports (even for typing) a module that imports it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import rbdata
+
+ROOT = Path(rbdata.__file__).parent
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _resolve(module: str, node: ast.ImportFrom, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the rbdata modules it imports when it is loaded (or type-checked)."""
+    paths = sorted(ROOT.rglob("*.py"))
+    modules = {_module_name(p) for p in paths}
+    graph = {}
+    for path in paths:
+        module = _module_name(path)
+        tree = ast.parse(path.read_text())
+        lazy = {
+            id(inner)
+            for fn in ast.walk(tree)
+            if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)
+            for inner in ast.walk(fn)
+        }
+        edges = set()
+        for node in ast.walk(tree):
+            if id(node) in lazy:
+                continue
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                target = _resolve(module, node, path.name == "__init__.py")
+                names = [target, *(f"{target}.{alias.name}" for alias in node.names)]
+            edges |= {n for n in names if n in modules and n != module}
+        graph[module] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import cycle between modules (a package importing its own submodules excluded)."""
+    found, state, stack = [], {}, []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if node.startswith(nxt + "."):  # a submodule importing its package's __init__
+                continue
+            if state.get(nxt) == 1:
+                found.append(stack[stack.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return found
+
+
+def test_the_graph_sees_real_imports():
+    graph = import_graph()
+    assert "rbdata.buffers.replay" in graph["rbdata.buffers.tensordict"]
+    assert "rbdata.buffers.protocol" in graph["rbdata.loader.dataset"]
+
+
+def test_no_import_cycle_inside_the_package():
+    cycles = _cycles(import_graph())
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
