@@ -235,14 +235,14 @@ class ReplayDataModule(pl.LightningDataModule):
         through the strategy's broadcast instead of building buffers of their own.
         """
         arg = self._buffer_arg
-        if _is_buffer(arg):
-            return arg, True
+        if not callable(arg) or _is_buffer(arg):
+            return arg, True  # type: ignore[return-value]
         trainer = self.trainer
         if trainer is None or trainer.world_size == 1:
             return _built(arg), True
         built = _built(arg) if trainer.global_rank == 0 else None
         remote = built is not None and getattr(built, "service_backend", "direct") == "ray"
-        shared = trainer.strategy.broadcast(built.client() if remote else None, src=0)
+        shared = trainer.strategy.broadcast(built.client() if remote else None, src=0)  # type: ignore[union-attr]
         if built is not None:
             return built, True
         if shared is not None:

@@ -50,7 +50,9 @@ class _ForwardedMethods:
         """Read storage contents in physical order (``rb[:end]``)."""
         return self._call("read_all_in_order", end)
 
-    def query(self, predicate: Callable | None = None, *, trajectory_key: Any = None) -> list:
+    def query(
+        self, predicate: Callable[..., bool] | None = None, *, trajectory_key: Any = None
+    ) -> list[Any]:
         """The stored trajectories matching ``predicate`` (the predicate runs in the actor)."""
         return self._call("query", predicate, trajectory_key=trajectory_key)  # type: ignore[no-any-return]
 
@@ -118,23 +120,23 @@ class _ForwardedMethods:
         """Restore :meth:`state_dict`'s output (validated first; unchanged on error)."""
         self._call("load_state_dict", state_dict)
 
-    def dumps(self, path: str | os.PathLike) -> None:
+    def dumps(self, path: str | os.PathLike[str]) -> None:
         """Save the hosted buffer in ``path`` (a path on the actor's node)."""
         self._call("dumps", os.fspath(path))
 
-    def loads(self, path: str | os.PathLike) -> None:
+    def loads(self, path: str | os.PathLike[str]) -> None:
         """Load a dump at ``path`` (a path on the actor's node) into the hosted buffer."""
         self._call("loads", os.fspath(path))
 
-    def dump(self, path: str | os.PathLike) -> None:
+    def dump(self, path: str | os.PathLike[str]) -> None:
         """Alias for :meth:`dumps`."""
         self.dumps(path)
 
-    def save(self, path: str | os.PathLike) -> None:
+    def save(self, path: str | os.PathLike[str]) -> None:
         """Alias for :meth:`dumps`."""
         self.dumps(path)
 
-    def load(self, path: str | os.PathLike) -> None:
+    def load(self, path: str | os.PathLike[str]) -> None:
         """Alias for :meth:`loads`."""
         self.loads(path)
 
@@ -147,7 +149,7 @@ class _ForwardedMethods:
         """Insert a transform at ``index`` of the hosted buffer's chain."""
         return self._call("insert_transform", index, transform, invert=invert)
 
-    def set_storage(self, storage: Any, collate_fn: Callable | None = None) -> Any:
+    def set_storage(self, storage: Any, collate_fn: Callable[[Any], Any] | None = None) -> Any:
         """Set a new storage in the hosted buffer; return (a copy of) the previous one."""
         return self._call("set_storage", storage, collate_fn)
 

@@ -36,8 +36,7 @@ import torch
 from tensordict import TensorDictBase
 from torch.utils.hooks import RemovableHandle
 
-from rbdata.buffers import INFO_KEYS
-from rbdata.buffers.protocol import Draw, StatsSource
+from rbdata.buffers.protocol import INFO_KEYS, Draw, StatsSource
 from rbdata.service import _runtime
 from rbdata.service._forwarded import _ForwardedMethods
 from rbdata.service.codec import Payload, decode, encode, unpack
@@ -326,7 +325,8 @@ class RayBufferClient(_ForwardedMethods):
         small = [
             key
             for key, value in batch.items(True, True)
-            if value[0].numel() * value.element_size() <= _SMALL_ROW_BYTES
+            if isinstance(value, torch.Tensor)
+            and value[0].numel() * value.element_size() <= _SMALL_ROW_BYTES
         ]
         probe = batch.select(*small).set(_ROW_KEY, torch.arange(rows))
         try:

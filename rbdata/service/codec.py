@@ -130,7 +130,7 @@ class _Encoder:
                     t = self.tensors[i]
                     leaves[i] = _Leaf(
                         len(buffers) - 1,
-                        t.storage_offset() * t.element_size(),
+                        int(t.storage_offset()) * t.element_size(),
                         t.dtype,
                         tuple(t.shape),
                         tuple(t.stride()),

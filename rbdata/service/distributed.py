@@ -54,7 +54,7 @@ def open_group(store: Any, rank: int, backend: str, timeout: datetime.timedelta 
     import torch.distributed as dist
 
     if backend == "nccl":
-        return dist.ProcessGroupNCCL(store, rank, 2)
+        return dist.ProcessGroupNCCL(store, rank, 2, dist.ProcessGroupNCCL.Options())
     return dist.ProcessGroupGloo(store, rank, 2, timeout)
 
 
@@ -171,8 +171,10 @@ class OwnerChannels:
         import ray
         import torch.distributed as dist
 
-        host = ray.util.get_node_ip_address()
-        store = dist.TCPStore(host, 0, 2, is_master=True, wait_for_workers=False, timeout=_TIMEOUT)
+        host = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+        store = dist.TCPStore(  # type: ignore[attr-defined]
+            host, 0, 2, is_master=True, wait_for_workers=False, timeout=_TIMEOUT
+        )
         channel = uuid.uuid4().hex
         self._stores[channel] = (store, backend)
         return channel, host, int(store.port)
@@ -230,13 +232,15 @@ def connect(actor: Any, backend: str) -> ChannelEndpoint:
 
     channel, host, port = _runtime.get(actor.dist_listen.remote(backend), "binding a channel")
     joined = actor.dist_join.remote(channel)
-    store = dist.TCPStore(host, port, 2, is_master=False, timeout=_TIMEOUT)
+    store = dist.TCPStore(host, port, 2, is_master=False, timeout=_TIMEOUT)  # type: ignore[attr-defined]
     group = open_group(store, 1, backend)
     _runtime.get(joined, "binding a channel")
     return ChannelEndpoint(channel, group, 1, device_of(backend), store)
 
 
-def call(endpoint: ChannelEndpoint, actor: Any, name: str, args: tuple, kwargs: dict) -> Any:
+def call(
+    endpoint: ChannelEndpoint, actor: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """Run ``name(*args, **kwargs)`` in the actor over ``endpoint`` (the client's side).
 
     Raises:

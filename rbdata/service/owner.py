@@ -232,7 +232,7 @@ class BufferOwner:
         """Forget ``channel`` (its client is gone)."""
         self._channels.close(channel)
 
-    def _run(self, name: str, args: tuple, kwargs: dict) -> Any:
+    def _run(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if name == "draw_gather":
             return self._draw_and_gather(*args, **kwargs)
         if name == "gather":
