@@ -176,8 +176,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if started_ray:
         ray.init(include_dashboard=False, log_to_driver=False)
     buffer = TensorDictPrioritizedReplayBuffer(
-        alpha=0.6, beta=0.4, storage=LazyTensorStorage(100_000), batch_size=args.batch_size,
-        prefetch=2, service_backend="ray",
+        alpha=0.6,
+        beta=0.4,
+        storage=LazyTensorStorage(100_000),
+        batch_size=args.batch_size,
+        prefetch=2,
+        service_backend="ray",
         service_backend_options={"remote_config": {"num_cpus": 0}},
     )
     store = PolicyStore.remote()
@@ -192,8 +196,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     )
     throughput = Throughput(buffer)
     trainer = L.Trainer(
-        max_steps=args.steps, accelerator="cpu", logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False,
+        max_steps=args.steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
         callbacks=[ReplayCallback(priority_key="td_error", log_stats=False), throughput],
     )
     model = DQN(store)

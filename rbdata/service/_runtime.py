@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 NAMESPACE = "rbdata"
+
+
+@dataclass(frozen=True)
+class Raised:
+    """An exception raised by a hosted-buffer method, carried back as a value.
+
+    Used where one reply holds several results (a group of batches, a channel
+    exchange): the caller re-raises ``error`` when it reaches it.
+    """
+
+    error: Exception
 
 
 class ServiceUnavailableError(RuntimeError):

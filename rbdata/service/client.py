@@ -29,7 +29,7 @@ import time
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -39,6 +39,7 @@ from torch.utils.hooks import RemovableHandle
 from rbdata.buffers.protocol import INFO_KEYS, Draw, StatsSource
 from rbdata.service import _runtime
 from rbdata.service._forwarded import _ForwardedMethods
+from rbdata.service._runtime import Raised
 from rbdata.service.codec import Payload, decode, encode, unpack
 from rbdata.service.owner import SLOT_MIN_BYTES, WAIT_GROUP, InSlot, ReturnsSelf
 from rbdata.service.slots import SlotRing
@@ -106,8 +107,8 @@ class RayBufferClient(_ForwardedMethods):
         self._lock = threading.RLock()
         self._ring: SlotRing | None = None
         self._ring_tried = False
-        self._samples: deque[Any] = deque()  # sample() requests in flight
-        self._draws: deque[Any] = deque()  # draw() requests in flight
+        self._samples = _Group()  # sample() replies requested ahead
+        self._draws = _Group()  # draw() replies requested ahead
         self._draw_size: int | None = None
         self._ahead: deque[tuple[Draw, Any]] = deque()  # drawn in the actor, not handed out
         # id(draw.index) -> (draw.index, its batch): the loader may wrap the index in a new Draw
@@ -160,7 +161,12 @@ class RayBufferClient(_ForwardedMethods):
         return None if self._ring is None else str(self._ring.path)
 
     def _receive(self, ref: Any, what: str) -> Any:
-        reply = _runtime.get(ref, what)
+        return self._open(_runtime.get(ref, what))
+
+    def _open(self, reply: Any) -> Any:
+        """The value of one reply (read from its slot, or decoded); re-raise a failure."""
+        if isinstance(reply, Raised):
+            raise reply.error
         if isinstance(reply, InSlot):
             assert self._ring is not None
             return unpack(reply.packed, self._ring.view(reply.slot))
@@ -175,7 +181,7 @@ class RayBufferClient(_ForwardedMethods):
         here = ray.get_runtime_context().get_node_id()
         if here != self._address.node_id or not SlotRing.available():
             return
-        slots, slot_bytes = 2 * self._prefetch + 4, _slot_size(nbytes)
+        slots, slot_bytes = 3 * self._prefetch + 4, _slot_size(nbytes)
         actor = self._actor()
         path = _runtime.get(actor.open_ring.remote(slots, slot_bytes), "open_ring")
         try:
@@ -185,11 +191,19 @@ class RayBufferClient(_ForwardedMethods):
         self._ring = ring
         weakref.finalize(self, _forget_ring, actor, path)
 
-    def _take(self, queue: deque[Any], submit: Callable[[], Any]) -> Any:
-        """The oldest request of ``queue``, keeping ``prefetch`` more in flight."""
-        while len(queue) <= self._prefetch:
-            queue.append(submit())
-        return queue.popleft()
+    def _next(self, group: _Group, submit: Callable[[int], Any], what: str) -> Any:
+        """The next reply of ``group``; groups of ``prefetch`` replies, one more group in flight.
+
+        One actor call per ``prefetch`` batches: Ray's cost per call is shared
+        by the group, and the actor gathers the next group while this one is used.
+        """
+        if not group.replies:
+            if not group.inflight:
+                group.inflight.append(submit(self._prefetch))
+            ref = group.inflight.popleft()
+            group.inflight.append(submit(self._prefetch))
+            group.replies.extend(_runtime.get(ref, what))
+        return self._open(group.replies.popleft())
 
     # ------------------------------------------------------------ reading
     @property
@@ -255,12 +269,13 @@ class RayBufferClient(_ForwardedMethods):
                     f"({self.batch_size}); got batch_size={batch_size}."
                 )
             with self._lock:
-                ref = self._take(
-                    self._samples, lambda: actor.sample.remote(None, self._ring_path())
+                data, info = self._next(
+                    self._samples,
+                    lambda n: actor.sample_many.remote(None, n, self._ring_path()),
+                    "sample",
                 )
         else:
-            ref = actor.sample.remote(batch_size, self._ring_path())
-        data, info = self._receive(ref, "sample")
+            data, info = self._receive(actor.sample.remote(batch_size, self._ring_path()), "sample")
         return (data, info) if return_info else data
 
     @property
@@ -283,16 +298,18 @@ class RayBufferClient(_ForwardedMethods):
 
     def _draw_now(self, batch_size: int) -> tuple[Draw, Any]:
         actor = self._actor()
-
-        def submit() -> Any:
-            return actor.draw_gather.remote(batch_size, self._ring_path())
-
         if self._prefetch and (self._draw_size in (None, batch_size) or not self._draws):
             self._draw_size = batch_size
-            ref = self._take(self._draws, submit)
-        else:
-            ref = submit()
-        return as_draw(self._receive(ref, "draw"))
+            return as_draw(
+                self._next(
+                    self._draws,
+                    lambda n: actor.draw_gather_many.remote(batch_size, n, self._ring_path()),
+                    "draw",
+                )
+            )
+        return as_draw(
+            self._receive(actor.draw_gather.remote(batch_size, self._ring_path()), "draw")
+        )
 
     def _keep_gathered(self, draw: Draw, batch: Any) -> None:
         """Hold ``draw``'s batch for :meth:`gather` (a bounded number: the oldest go first)."""
@@ -301,9 +318,15 @@ class RayBufferClient(_ForwardedMethods):
             del self._gathered[next(iter(self._gathered))]
 
     def _settle(self) -> None:
-        """Receive every draw in flight; keep the non-empty ones to hand out next."""
-        while self._draws:
-            draw, batch = as_draw(self._receive(self._draws.popleft(), "draw"))
+        """Receive every draw requested ahead; keep the non-empty ones to hand out next."""
+        group = self._draws
+        while group.inflight:
+            group.replies.extend(_runtime.get(group.inflight.popleft(), "draw"))
+        while group.replies:
+            reply = group.replies.popleft()
+            if isinstance(reply, Raised):
+                continue  # a failed draw drew nothing (a lasting cause fails the next draw too)
+            draw, batch = as_draw(self._open(reply))
             if len(draw):
                 self._ahead.append((draw, batch))
 
@@ -398,6 +421,17 @@ class RayBufferClient(_ForwardedMethods):
         """Insert a transform at ``index`` of the hosted buffer's chain."""
         self._cache.pop("filters_rows", None)
         return super().insert_transform(index, transform, invert=invert)
+
+
+@dataclass
+class _Group:
+    """Replies requested ahead: groups in flight (refs) and replies received, not handed out."""
+
+    inflight: deque[Any] = field(default_factory=deque)
+    replies: deque[Any] = field(default_factory=deque)
+
+    def __bool__(self) -> bool:
+        return bool(self.inflight or self.replies)
 
 
 def _slot_size(nbytes: int) -> int:

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from rbdata.service import _runtime
+from rbdata.service._runtime import Raised
 from rbdata.service.codec import Packed, Payload, encode, pack_into, unpack
 
 __all__ = [
@@ -38,7 +39,6 @@ __all__ = [
     "ChannelEndpoint",
     "Layouts",
     "OwnerChannels",
-    "Raised",
     "Wire",
     "call",
     "connect",
@@ -217,13 +217,6 @@ class OwnerChannels:
         """Forget every channel (the actor stops)."""
         for channel in list(self._stores):
             self.close(channel)
-
-
-@dataclass(frozen=True)
-class Raised:
-    """An exception raised by the method a channel call ran."""
-
-    error: Exception
 
 
 def connect(actor: Any, backend: str) -> ChannelEndpoint:

@@ -19,6 +19,7 @@ from tensordict import TensorDictBase
 
 from rbdata.buffers import TensorDictReplayBuffer
 from rbdata.buffers.protocol import Draw
+from rbdata.service._runtime import Raised
 from rbdata.service.codec import Packed, Payload, decode, encode, pack_into
 from rbdata.service.direct_gather import Layouts, direct_sources, fill_slot
 from rbdata.service.distributed import OwnerChannels, Wire
@@ -142,10 +143,15 @@ class BufferOwner:
 
     def draw_gather(self, batch_size: int, ring: str | None) -> Reply:
         """Draw a batch and gather it: ``(index, info, ends_pass, batch)``, one reply."""
+        return self._draw_gather(batch_size, ring)[0]
+
+    def _draw_gather(self, batch_size: int, ring: str | None) -> tuple[Reply, bool]:
+        """:meth:`draw_gather`'s reply, and whether the draw holds rows."""
         buffer = self._buffer
         direct = self._direct(ring, batch_size)
         if direct is None:
-            return self._reply(self._draw_and_gather(batch_size), ring)
+            values = self._draw_and_gather(batch_size)
+            return self._reply(values, ring), values[3] is not None
         sources, slot_ring, slot = direct
         try:
             draw = buffer.draw(batch_size)  # direct_sources() saw a non-empty storage
@@ -159,9 +165,35 @@ class BufferOwner:
         if filled is None:
             slot_ring.release(slot)
             batch = buffer.gather(draw) if len(draw) else None
-            return self._reply((draw.index, draw.info, draw.ends_pass, batch), ring)
+            reply = self._reply((draw.index, draw.info, draw.ends_pass, batch), ring)
+            return reply, batch is not None
         tree = (filled.index, filled.info, draw.ends_pass, filled.batch)
-        return InSlot(slot, Packed(tree, [0], [filled.nbytes]))
+        return InSlot(slot, Packed(tree, [0], [filled.nbytes])), True
+
+    def sample_many(self, batch_size: int | None, count: int, ring: str | None) -> list[Any]:
+        """``count`` replies of :meth:`sample`, one request (a failure ends the group)."""
+        out: list[Any] = []
+        for _ in range(count):
+            try:
+                out.append(self.sample(batch_size, ring))
+            except Exception as err:  # noqa: BLE001 - re-raised by the client when it gets there
+                out.append(Raised(err))
+                break
+        return out
+
+    def draw_gather_many(self, batch_size: int, count: int, ring: str | None) -> list[Any]:
+        """``count`` replies of :meth:`draw_gather` (an empty draw or a failure ends the group)."""
+        out: list[Any] = []
+        for _ in range(count):
+            try:
+                reply, drew = self._draw_gather(batch_size, ring)
+            except Exception as err:  # noqa: BLE001 - re-raised by the client when it gets there
+                out.append(Raised(err))
+                break
+            out.append(reply)
+            if not drew:  # nothing sampleable: the rest would be empty too
+                break
+        return out
 
     def _draw_and_gather(self, batch_size: int) -> tuple[Any, ...]:
         draw = self._buffer.draw(batch_size) if len(self._buffer) else Draw.empty()

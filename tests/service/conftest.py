@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[Any]:
     """A local Ray cluster (2 CPUs) shared by the tests of one module."""

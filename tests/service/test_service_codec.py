@@ -21,7 +21,9 @@ def tensordicts(draw: st.DrawFn) -> TensorDict:
         dtype = draw(st.sampled_from(DTYPES))
         shape = (rows, *draw(st.lists(st.integers(1, 3), max_size=2)))
         value = torch.randint(0, 2, shape).to(dtype)
-        entries[f"k{i}"] = value if not draw(st.booleans()) else value.transpose(0, -1).transpose(0, -1)
+        entries[f"k{i}"] = (
+            value if not draw(st.booleans()) else value.transpose(0, -1).transpose(0, -1)
+        )
     if draw(st.booleans()):
         entries["nested"] = {"x": torch.randn(rows, 2)}
     return TensorDict(entries, batch_size=[rows])
@@ -47,7 +49,10 @@ def test_a_payload_packed_into_memory_unpacks_equal(td: TensorDict) -> None:
     for key, value in td.items(True, True):
         assert torch.equal(batch[key], value)
         # the rebuilt tensors view the memory: no copy
-        assert memory.data_ptr() <= batch[key].data_ptr() < memory.data_ptr() + memory.numel() or not value.numel()
+        assert (
+            memory.data_ptr() <= batch[key].data_ptr() < memory.data_ptr() + memory.numel()
+            or not value.numel()
+        )
 
 
 def test_small_leaves_travel_as_one_buffer() -> None:

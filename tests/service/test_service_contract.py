@@ -20,7 +20,6 @@ from rbdata import (
     LazyTensorStorage,
     ListStorage,
     ReplayBuffer,
-    RoundRobinWriter,
     SamplerWithoutReplacement,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
@@ -105,9 +104,7 @@ def test_bad_backend_arguments_are_refused(kwargs: dict[str, Any], error: type) 
 def test_a_failing_constructor_raises_its_own_error_and_leaves_no_actor(ray_cluster: Any) -> None:
     before = len(ray.util.list_named_actors(all_namespaces=True))
     with pytest.raises(TypeError, match="builds its own PrioritizedSampler"):
-        ray_buffer(
-            TensorDictPrioritizedReplayBuffer, alpha=0.7, beta=0.5, sampler=lambda: None
-        )
+        ray_buffer(TensorDictPrioritizedReplayBuffer, alpha=0.7, beta=0.5, sampler=lambda: None)
     assert len(ray.util.list_named_actors(all_namespaces=True)) == before
 
 
@@ -115,7 +112,9 @@ def test_a_failing_constructor_raises_its_own_error_and_leaves_no_actor(ray_clus
 def test_writes_reads_counters_and_the_lifecycle_through_the_actor(ray_cluster: Any) -> None:
     with pytest.warns(FutureWarning, match="use_ray_service"):  # the deprecated spelling
         rb = ReplayBuffer(
-            storage=ListStorage(100), batch_size=3, use_ray_service=True,
+            storage=ListStorage(100),
+            batch_size=3,
+            use_ray_service=True,
             service_backend_options=OPTIONS,
         )
     try:
@@ -164,7 +163,8 @@ def test_update_if_present_skips_rewritten_slots(empty_rb: Any) -> None:
     empty_rb.extend(transitions(2, start=5000))  # the buffer is full: slots 0 and 1 are rewritten
     rewritten = int((batch["index"] < 2).sum())
     result = empty_rb.update_if_present(
-        index=batch["index"], generation=batch["index_generation"],
+        index=batch["index"],
+        generation=batch["index_generation"],
         patch={"obs": torch.full((8, 3), -1.0)},
     )
     assert result.stale_count == rewritten and result.updated_count == 8 - rewritten
@@ -263,7 +263,9 @@ def test_items_extended_from_two_ray_tasks_all_arrive(empty_rb: Any) -> None:
         for i in range(10):
             obs = torch.arange(start + 5 * i, start + 5 * i + 5.0).unsqueeze(-1).expand(5, 3)
             reward, episode = torch.ones(5, 1), torch.zeros(5, dtype=torch.long)
-            client.extend(TensorDict({"obs": obs, "next": {"reward": reward}, "episode": episode}, [5]))
+            client.extend(
+                TensorDict({"obs": obs, "next": {"reward": reward}, "episode": episode}, [5])
+            )
         return len(client)
 
     task = ray.remote(num_cpus=0)(extend_from_task)
@@ -288,8 +290,12 @@ def test_a_second_driver_process_uses_a_pickled_client(td_rb: Any, tmp_path: Pat
     )
     env = {**os.environ, "PYTHONPATH": str(Path(rbdata.__file__).parents[1])}
     out = subprocess.run(
-        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, env=env,
-        timeout=120, check=False,
+        [sys.executable, "-c", script, str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-2:] == [str(before + 3), "2"]
@@ -319,9 +325,9 @@ def test_shared_memory_slots_requests_in_flight_and_no_leftovers(ray_cluster: An
         assert ring.in_use() == 4 and len({b["pixels"].data_ptr() for b in held}) == 6
         assert shm_files() == before  # ring files are unlinked once both sides map them
         del held
-        ahead = rb.client()  # the buffer's prefetch=3: three requests in flight
+        ahead = rb.client()  # the buffer's prefetch=3: batches come in groups of 3
         assert ahead.sample()["pixels"].shape == (64, 4, 32, 32)
-        assert len(ahead._samples) == 3
+        assert len(ahead._samples.replies) == 2 and len(ahead._samples.inflight) == 1
         with pytest.raises(ValueError, match="fixed at construction"):
             ahead.sample(3)
     finally:

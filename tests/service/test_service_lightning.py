@@ -12,7 +12,9 @@ from tensordict import TensorDict
 
 pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray", reason="the Ray service tests need the 'ray' extra")
-L = pytest.importorskip("lightning.pytorch", reason="the Lightning tests need the 'lightning' extra")
+L = pytest.importorskip(
+    "lightning.pytorch", reason="the Lightning tests need the 'lightning' extra"
+)
 
 from rbdata import LazyTensorStorage, TensorDictPrioritizedReplayBuffer  # noqa: E402
 from rbdata.lightning import ReplayCallback, ReplayDataModule  # noqa: E402
@@ -36,7 +38,10 @@ class SharedBuffer:
 
     def __call__(self) -> Any:
         rb = TensorDictPrioritizedReplayBuffer(
-            alpha=1.0, beta=0.5, storage=LazyTensorStorage(1000), batch_size=8,
+            alpha=1.0,
+            beta=0.5,
+            storage=LazyTensorStorage(1000),
+            batch_size=8,
             service_backend="ray",
             service_backend_options={
                 "ray_init_config": {"address": self.address, "log_to_driver": False},
@@ -70,7 +75,10 @@ class Learner(L.LightningModule):
     def training_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor]:
         self.ids += batch["id"].tolist()
         loss = self.net(batch["observation"]).pow(2).mean()
-        return {"loss": loss, "td_error": torch.full((batch.batch_size[0],), 10.0 * (1 + self.global_rank))}
+        return {
+            "loss": loss,
+            "td_error": torch.full((batch.batch_size[0],), 10.0 * (1 + self.global_rank)),
+        }
 
     def configure_optimizers(self) -> Any:
         return torch.optim.SGD(self.parameters(), lr=0.01)
@@ -96,27 +104,40 @@ def test_two_ddp_ranks_share_one_buffer_fed_by_a_collector(
         SharedBuffer(address), batches_per_epoch=6, prefetch=2, offline_data=offline_data()
     )
     trainer = L.Trainer(
-        accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=2, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        max_epochs=2,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
         callbacks=[ReplayCallback(priority_key="td_error", log_stats=False)],
     )
     trainer.fit(Learner(str(tmp_path)), datamodule=datamodule)
     rank0 = json.loads((tmp_path / "rank0.json").read_text())
     rank1 = json.loads((tmp_path / "rank1.json").read_text())
     # rank 0 built the owner; rank 1 got a client; the offline data was loaded once
-    assert rank0["kind"] == "TensorDictPrioritizedReplayBuffer" and rank1["kind"] == "RayBufferClient"
+    assert (
+        rank0["kind"] == "TensorDictPrioritizedReplayBuffer" and rank1["kind"] == "RayBufferClient"
+    )
     assert rank0["collected"] == rank0["size"] == OFFLINE + COLLECTED
     assert len(rank0["ids"]) == len(rank1["ids"]) == 2 * 6 * 8
     # priority updates from both ranks reached the one buffer
     leaves = torch.tensor(rank0["leaves"])
-    assert torch.isclose(leaves, torch.tensor(10.0)).any() and torch.isclose(leaves, torch.tensor(20.0)).any()
+    assert (
+        torch.isclose(leaves, torch.tensor(10.0)).any()
+        and torch.isclose(leaves, torch.tensor(20.0)).any()
+    )
     # the checkpoint saved the owner's buffer once
     checkpoints = list(tmp_path.rglob("*.ckpt"))
     dumps = [p for p in tmp_path.rglob("*.buffer-*") if p.is_dir()]
     assert len(checkpoints) == 1 and len(dumps) == 1
 
 
-def test_the_ray_collectors_example_runs(ray_cluster: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_ray_collectors_example_runs(
+    ray_cluster: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     pytest.importorskip("gymnasium", reason="the example needs the 'examples' extra")
     import importlib.util
 

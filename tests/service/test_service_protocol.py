@@ -131,9 +131,13 @@ def test_stats_sources_merge_into_the_clients_stats(filled: Any) -> None:
 
 def test_priorities_and_policy_versions_reach_the_one_buffer(ray_cluster: Any) -> None:
     rb = TensorDictPrioritizedReplayBuffer(
-        alpha=1.0, beta=0.5, storage=LazyTensorStorage(100), batch_size=8,
+        alpha=1.0,
+        beta=0.5,
+        storage=LazyTensorStorage(100),
+        batch_size=8,
         transform=PolicyAgeFilter(0, max_policy_lag=1),
-        service_backend="ray", service_backend_options=OPTIONS,
+        service_backend="ray",
+        service_backend_options=OPTIONS,
     )
     try:
         rb.extend(transitions(10, version=0))
@@ -172,9 +176,12 @@ def test_layouts_travel_once_per_channel() -> None:
 def test_the_gloo_transport_between_two_local_processes(ray_cluster: Any) -> None:
     before = {p.name for p in SHM_DIR.glob("rbdata-*")}
     rb = TensorDictReplayBuffer(
-        storage=LazyTensorStorage(100), batch_size=4,
-        service_backend="ray", service_backend_options=OPTIONS,
-        transport="distributed", transport_options={"backend": "gloo"},
+        storage=LazyTensorStorage(100),
+        batch_size=4,
+        service_backend="ray",
+        service_backend_options=OPTIONS,
+        transport="distributed",
+        transport_options={"backend": "gloo"},
     )
     try:
         assert rb.extend(transitions(8)).tolist() == list(range(8))  # bound on first use
@@ -190,8 +197,12 @@ def test_the_gloo_transport_between_two_local_processes(ray_cluster: Any) -> Non
             from tensordict import TensorDict
 
             data = TensorDict(
-                {"obs": torch.ones(3, 1), "pixels": torch.zeros(3, 64, 64, dtype=torch.uint8),
-                 "policy_version": torch.zeros(3, dtype=torch.long)}, [3],
+                {
+                    "obs": torch.ones(3, 1),
+                    "pixels": torch.zeros(3, 64, 64, dtype=torch.uint8),
+                    "policy_version": torch.zeros(3, dtype=torch.long),
+                },
+                [3],
             )
             client.extend(data)
             return client.stats()
@@ -208,7 +219,9 @@ def test_the_gloo_transport_between_two_local_processes(ray_cluster: Any) -> Non
 def test_bad_transport_options_are_refused(ray_cluster: Any) -> None:
     with pytest.raises(ValueError, match="backend"):
         TensorDictReplayBuffer(
-            storage=LazyTensorStorage(10), service_backend="ray",
-            service_backend_options=OPTIONS, transport="distributed",
+            storage=LazyTensorStorage(10),
+            service_backend="ray",
+            service_backend_options=OPTIONS,
+            transport="distributed",
             transport_options={"backend": "mpi"},
         )
