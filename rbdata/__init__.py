@@ -61,6 +61,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "load_minari": ("rbdata.datasets", "minari"),
     "MinariReader": ("rbdata.datasets", "minari"),
     "OfflineToOnlineReplayBuffer": ("rbdata.buffers.offline_to_online", None),
+    "RayBufferClient": ("rbdata.service.client", None),
+    "ServiceUnavailableError": ("rbdata.service._runtime", None),
 }
 
 
@@ -102,6 +104,7 @@ __all__ = [
     "ReplayBuffer",
     "ReplayCallback",
     "ReplayDataModule",
+    "RayBufferClient",
     "ReplayDataset",
     "RoundRobinWriter",
     "SampleToInsertRatio",
@@ -109,6 +112,7 @@ __all__ = [
     "Sampler",
     "SamplerWithoutReplacement",
     "Sequence",
+    "ServiceUnavailableError",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
     "Storage",
