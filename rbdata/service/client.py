@@ -63,6 +63,11 @@ class OwnerAddress:
         cluster: the Ray cluster's address (GCS), for processes outside Ray.
         node_id: the Ray node the actor runs on.
         batch_size: the hosted buffer's default batch size.
+
+    Examples:
+        >>> from rbdata.service.client import OwnerAddress
+        >>> OwnerAddress("rbdata-buffer-0", "127.0.0.1:6379", "node", None).batch_size is None
+        True
     """
 
     actor_name: str
@@ -74,24 +79,22 @@ class OwnerAddress:
 class RayBufferClient(_ForwardedMethods):
     """A picklable handle on a Ray-hosted replay buffer (see the module docstring).
 
-    Get one from a Ray-backed buffer: ``rb.client()``.
+    Get one from a Ray-backed buffer: ``rb.client()`` (see
+    :func:`~rbdata.service.attach_ray_service` for a run). A client connects
+    on its first call, so building or unpickling one costs nothing.
 
     Args:
         address: where the actor is.
-        prefetch: requests kept in flight by ``sample()`` and ``draw()`` (0: none).
+        prefetch: batches requested ahead by ``sample()`` and ``draw()``, in
+            groups of ``prefetch`` per actor call (0: one call per batch).
 
     Examples:
-        >>> import pickle, ray, torch
-        >>> from rbdata import LazyTensorStorage, ReplayBuffer
-        >>> _ = ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-        >>> rb = ReplayBuffer(storage=LazyTensorStorage(100), batch_size=4,
-        ...     service_backend="ray", service_backend_options={"remote_config": {"num_cpus": 0}})
-        >>> client = pickle.loads(pickle.dumps(rb.client()))
-        >>> client.extend(torch.arange(10)).tolist()
-        [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
-        >>> len(rb), client.sample().shape
-        (10, torch.Size([4]))
-        >>> rb.shutdown(); ray.shutdown()
+        >>> import pickle
+        >>> from rbdata.service.client import OwnerAddress, RayBufferClient
+        >>> address = OwnerAddress("rbdata-buffer-0", "127.0.0.1:6379", "node", batch_size=32)
+        >>> client = pickle.loads(pickle.dumps(RayBufferClient(address, prefetch=2)))
+        >>> client, client.batch_size, client.service_backend
+        (RayBufferClient(actor='rbdata-buffer-0', prefetch=2), 32, 'ray')
     """
 
     service_backend = "ray"

@@ -54,7 +54,21 @@ class Filled:
 
 
 def direct_sources(buffer: Any) -> Sources | None:
-    """The leaves to gather from, when ``buffer`` qualifies for the fast path (else None)."""
+    """The leaves to gather from, when ``buffer`` qualifies for the fast path (else None).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rbdata import LazyTensorStorage, ReplayBuffer
+        >>> from rbdata.service.direct_gather import direct_sources
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(10))
+        >>> _ = rb.extend(TensorDict({"obs": torch.zeros(4, 3)}, [4]))
+        >>> sources = direct_sources(rb)
+        >>> sources.keys, sources.fits(rows=2, slot_bytes=4096)
+        (['obs'], True)
+        >>> direct_sources(ReplayBuffer(storage=LazyTensorStorage(10))) is None  # empty
+        True
+    """
     if not isinstance(buffer, ReplayBuffer) or not buffer.initialized or len(buffer.transform):
         return None
     storage = buffer.storage

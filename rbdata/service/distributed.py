@@ -83,6 +83,17 @@ class Layouts:
     the same first-in first-out order, so a layout number the sender reuses is
     one the receiver still knows (layouts holding changing plain values, such
     as ``stats()``'s, come and go without piling up).
+
+
+    Examples:
+        >>> import torch
+        >>> from rbdata.service.codec import encode, pack_into
+        >>> from rbdata.service.distributed import Layouts
+        >>> payload = encode({"a": torch.zeros(3)})
+        >>> packed = pack_into(payload, torch.empty(payload.nbytes, dtype=torch.uint8))
+        >>> sender = Layouts()
+        >>> [sender.outgoing(packed, 12).layout is None for _ in range(2)]
+        [False, True]
     """
 
     capacity = 64

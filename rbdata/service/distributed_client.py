@@ -30,6 +30,19 @@ class DistributedBufferClient(RayBufferClient):
 
     Raises:
         ValueError: for another backend.
+
+    Examples:
+        >>> import pickle
+        >>> from rbdata.service.client import OwnerAddress
+        >>> from rbdata.service.distributed_client import DistributedBufferClient
+        >>> address = OwnerAddress("rbdata-buffer-0", "127.0.0.1:6379", "node", batch_size=8)
+        >>> client = pickle.loads(pickle.dumps(DistributedBufferClient(address)))
+        >>> client.batch_size  # the process group is bound on the first call, not here
+        8
+        >>> DistributedBufferClient(address, backend="mpi")
+        Traceback (most recent call last):
+        ...
+        ValueError: transport_options['backend'] must be one of ('gloo', 'nccl'), got 'mpi'.
     """
 
     def __init__(self, address: OwnerAddress, *, backend: str = "gloo") -> None:

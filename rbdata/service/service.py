@@ -94,6 +94,17 @@ class RayService:
 
     Raises:
         ValueError: for an unknown transport, or transport options without ``"distributed"``.
+        TypeError: for an unknown transport option.
+
+    Examples:
+        Arguments are checked before anything starts (a run: :func:`attach_ray_service`):
+
+        >>> from rbdata import ReplayBuffer
+        >>> from rbdata.service import RayService
+        >>> RayService(ReplayBuffer, {}, transport="tcp")
+        Traceback (most recent call last):
+        ...
+        ValueError: transport must be one of ('auto', 'ray', 'distributed'), got 'tcp'.
     """
 
     def __init__(
