@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -30,16 +31,6 @@ from rbdata.writers import RoundRobinWriter, Writer
 __all__ = ["_BufferCore"]
 
 _TRANSIENT = ("_iterator", "_prefetcher")
-# the constructor arguments that choose the backend, not the buffer a Ray actor hosts
-_SERVICE_ARGS = frozenset(
-    {
-        "service_backend",
-        "service_backend_options",
-        "use_ray_service",
-        "transport",
-        "transport_options",
-    }
-)
 
 
 class _BufferCore:
@@ -60,12 +51,6 @@ class _BufferCore:
     _default_writer: ClassVar[type[Writer]] = RoundRobinWriter
     #: whether a TensorDict batch keeps its info entries ("index", ...) as entries
     _keeps_info: ClassVar[bool] = False
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> _BufferCore:
-        """Record the constructor's arguments: a Ray actor hosting the buffer is built with them."""
-        self = super().__new__(cls)
-        self._init_kwargs = kwargs
-        return self
 
     def __init__(
         self,
@@ -129,18 +114,25 @@ class _BufferCore:
         self._prefetcher = _BatchPrefetcher(self._prefetch)
         self._iterator: Iterator[Any] | None = None
         self._initialized = False
+        if delayed_init is None:
+            delayed_init = transform_factory is not None
         if backend == "ray":  # the buffer lives in a Ray actor; this object forwards to it
             from rbdata.service import attach_ray_service
 
-            hosted = {k: v for k, v in self._init_kwargs.items() if k not in _SERVICE_ARGS}
             self._remote = attach_ray_service(
-                self, type(self), hosted, service_backend_options, transport, transport_options
+                self, self._hosted(), service_backend_options, transport, transport_options,
+                prefetch=self._prefetch, delayed_init=delayed_init,
             )
             return
-        if delayed_init is None:
-            delayed_init = transform_factory is not None
         if not delayed_init:
             self._init()
+
+    def _hosted(self) -> _BufferCore:
+        """A direct copy of this buffer for a Ray actor to host (its clients do the prefetch)."""
+        hosted = copy.copy(self)
+        hosted._service_backend = "direct"
+        hosted._prefetch, hosted._prefetcher = 0, _BatchPrefetcher(0)
+        return hosted
 
     def _init(self) -> None:
         if self._initialized:

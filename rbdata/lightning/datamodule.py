@@ -238,7 +238,7 @@ class ReplayDataModule(pl.LightningDataModule):
         if not callable(arg) or _is_buffer(arg):
             return arg, True  # type: ignore[return-value]
         trainer = self.trainer
-        if trainer is None or trainer.world_size == 1:
+        if trainer is None or getattr(trainer, "world_size", 1) == 1:  # (a stub has none)
             return _built(arg), True
         built = _built(arg) if trainer.global_rank == 0 else None
         remote = built is not None and getattr(built, "service_backend", "direct") == "ray"

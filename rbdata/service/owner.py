@@ -12,6 +12,7 @@ and only the slot's number travels.
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,17 +51,17 @@ Reply = Payload | InSlot
 class BufferOwner:
     """Hosts one buffer inside a Ray actor (see the module docstring); :meth:`build` makes it.
 
-    The buffer is built by a method rather than by the constructor so that an
-    error there reaches the caller as it was raised (Ray reports a failed
+    The buffer arrives through a method rather than the constructor so that
+    an error there reaches the caller as it was raised (Ray reports a failed
     actor constructor as a dead actor).
 
     Examples:
-        >>> import torch
+        >>> import pickle, torch
         >>> from rbdata import LazyTensorStorage, ReplayBuffer
         >>> from rbdata.service.codec import encode
         >>> from rbdata.service.owner import BufferOwner
         >>> owner = BufferOwner()
-        >>> owner.build(ReplayBuffer, {"storage": LazyTensorStorage(10)}, node=False)
+        >>> owner.build(pickle.dumps(ReplayBuffer(storage=LazyTensorStorage(10))), True, node=False)
         (None, None)
         >>> _ = owner.call("extend", encode((torch.arange(4),)), encode({}))
         >>> owner.read("write_count")
@@ -74,16 +75,19 @@ class BufferOwner:
         self._channels = OwnerChannels()
 
     def build(
-        self, buffer_cls: type, buffer_kwargs: dict[str, Any], node: bool = True
+        self, buffer: bytes, initialize: bool, node: bool = True
     ) -> tuple[str | None, int | None]:
-        """Build the hosted buffer; return this actor's node id and the buffer's batch size.
+        """Host the pickled ``buffer``; return this actor's node id and its batch size.
 
         Args:
-            buffer_cls: the buffer class (run as a direct buffer).
-            buffer_kwargs: its constructor's keyword arguments.
+            buffer: a direct buffer (what the Ray-backed buffer's construction copied),
+                pickled (cloudpickle: components may be lambdas).
+            initialize: build its components now (a bad one raises here).
             node: look the node id up (False outside Ray: None is returned for it).
         """
-        self._buffer = buffer_cls(**buffer_kwargs)
+        self._buffer = pickle.loads(buffer)
+        if initialize:
+            _ = self._buffer.storage  # the property builds the components
         return (self.node_id() if node else None), self._buffer.batch_size
 
     # ------------------------------------------------------------ control

@@ -2,7 +2,7 @@
 
 :func:`attach_ray_service` is what ``ReplayBuffer(..., service_backend="ray")``
 calls: it starts a :class:`~rbdata.service.owner.BufferOwner` actor hosting
-``buffer_cls(**buffer_kwargs)`` and makes the calling buffer forward its
+a direct copy of the buffer being built and makes the calling buffer forward its
 methods to it, by binding the forwarding callables into the instance's
 ``__dict__`` (instance attributes shadow the class's methods), so the
 buffer stays an instance of the class that was called. Properties and
@@ -76,14 +76,13 @@ FORWARDED_METHODS = (
 
 
 class RayService:
-    """Starts the actor hosting ``buffer_cls(**buffer_kwargs)`` and owns its lifecycle.
-
-    The hosted buffer is built without ``prefetch``: the client keeps that
-    many requests in flight instead (see :class:`RayBufferClient`).
+    """Starts the actor hosting a buffer and owns its lifecycle.
 
     Args:
-        buffer_cls: the buffer class the actor hosts.
-        buffer_kwargs: its constructor's keyword arguments (components are pickled to the actor).
+        hosted: the direct buffer the actor hosts (pickled to it, components included).
+        prefetch: batches the clients request ahead (see :class:`RayBufferClient`).
+        delayed_init: let the hosted buffer build its components on first use (else the
+            actor builds them at once, and a bad component fails the construction).
         ray_init_config: ``ray.init`` arguments, used when this process is not attached to
             Ray yet (Ray started here is shut down with the last buffer that started it).
         remote_config: the actor's Ray options (``num_cpus``, ``num_gpus``, ``resources``...);
@@ -101,7 +100,7 @@ class RayService:
 
         >>> from rbdata import ReplayBuffer
         >>> from rbdata.service import RayService
-        >>> RayService(ReplayBuffer, {}, transport="tcp")
+        >>> RayService(ReplayBuffer(), 0, transport="tcp")
         Traceback (most recent call last):
         ...
         ValueError: transport must be one of ('auto', 'ray', 'distributed'), got 'tcp'.
@@ -109,9 +108,10 @@ class RayService:
 
     def __init__(
         self,
-        buffer_cls: type,
-        buffer_kwargs: dict[str, Any],
+        hosted: Any,
+        prefetch: int,
         *,
+        delayed_init: bool = False,
         ray_init_config: dict[str, Any] | None = None,
         remote_config: dict[str, Any] | None = None,
         transport: str = "auto",
@@ -124,8 +124,7 @@ class RayService:
                 f"transport_options are used by transport='distributed' only; got "
                 f"{transport_options!r} with transport={transport!r}."
             )
-        kwargs = dict(buffer_kwargs)
-        self._prefetch = int(kwargs.pop("prefetch", None) or 0)
+        self._prefetch = prefetch
         self._transport = "ray" if transport == "auto" else transport
         self._backend = str((transport_options or {}).get("backend", "gloo"))
         unknown = set(transport_options or {}) - {"backend"}
@@ -145,7 +144,9 @@ class RayService:
             owner = ray.remote(concurrency_groups={WAIT_GROUP: _WAITERS})(BufferOwner)
             self._actor = owner.options(**options).remote()
             node, batch_size = _runtime.get(
-                self._actor.build.remote(buffer_cls, kwargs), "building the hosted buffer"
+                # as bytes: arrays pickled with it would arrive as read-only object-store views
+                self._actor.build.remote(ray.cloudpickle.dumps(hosted), not delayed_init),
+                "starting the hosted buffer",
             )
             cluster = ray.get_runtime_context().gcs_address
             self._address = OwnerAddress(name, cluster, node, batch_size)
@@ -289,21 +290,24 @@ def _returning(buffer: Any, method: Any) -> Any:
 
 def attach_ray_service(
     buffer: Any,
-    buffer_cls: type,
-    buffer_kwargs: dict[str, Any],
+    hosted: Any,
     options: dict[str, Any] | None,
     transport: str,
     transport_options: dict[str, Any] | None,
+    *,
+    prefetch: int = 0,
+    delayed_init: bool = False,
 ) -> RayService:
-    """Host ``buffer_cls(**buffer_kwargs)`` in a Ray actor and make ``buffer`` forward to it.
+    """Host ``hosted`` in a Ray actor and make ``buffer`` forward to it.
 
     Args:
         buffer: the buffer being constructed (it keeps its class; its methods are shadowed).
-        buffer_cls: the class the actor builds (``type(buffer)``, run as a direct buffer).
-        buffer_kwargs: the constructor arguments, service arguments left out.
+        hosted: a direct copy of it (same class and components) for the actor to host.
         options: ``service_backend_options``: ``ray_init_config`` and ``remote_config``.
         transport: ``"auto"``, ``"ray"`` or ``"distributed"``.
         transport_options: the transport's options (``{"backend": "gloo"}``).
+        prefetch: batches the buffer's clients request ahead (its ``prefetch`` argument).
+        delayed_init: build the hosted buffer's components on first use, not now.
 
     Returns:
         The service; the buffer class forwards its properties and dunders to it.
@@ -331,8 +335,9 @@ def attach_ray_service(
             f"service_backend_options accepts only {sorted(_OPTION_KEYS)}, got {sorted(unknown)}."
         )
     service = RayService(
-        buffer_cls,
-        buffer_kwargs,
+        hosted,
+        prefetch,
+        delayed_init=delayed_init,
         **options,
         transport=transport,
         transport_options=transport_options,

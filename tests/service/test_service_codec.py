@@ -99,3 +99,16 @@ def test_allocate_lays_tensors_out_for_filling_in_place() -> None:
     td = unpack(Packed(dict_node((3,), {"i": nodes[0], ("n", "f"): nodes[1]}), [0], [used]), memory)
     assert td["i"].tolist() == [1, 2, 3] and td["n", "f"].sum().item() == 3.0
     assert allocate(memory[:16], [(torch.int64, (3,))]) is None
+
+
+def test_a_pickled_prioritized_buffer_still_samples_by_priority() -> None:
+    # what a Ray actor hosting the buffer receives: its sum tree's views must survive pickling
+    import pickle
+
+    from rbdata import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
+
+    rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=0.5, storage=LazyTensorStorage(8))
+    rb = pickle.loads(pickle.dumps(rb))
+    rb.extend(TensorDict({"obs": torch.zeros(8, 3)}, [8]))
+    rb.update_priority(torch.arange(8), torch.tensor([0.0] * 7 + [1.0]))
+    assert set(pickle.loads(pickle.dumps(rb)).sample(16)["index"].tolist()) == {7}
