@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from rbdata._validation import NestedKey, normalize_key
+from rbdata._validation import NestedKey, check_indices, normalize_key
 
 __all__ = ["ConditionalUpdateResult", "conditional_update"]
 
@@ -105,19 +105,17 @@ def conditional_update(
             "version_key and version must be passed together, got "
             f"version_key={version_key!r} and version={version!r}."
         )
-    index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
-    generation = torch.as_tensor(generation, dtype=torch.long).reshape(-1)
+    index = check_indices(index, storage.max_size)
+    generation = torch.as_tensor(generation)
+    if generation.is_floating_point() or generation.dtype == torch.bool:
+        raise TypeError(f"generation must hold integers, got dtype {generation.dtype}.")
+    generation = generation.to(torch.long).reshape(-1)
     n = index.numel()
     if generation.numel() != n:
         raise ValueError(
             f"generation has {generation.numel()} entries, expected one per index ({n})."
         )
     size = len(storage)
-    if n and (int(index.min()) < 0 or int(index.max()) >= storage.max_size):
-        raise IndexError(
-            f"index values must lie in [0, {storage.max_size}), got min {int(index.min())} "
-            f"and max {int(index.max())}."
-        )
     items = patch.items(True, True) if isinstance(patch, TensorDictBase) else patch.items()
     leaves: list[tuple[torch.Tensor, torch.Tensor]] = []
     known = set(storage.leaf_keys())

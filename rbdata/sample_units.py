@@ -1,23 +1,32 @@
-"""Sample units: what a sampled anchor slot expands into (one transition, or a window)."""
+"""Sample units: what a sampled anchor expands into (one transition, or a window of records)."""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from collections.abc import Mapping
+from typing import Any, overload
 
 import torch
+from tensordict import TensorDictBase
 
-from rbdata._trajectories import TrajectoryIndex
+from rbdata._episode_edges import RingLayout, scan_edges
+from rbdata._trajectories import TrajectoryIndex, storage_keys
 from rbdata._validation import NestedKey, normalize_key
+from rbdata.storages import TensorStorage
+
+__all__ = ["SampleUnit", "Sequence", "Transition"]
+
+_BOUNDARIES = ("pad", "stop", "include_reset")
 
 
 class SampleUnit:
     """Base class: turns the anchors drawn by the sampler into the records read.
 
     ``expand(anchors, info, storage)`` returns ``(index, info)``: the slots to
-    read (any shape; the buffer reshapes the batch to it) and the info dict,
-    with per-anchor entries broadcast to the index's shape. Units that track
-    trajectories are told about writes like samplers are (``extend`` / ``add``
-    after each write, ``_empty`` when the buffer is emptied).
+    read and the info dict, with per-anchor entries (a tensor whose first
+    dimension is the number of anchors) made to match the index. Units that
+    track trajectories are told about writes like samplers are (``extend`` /
+    ``add`` after each write, ``_empty`` when the buffer is emptied).
 
     Examples:
         >>> import torch
@@ -32,6 +41,14 @@ class SampleUnit:
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Return the slots to read for ``anchors`` and the matching info."""
         raise NotImplementedError
+
+    def anchors_of(self, batch: Any, storage: Any) -> torch.Tensor | None:
+        """The slot of the anchor of each record of ``batch``; None when records are anchors.
+
+        Priority updates of a sampled batch go to these slots (see
+        :meth:`~rbdata.ReplayBuffer.update_batch_priority`).
+        """
+        return None
 
     def extend(self, index: torch.Tensor) -> None:
         """Note that the slots ``index`` were written (no-op unless the unit tracks writes)."""
@@ -72,54 +89,86 @@ class Sequence(SampleUnit):
     """A window of ``burn_in + length + bootstrap`` records around each anchor.
 
     Anchor ``a`` becomes the records at ``a + (j - burn_in) * dilation`` for
-    ``j = 0 .. burn_in + length + bootstrap - 1``: ``burn_in`` records before
-    it (e.g. to warm up a recurrent state), the ``length`` records trained on
-    starting at the anchor, then ``bootstrap`` records after them. The index
-    has shape ``[B, T]``. Positions that fall outside the anchor's trajectory
-    (before its start, after its end, or across the write cursor of a full
-    buffer) are clamped to the trajectory's first / last record and flagged
-    in the info:
+    ``j = 0 .. burn_in + length + bootstrap - 1`` in time order: ``burn_in``
+    records before it (e.g. to warm up a recurrent state), the ``length``
+    records learned on, starting at the anchor, then ``bootstrap`` records
+    of future context. ``B`` anchors give a flat batch of ``B * window``
+    records, anchor after anchor.
 
-    * ``"mask"``: bool ``[B, T]``, True where the record belongs to the
-      anchor's trajectory;
-    * ``"burn_in_mask"``: True at the burn-in positions (``j < burn_in``);
-    * ``"bootstrap_mask"``: True at the bootstrap positions
-      (``j >= burn_in + length``).
+    A window stays inside the anchor's episode, which ends at a ``done_key``
+    flag, at the newest record (the write seam of a full ring) and begins
+    after the previous flag or at the oldest record. Where it would leave it,
+    ``episode_boundary`` decides:
 
-    Per-anchor info entries (e.g. ``"priority_weight"``) are repeated along ``T``.
-    Trajectories come from ``traj_key`` ids or ``end_key`` flags, detected as
-    in :class:`~rbdata.SliceSampler` when not given; they are kept
-    incrementally from the writes the buffer reports (``extend``).
+    * ``"pad"``: the records past the edge repeat the edge record and are
+      marked invalid;
+    * ``"stop"``: the window moves back so that it ends at the episode's end
+      (all valid), as far as the episode's start allows, then pads;
+    * ``"include_reset"``: the window crosses episode ends; only the write
+      seam and unwritten slots are never crossed (clamped, invalid).
+
+    The info (and a TensorDict sample) gets, per record: ``"anchor_index"``
+    (the drawn anchor; with ``"stop"`` it may lie outside the moved window),
+    ``"sequence_id"`` (which anchor of the batch), ``"step_in_sequence"``
+    (``j``), ``"learning_mask"`` (True on the ``length`` records) and
+    ``"validity_mask"`` (True where the record is the one asked for).
+    Per-anchor entries (``"priority_weight"``...) are repeated along the
+    window; priority updates of a sampled batch go to the anchors (the max
+    over each window's valid records).
+
+    For a storage with ``ndim > 1``, time is the first dimension and the
+    others are lanes: a window runs along time in its anchor's lane. Anchors
+    given as a tuple of coordinate tensors give coordinates back (and
+    ``"anchor_index"`` as ``[records, ndim]``); flat cell indices (what the
+    buffer's samplers draw) give flat cell indices.
+
+    Episodes are tracked from the writes the buffer reports (``extend``):
+    sampling costs O(batch), never a pass over the storage. A unit used on
+    a storage it was not told about reads the done flags around its anchors
+    and takes a full storage as written from slot 0 (it cannot see where
+    the write cursor of a wrapped ring is).
 
     Args:
-        length: records per window starting at the anchor (>= 1).
-        burn_in: records before the anchor (>= 0).
-        bootstrap: records after the ``length`` ones (>= 0).
-        dilation: stride between consecutive records of a window (>= 1).
-        traj_key: entry holding per-transition trajectory ids.
-        end_key: entry holding end-of-trajectory flags.
+        length: records learned on per window (>= 1).
+        episode_boundary: ``"pad"``, ``"stop"`` or ``"include_reset"``.
+        done_key: the end-of-episode flag entry; None treats the written data
+            as one episode, bounded only by the write seam.
+        burn_in: records before the anchor (>= 0), never learned on.
+        bootstrap: records after the learned ones (>= 0), never learned on.
+        dilation: storage records between consecutive records of a window (>= 1).
+
+    Raises:
+        TypeError: for arguments of the wrong type.
+        ValueError: for a length < 1, a negative burn_in or bootstrap, a
+            dilation < 1 or an unknown episode_boundary.
 
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
         >>> from rbdata import LazyTensorStorage, ReplayBuffer, Sequence
-        >>> rb = ReplayBuffer(storage=LazyTensorStorage(100),
-        ...                   sample_unit=Sequence(3, burn_in=1), batch_size=4)
-        >>> _ = rb.extend(TensorDict({"episode": torch.arange(20) // 10}, [20]))
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=2,
+        ...                   sample_unit=Sequence(length=3))
+        >>> done = torch.zeros(10, 1, dtype=torch.bool)
+        >>> done[4] = done[9] = True
+        >>> _ = rb.extend(TensorDict({"obs": torch.arange(10), ("next", "done"): done}, [10]))
         >>> batch, info = rb.sample(return_info=True)
-        >>> batch.shape, info["mask"].shape
-        (torch.Size([4, 4]), torch.Size([4, 4]))
+        >>> batch.shape, sorted(info)
+        (torch.Size([6]), ['anchor_index', 'index', 'learning_mask', 'sequence_id', \
+'step_in_sequence', 'validity_mask'])
+        >>> unit = Sequence(length=2, burn_in=1, bootstrap=1)
+        >>> index, info = unit.expand(torch.tensor([5]), {}, rb.storage)
+        >>> index.tolist(), info["validity_mask"].tolist()  # the episode starts at 5
+        ([5, 5, 6, 7], [False, True, True, True])
     """
 
     def __init__(
         self,
         length: int,
-        *,
+        episode_boundary: str = "pad",
+        done_key: NestedKey | list[str] | None = ("next", "done"),
         burn_in: int = 0,
         bootstrap: int = 0,
         dilation: int = 1,
-        traj_key: NestedKey | None = None,
-        end_key: NestedKey | None = None,
     ) -> None:
         for name, value, low in (
             ("length", length, 1),
@@ -127,79 +176,225 @@ class Sequence(SampleUnit):
             ("bootstrap", bootstrap, 0),
             ("dilation", dilation, 1),
         ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}.")
-        if traj_key is not None and end_key is not None:
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__}.")
+            if value < low:
+                raise ValueError(f"{name} must be >= {low}, got {value}.")
+        if episode_boundary not in _BOUNDARIES:
             raise ValueError(
-                f"pass at most one of traj_key and end_key, got traj_key={traj_key!r} "
-                f"and end_key={end_key!r}."
+                f"episode_boundary must be one of {_BOUNDARIES}, got {episode_boundary!r}."
             )
-        self.length, self.burn_in, self.bootstrap, self.dilation = (
-            length,
-            burn_in,
-            bootstrap,
-            dilation,
-        )
-        self.traj_key = None if traj_key is None else normalize_key(traj_key, "traj_key")
-        self.end_key = None if end_key is None else normalize_key(end_key, "end_key")
-        self._index = TrajectoryIndex(traj_key=self.traj_key, end_key=self.end_key)
+        if isinstance(done_key, list):
+            done_key = tuple(done_key)
+        self.length, self.episode_boundary = length, episode_boundary
+        self.burn_in, self.bootstrap, self.dilation = burn_in, bootstrap, dilation
+        self.done_key = None if done_key is None else normalize_key(done_key, "done_key")
+        self._index = TrajectoryIndex(end_key=self.done_key, traj_candidates=())
+        #: whether episodes come from the index fed by ``extend`` (1-D storages, done flags)
+        self._tracks = self.done_key is not None and episode_boundary != "include_reset"
+        self._newest: int | None = None
         steps = torch.arange(self.window)
+        self._steps = steps
         self._offsets = (steps - burn_in) * dilation
-        self._burn_in = steps < burn_in
-        self._bootstrap = steps >= burn_in + length
+        self._learning = (steps >= burn_in) & (steps < burn_in + length)
+        #: the per-record entries that depend only on the batch size, for the last one seen
+        self._step_entries: tuple[tuple[int, torch.device], dict[str, torch.Tensor]] | None = None
+        #: how far back / ahead of an anchor its episode's edges matter
+        ahead = dilation * (length + bootstrap - 1)
+        back = dilation * burn_in + (ahead if episode_boundary == "stop" else 0)
+        self._reach = (back, ahead)
 
     @property
     def window(self) -> int:
         """Records per anchor: ``burn_in + length + bootstrap``."""
         return self.burn_in + self.length + self.bootstrap
 
+    # ------------------------------------------------------------ writes
     def extend(self, index: torch.Tensor) -> None:
-        """Note the written slots (trajectories are updated at the next ``expand``)."""
-        self._index.extend(index)
+        """Note the written slots, in write order (episodes are updated at the next ``expand``)."""
+        index = torch.as_tensor(index).reshape(-1)
+        if index.numel():
+            self._newest = int(index[-1])
+            if self._tracks:
+                self._index.extend(index)
 
     def _empty(self) -> None:
+        self._newest = None
         self._index.clear()
 
-    def expand(
-        self, anchors: torch.Tensor, info: dict[str, Any], storage: Any
-    ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Return the ``[B, T]`` windows of ``anchors`` and their masks (see the class)."""
-        anchors = torch.as_tensor(anchors, dtype=torch.long)
-        if anchors.ndim != 1:
-            raise ValueError(
-                f"Sequence expands a 1-D batch of anchors, got shape {tuple(anchors.shape)}: "
-                "use it with a per-item sampler, not a slice sampler."
-            )
-        index = self._index
-        if not index.fed and len(storage) >= storage.max_size:
-            raise RuntimeError(
-                "Sequence was not told about the writes of a full storage, so it cannot tell "
-                "where the write cursor is: call sample_unit.extend(index) after each write."
-            )
-        index.sync(storage)
-        b, t = anchors.numel(), self.window
-        v = index.slots_to_v(anchors)
-        k = index.locate(v)
-        first = index.view("starts").index_select(0, k).unsqueeze(1)
-        last = first + index.view("lengths").index_select(0, k).unsqueeze(1) - 1
-        pos = v.unsqueeze(1) + self._offsets
-        mask = (pos >= first) & (pos <= last)
-        slots = torch.maximum(torch.minimum(pos, last), first).remainder_(index.modulus)
-        out: dict[str, Any] = {}
-        for key, value in info.items():
-            if isinstance(value, torch.Tensor) and value.ndim and value.shape[0] == b:
-                value = value.unsqueeze(1).expand(b, t, *value.shape[1:]).clone()
-            out[key] = value
-        out["mask"] = mask
-        out["burn_in_mask"] = self._burn_in.expand(b, t).clone()
-        out["bootstrap_mask"] = self._bootstrap.expand(b, t).clone()
-        return slots, out
-
     def state_dict(self) -> dict[str, Any]:
-        """The write position (trajectories are rebuilt from the storage on load)."""
-        return {"trajectories": self._index.state_dict()}
+        """The write position (episodes are rebuilt from the storage on load)."""
+        newest = -1 if self._newest is None else self._newest
+        return {"newest": newest, "trajectories": self._index.state_dict()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output."""
         if "trajectories" in state_dict:
             self._index.load_state_dict(state_dict["trajectories"])
+        newest = int(state_dict.get("newest", state_dict.get("trajectories", {}).get("newest", -1)))
+        self._newest = None if newest < 0 else newest
+
+    # ------------------------------------------------------------ sampling
+    @overload
+    def expand(
+        self, anchors: torch.Tensor, info: dict[str, Any], storage: Any
+    ) -> tuple[torch.Tensor, dict[str, Any]]: ...
+
+    @overload
+    def expand(
+        self, anchors: tuple[torch.Tensor, ...], info: dict[str, Any], storage: Any
+    ) -> tuple[tuple[torch.Tensor, ...], dict[str, Any]]: ...
+
+    def expand(
+        self, anchors: torch.Tensor | tuple[torch.Tensor, ...], info: dict[str, Any], storage: Any
+    ) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], dict[str, Any]]:
+        """Return the flat windows of ``anchors`` and their info (see the class).
+
+        Args:
+            anchors: a 1-D tensor of slots (flat cells for ``ndim > 1``), or a
+                tuple of ``storage.ndim`` coordinate tensors.
+            info: the sampler's info; per-anchor tensors are repeated along the window.
+            storage: the tensor storage of TensorDict items the anchors index.
+
+        Raises:
+            TypeError: if ``storage`` is not a TensorStorage of TensorDicts.
+            ValueError: for anchors of the wrong shape.
+            KeyError: if ``done_key`` is not stored.
+        """
+        self._check_storage(storage)
+        layout = RingLayout.of(storage, self._newest)
+        time, lane, lanes = _split_anchors(anchors, storage, layout)
+        pos, lo, hi = self._span(storage, layout, time, lane)
+        if self.episode_boundary == "stop":  # end at the episode's end, as its start allows
+            pos = torch.minimum(torch.clamp(hi - self._reach[1], min=lo), pos)
+        b, t = time.numel(), self.window
+        target = pos.unsqueeze(1) + self._offsets.to(pos.device)
+        clamped = torch.clamp(target, lo.unsqueeze(1), hi.unsqueeze(1))
+        out = self._window_info(info, b, time.device)
+        out["validity_mask"] = clamped.eq(target).view(-1).to(time.device)
+        slots = clamped.remainder_(layout.capacity).view(-1).to(time.device)
+        if isinstance(anchors, tuple):
+            coords = torch.stack([time, *lanes], -1)
+            out["anchor_index"] = _repeat(coords, t)
+            return (slots, *(_repeat(c, t) for c in lanes)), out
+        out["anchor_index"] = _repeat(anchors, t)
+        if layout.cells > 1:
+            slots = slots.mul_(layout.cells).add_(_repeat(lane, t))
+        return slots, out
+
+    def anchors_of(self, batch: Any, storage: Any) -> torch.Tensor | None:
+        """The flat anchor slot of each record of a batch this unit expanded.
+
+        Reads ``batch["anchor_index"]`` (coordinates ``[records, ndim]`` are
+        turned into flat cells); None when the batch has no such entry.
+        """
+        if not isinstance(batch, Mapping | TensorDictBase):
+            return None
+        anchor = batch.get("anchor_index", None)
+        if anchor is None:
+            return None
+        anchor = torch.as_tensor(anchor, dtype=torch.long)
+        ndim = getattr(storage, "ndim", 1)
+        if ndim > 1 and anchor.ndim >= 2 and anchor.shape[-1] == ndim:
+            shape = tuple(storage.shape)
+            strides = [math.prod(shape[d + 1 :]) for d in range(ndim)]
+            anchor = (anchor * torch.tensor(strides, device=anchor.device)).sum(-1)
+        return anchor.reshape(-1)
+
+    def _check_storage(self, storage: Any) -> None:
+        if not isinstance(storage, TensorStorage):
+            raise TypeError(
+                f"Sequence needs a TensorStorage (LazyTensorStorage, LazyMemmapStorage) of "
+                f"TensorDict items to read episode ends from; got {type(storage).__name__}."
+            )
+        if not len(storage):
+            raise RuntimeError("Sequence cannot expand anchors of an empty storage.")
+        keys = storage_keys(storage)
+        if self.done_key is not None and self.done_key not in keys:
+            raise KeyError(
+                f"done_key={self.done_key!r} is not stored; stored keys are "
+                f"{sorted(map(str, keys))}. Pass the entry holding episode ends, or "
+                "done_key=None to treat the written data as one episode."
+            )
+
+    def _span(
+        self, storage: Any, layout: RingLayout, time: torch.Tensor, lane: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(pos, lo, hi)``: each anchor and its episode's first and last record, on one line.
+
+        Positions count records along time (``% capacity`` gives the slot).
+        """
+        if self.done_key is None or self.episode_boundary == "include_reset":
+            return (time, *layout.seam_span(time))
+        if storage.ndim > 1 and self._tracks:  # lanes: the 1-D index does not apply
+            self._tracks = False
+            self._index.clear()
+        if self._tracks and self._index.fed:
+            return self._tracked_span(storage, time)
+        seam = layout.seam_span(time)
+        lo, hi = scan_edges(storage, self.done_key, layout, (time, lane), seam, self._reach)
+        return time, lo, hi
+
+    def _tracked_span(
+        self, storage: Any, time: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The span from the episodes kept up to date from the reported writes."""
+        index = self._index
+        index.sync(storage)
+        v = index.slots_to_v(time.cpu())
+        k = index.locate(v)
+        first = index.view("starts").index_select(0, k)
+        return v, first, index.view("lengths").index_select(0, k).add_(first).sub_(1)
+
+    def _window_info(self, info: dict[str, Any], b: int, device: torch.device) -> dict[str, Any]:
+        """``info`` with per-anchor tensors repeated along the window, and the step entries."""
+        t = self.window
+        out: dict[str, Any] = {}
+        for key, value in info.items():
+            if isinstance(value, torch.Tensor) and value.ndim and value.shape[0] == b:
+                value = _repeat(value, t)
+            out[key] = value
+        cached = self._step_entries
+        if cached is None or cached[0] != (b, device):
+            entries = {
+                "sequence_id": _repeat(torch.arange(b, device=device), t),
+                "step_in_sequence": self._steps.to(device).repeat(b),
+                "learning_mask": self._learning.to(device).repeat(b),
+            }
+            cached = self._step_entries = ((b, device), entries)
+        out.update({key: value.clone() for key, value in cached[1].items()})
+        return out
+
+
+def _repeat(value: torch.Tensor, t: int) -> torch.Tensor:
+    """Each entry of ``value`` (along dim 0) ``t`` times in a row."""
+    b = value.shape[0]
+    return value.unsqueeze(1).expand(b, t, *value.shape[1:]).reshape(b * t, *value.shape[1:])
+
+
+def _split_anchors(
+    anchors: torch.Tensor | tuple[torch.Tensor, ...], storage: Any, layout: RingLayout
+) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+    """``(time, lane, lane coordinates)`` of each anchor (flat lane: ``0`` for ``ndim == 1``)."""
+    ndim = storage.ndim
+    if isinstance(anchors, tuple):
+        if len(anchors) != ndim or ndim == 1:
+            raise ValueError(
+                f"anchors given as coordinates need one tensor per storage dim of a storage "
+                f"with ndim > 1; got {len(anchors)} for ndim={ndim}."
+            )
+        coords = [torch.as_tensor(c, dtype=torch.long).reshape(-1) for c in anchors]
+        lead = tuple(storage.shape)[1:]
+        lane = torch.zeros_like(coords[0])
+        for c, size in zip(coords[1:], lead, strict=True):
+            lane = lane * size + c
+        return coords[0], lane, tuple(coords[1:])
+    anchors = torch.as_tensor(anchors, dtype=torch.long)
+    if anchors.ndim != 1:
+        raise ValueError(
+            f"anchors must be a 1-D tensor of slots (or a tuple of coordinate tensors), got "
+            f"shape {tuple(anchors.shape)}: use Sequence with a per-item sampler."
+        )
+    if layout.cells == 1:
+        return anchors, torch.zeros_like(anchors), ()
+    return anchors.div(layout.cells, rounding_mode="floor"), anchors.remainder(layout.cells), ()

@@ -50,6 +50,13 @@ class Transform:
         """Apply :meth:`forward` (the sample path)."""
         return self.forward(data)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The transform's state (none by default; stateful transforms override both)."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+
 
 class _CallableTransform(Transform):
     """A plain callable used as a transform on one path."""
@@ -123,6 +130,16 @@ class Compose(Transform):
         for t in reversed(self.transforms):
             data = t.inv(data)
         return data
+
+    def state_dict(self) -> dict[str, Any]:
+        """Each transform's state, under its position in the chain."""
+        return {str(i): t.state_dict() for i, t in enumerate(self.transforms)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (entries of transforms not in the chain ignored)."""
+        for i, t in enumerate(self.transforms):
+            if str(i) in state_dict:
+                t.load_state_dict(state_dict[str(i)])
 
     def append(self, transform: Transform) -> None:
         """Add a transform at the end of the chain."""

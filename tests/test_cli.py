@@ -18,7 +18,6 @@ from tensordict import TensorDict
 
 import rbdata
 from rbdata import LazyTensorStorage, ListStorage, ReplayBuffer, TensorDictPrioritizedReplayBuffer
-from rbdata.checkpoint import read_dump, write_dump
 from rbdata.cli import convert as convert_module
 from rbdata.cli import main
 from rbdata.cli.inspect import summarize
@@ -140,11 +139,12 @@ def test_verify_accepts_a_sound_dump_and_flags_short_entries(tmp_path, capsys):
     prioritized_dump(tmp_path / "dump")
     assert main(["verify", str(tmp_path / "dump")]) == 0
     assert "ok (60 items" in capsys.readouterr().out
-    manifest, state, _ = read_dump(tmp_path / "dump")
-    state["storage"]["content"]["obs"] = state["storage"]["content"]["obs"][:10]
-    write_dump(tmp_path / "short", manifest, state)
-    assert main(["verify", str(tmp_path / "short")]) == 1
-    assert "shorter than the manifest length 60: ['obs']" in capsys.readouterr().err
+    data = next(p for p in (tmp_path / "dump").iterdir() if p.is_dir())
+    victim = max(data.iterdir(), key=lambda p: p.stat().st_size)
+    victim.write_bytes(victim.read_bytes()[:-8])  # a truncated tensor file
+    assert main(["verify", str(tmp_path / "dump")]) == 1
+    err = capsys.readouterr().err
+    assert "damaged" in err and victim.name in err and len(err.splitlines()) == 1
 
 
 def test_bad_paths_and_formats_get_one_line_and_status_2(tmp_path, capsys):
@@ -154,7 +154,7 @@ def test_bad_paths_and_formats_get_one_line_and_status_2(tmp_path, capsys):
     prioritized_dump(tmp_path / "dump")
     for argv, message in (
         (["inspect", str(tmp_path / "missing")], "directory not found"),
-        (["verify", str(tmp_path / "empty")], "manifest.json is missing"),
+        (["verify", str(tmp_path / "empty")], "manifest.json: missing"),
         (["convert", str(tmp_path / "missing"), "x.hdf5"], "does not exist"),
         (["convert", str(tmp_path / "data.npz"), "x.hdf5"], "suffix '.npz'"),
         (["convert", str(tmp_path / "empty"), "x.hdf5"], "neither a replay-buffer dump"),

@@ -137,7 +137,7 @@ def test_schedule_value_out_of_range_raises_and_changes_nothing(bad: float) -> N
     with pytest.raises(ValueError, match=rf"batch 2.*\[0, 1\].*{bad}"):
         rb.sample()
     assert rb.batches_sampled == 2
-    assert torch.equal(rb.state_dict()["online"]["rng"], state["online"]["rng"])
+    assert torch.equal(rb.state_dict()["online"]["_rng"], state["online"]["_rng"])
     with pytest.raises(ValueError, match=str(bad)):
         rb.stats()
 
@@ -311,7 +311,7 @@ def test_state_dict_round_trip(tmp_path) -> None:
 
 def test_state_dict_leaves_offline_content_out() -> None:
     sd = _mixture().state_dict()
-    assert "storage" not in sd["offline"] and "storage" in sd["online"]
+    assert "_storage" not in sd["offline"] and "_storage" in sd["online"]
 
 
 def test_load_state_dict_error_changes_nothing() -> None:

@@ -27,6 +27,7 @@ from rbdata.samplers import RandomSampler, Sampler
 from rbdata.storages import ListStorage, Storage
 from rbdata.transforms import Compose, PolicyAgeFilter, Transform
 from rbdata.writers import RoundRobinWriter, Writer
+from rbdata.writers._base import batch_len, slice_batch
 
 __all__ = ["_BufferCore"]
 
@@ -98,6 +99,11 @@ class _BufferCore:
             "transform": transform,
             "transform_factory": transform_factory,
         }
+        if sample_unit is not None and not isinstance(sample_unit, SampleUnit):
+            raise TypeError(
+                f"sample_unit must be a SampleUnit (Transition, Sequence), got "
+                f"{type(sample_unit).__name__}."
+            )
         self._sample_unit: SampleUnit = Transition() if sample_unit is None else sample_unit
         self._collate_arg = collate_fn
         self._pin_memory = bool(pin_memory)
@@ -149,6 +155,11 @@ class _BufferCore:
             raise ValueError(
                 "Samplers with drop_last=True must work with a predictable batch-size: pass "
                 "batch_size=... to the buffer (with drop_last the pass length depends on it)."
+            )
+        if self._consume_after_n is not None and not callable(self._writer.write_at):
+            raise TypeError(
+                f"consume_after_n_samples requires a writer with a callable write_at (new items "
+                f"reuse the slots of consumed ones); {type(self._writer).__name__} has none."
             )
         self._writer.register_storage(self._storage)
         self._sampler.set_rng(self._generator)
@@ -251,6 +262,16 @@ class _BufferCore:
         return self._generator
 
     @property
+    def _rng(self) -> torch.Generator | None:
+        """The :attr:`generator` under torchrl's name (code in the wild reads ``rb._rng``)."""
+        return self._generator
+
+    @property
+    def _prefetch_queue(self) -> Any:
+        """The batches sampled ahead and not handed out yet (torchrl's name)."""
+        return self._prefetcher.pending
+
+    @property
     def prioritized(self) -> bool:
         """Whether the sampler is prioritized (priority updates change what is drawn)."""
         if self._remote is not None:
@@ -284,7 +305,11 @@ class _BufferCore:
         with self._sync.cond:
             if len(self._transform):
                 data = self._transform.inv(data)
-            index = self._writer.add(data)
+            free = self._sampler.reusable_slots(1) if self._consume_after_n is not None else None
+            if free is not None and free.numel():
+                index = int(self._writer.write_at(free, [data])[0])
+            else:
+                index = self._writer.add(data)
             self._note_written(torch.tensor([index]))
             self._sync.cond.notify_all()
         return index
@@ -311,11 +336,34 @@ class _BufferCore:
             if _is_empty(data):
                 return torch.empty(0, dtype=torch.long)
             self._validate_extend(data, update_priority)
-            index = self._writer.extend(data)
+            index = self._write(data)
             self._note_written(index[index >= 0] if self._writer.drops_items else index)
             self._after_extend(data, index, update_priority)
             self._sync.cond.notify_all()
         return index
+
+    def _write(self, data: Any) -> torch.Tensor:
+        """Write a batch: into consumed slots first (consume-after-n), then at the cursor."""
+        writer = self._writer
+        if self._consume_after_n is None or writer.write_at is None:
+            return writer.extend(data)
+        n = batch_len(data)
+        free = self._sampler.reusable_slots(n)
+        if not free.numel():
+            return writer.extend(data)
+        k = free.numel()
+        if k < n:
+            capacity = int(getattr(self._storage, "_max_size_along_dim0", self._storage.max_size))
+            at_cursor = (torch.arange(n - k) + int(getattr(writer, "cursor", 0))) % capacity
+            if bool(torch.isin(at_cursor, free).any()):  # the cursor would overwrite them
+                return writer.extend(data)
+            validate = getattr(self._storage, "validate", None)
+            if validate is not None:  # both parts or neither
+                validate(data, True)
+        head = writer.write_at(free, slice_batch(data, slice(0, k)))
+        if k == n:
+            return head
+        return torch.cat([head, writer.extend(slice_batch(data, slice(k, None)))])
 
     def _note_written(self, index: torch.Tensor) -> None:
         self._sampler.extend(index)
@@ -440,7 +488,7 @@ class _BufferCore:
         """Tell the sampler and sample unit that slots were edited in place."""
         if isinstance(index, slice):
             index = torch.arange(*index.indices(len(self._storage)))
-        self._sampler.mark_update(torch.as_tensor(index, dtype=torch.long).reshape(-1))
+        self._sampler.mark_edited(torch.as_tensor(index, dtype=torch.long).reshape(-1))
 
     def empty(self, empty_write_count: bool = True) -> None:
         """Empty the buffer and reset the cursor to 0."""
@@ -466,30 +514,27 @@ class _BufferCore:
         """The buffer's full state (content included) under fixed keys."""
         self._init()
         with self._sync.lock:
-            return _persistence.buffer_state(
-                self._storage,
-                self._sampler,
-                self._writer,
-                self._sample_unit,
-                self._generator,
-                self._stats,
-            )
+            return _persistence.buffer_state(self._parts())
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output (validated first; unchanged on error)."""
         self._init()
         with self._sync.cond:
             self._prefetcher.drain()
-            _persistence.load_buffer_state(
-                state_dict,
-                self._storage,
-                self._sampler,
-                self._writer,
-                self._sample_unit,
-                self._generator,
-                self._stats,
-            )
+            _persistence.load_buffer_state(state_dict, self._parts())
             self._sync.cond.notify_all()
+
+    def _parts(self) -> _persistence.Parts:
+        return _persistence.Parts(
+            self._storage,
+            self._sampler,
+            self._writer,
+            self._sample_unit,
+            self._transform,
+            self._generator,
+            self._batch_size,
+            self._stats,
+        )
 
     def sampling_state(self) -> dict[str, Any]:
         """What decides the next draws: the sampler's and the generator's state."""

@@ -147,4 +147,4 @@ def as_tuple(key: str | tuple[str, ...]) -> tuple[str, ...]:
 
 def without_content(state: dict[str, Any]) -> dict[str, Any]:
     """A buffer state without its storage content (the offline data is not saved)."""
-    return {key: value for key, value in state.items() if key != "storage"}
+    return {key: value for key, value in state.items() if key not in ("storage", "_storage")}

@@ -7,7 +7,7 @@ The functions here work on a buffer's public interface (its components and
 from __future__ import annotations
 
 import os
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -15,7 +15,8 @@ from rbdata._validation import transaction
 from rbdata.checkpoint import CheckpointError, read_dump, write_dump
 from rbdata.sample_units import SampleUnit
 from rbdata.samplers import Sampler
-from rbdata.storages import Storage
+from rbdata.storages import ListStorage, Storage
+from rbdata.transforms import Compose
 from rbdata.writers import Writer
 
 
@@ -42,57 +43,79 @@ class _Stateful(Protocol):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
 
 
-def buffer_state(
-    storage: Storage,
-    sampler: Sampler,
-    writer: Writer,
-    sample_unit: SampleUnit,
-    generator: torch.Generator | None,
-    counters: _Stateful,
-) -> dict[str, Any]:
-    """The buffer's state under fixed keys: storage, sampler, writer, rng, counters."""
+class Parts(NamedTuple):
+    """A buffer's components, as its state is made of them."""
+
+    storage: Storage
+    sampler: Sampler
+    writer: Writer
+    sample_unit: SampleUnit
+    transform: Compose
+    generator: torch.Generator | None
+    batch_size: int | None
+    counters: _Stateful
+
+
+def buffer_state(parts: Parts) -> dict[str, Any]:
+    """The buffer's state under torchrl's keys (``_storage``, ``_sampler``, ...) and rbdata's."""
+    generator = parts.generator
     return {
-        "storage": storage.state_dict(),
-        "sampler": sampler.state_dict(),
-        "writer": writer.state_dict(),
-        "sample_unit": sample_unit.state_dict(),
-        "rng": None if generator is None else generator.get_state(),
-        **counters.state_dict(),
+        "_storage": parts.storage.state_dict(),
+        "_sampler": parts.sampler.state_dict(),
+        "_writer": parts.writer.state_dict(),
+        "_transforms": parts.transform.state_dict(),
+        "_sample_unit": parts.sample_unit.state_dict(),
+        "_batch_size": parts.batch_size,
+        "_consume_after_n_samples": parts.sampler.consume_after_n,
+        "_rng": None if generator is None else generator.get_state(),
+        **parts.counters.state_dict(),
     }
 
 
-def load_buffer_state(
-    state: dict[str, Any],
-    storage: Storage,
-    sampler: Sampler,
-    writer: Writer,
-    sample_unit: SampleUnit,
-    generator: torch.Generator | None,
-    counters: _Stateful,
-) -> None:
+# Keys of the first rbdata format, still read.
+_LEGACY = {
+    "_storage": "storage",
+    "_sampler": "sampler",
+    "_writer": "writer",
+    "_sample_unit": "sample_unit",
+    "_rng": "rng",
+}
+
+
+def _entry(state: dict[str, Any], key: str) -> Any:
+    return state.get(key, state.get(_LEGACY.get(key, key)))
+
+
+def load_buffer_state(state: dict[str, Any], parts: Parts) -> None:
     """Load :func:`buffer_state`'s output; on any error every component is left as it was.
 
     The storage is loaded last: it validates its content before writing, so a
-    rejected state never reaches it.
+    rejected state never reaches it. ``_batch_size`` is not loaded: it is the
+    buffer's construction argument.
     """
-    rng = state.get("rng")
+    rng = _entry(state, "_rng")
+    if isinstance(rng, tuple | list):  # torchrl's (state, device)
+        rng = rng[0]
     if rng is not None and not isinstance(rng, torch.Tensor):
-        raise ValueError(f"state_dict['rng'] must be a generator state tensor, got {rng!r}.")
+        raise ValueError(f"state_dict['_rng'] must be a generator state tensor, got {rng!r}.")
+    generator = parts.generator
     saved_rng = None if generator is None else generator.get_state()
-    with transaction(writer, sampler, sample_unit, counters):
+    components = (parts.writer, parts.sampler, parts.sample_unit, parts.transform, parts.counters)
+    with transaction(*components):
         try:
             for key, component in (
-                ("writer", writer),
-                ("sampler", sampler),
-                ("sample_unit", sample_unit),
+                ("_writer", parts.writer),
+                ("_sampler", parts.sampler),
+                ("_sample_unit", parts.sample_unit),
+                ("_transforms", parts.transform),
             ):
-                if key in state:
-                    component.load_state_dict(state[key])
-            counters.load_state_dict(state)
+                if _entry(state, key) is not None:
+                    component.load_state_dict(_entry(state, key))
+            parts.counters.load_state_dict(state)
             if rng is not None and generator is not None:
                 generator.set_state(rng)
-            if "storage" in state:
-                storage.load_state_dict(state["storage"])
+            if _entry(state, "_storage") is not None:
+                parts.storage.load_state_dict(_entry(state, "_storage"))
         except BaseException:
             if saved_rng is not None and generator is not None:
                 generator.set_state(saved_rng)
@@ -132,29 +155,34 @@ def _components(rb: _Persistable) -> dict[str, str]:
 def _dumps(rb: _Persistable, path: str | os.PathLike[str]) -> None:
     """Write ``rb`` atomically to the directory ``path`` (see :mod:`rbdata.checkpoint`)."""
     sd = rb.state_dict()
-    storage_sd = rb.storage.apply_save_hooks(sd["storage"])
+    storage_sd = rb.storage.apply_save_hooks(sd.pop("_storage"))
     objects = None
     if "items" in storage_sd:  # list storages hold arbitrary Python objects
         objects = storage_sd["items"]
         storage_sd = {k: v for k, v in storage_sd.items() if k != "items"}
-    sd["storage"] = storage_sd
+    sd["_storage"] = storage_sd
     writer = rb.writer
     manifest = {
         "components": _components(rb),
         "max_size": rb.storage.max_size,
         "length": len(rb.storage),
-        "cursor": int(getattr(writer, "cursor", 0)),
+        "cursor": writer.cursor,
         "write_count": writer.write_count,
         "spec": storage_sd.get("spec"),
     }
     write_dump(path, manifest, sd, objects)
 
 
-def _loads(rb: _Persistable, path: str | os.PathLike[str]) -> None:
-    """Read a dump into ``rb`` after checking it matches the buffer's components."""
-    manifest, sd, objects = read_dump(path)
+def _loads(rb: _Persistable, path: str | os.PathLike[str], allow_pickle: bool) -> None:
+    """Read and check a dump, then load it into ``rb``; on any error ``rb`` is unchanged.
+
+    Pickled objects are unpickled only with ``allow_pickle`` and only into a list storage.
+    """
+    holds_objects = isinstance(rb.storage, ListStorage)
+    manifest, sd, objects = read_dump(path, allow_pickle=allow_pickle and holds_objects)
     expected = _components(rb)
-    found = manifest.get("components", {})
+    found = manifest.get("components")
+    found = found if isinstance(found, dict) else {}
     for name, cls in expected.items():
         if found.get(name) != cls:
             raise CheckpointError(
@@ -166,7 +194,19 @@ def _loads(rb: _Persistable, path: str | os.PathLike[str]) -> None:
             f"dump at {str(path)!r} has storage max_size {manifest.get('max_size')}; this buffer's "
             f"storage has max_size {rb.storage.max_size}."
         )
+    if (objects is not None) != holds_objects:
+        raise CheckpointError(
+            f"dump at {str(path)!r} {'holds' if objects is not None else 'lacks'} list-storage "
+            f"objects; this buffer's storage is a {type(rb.storage).__name__}."
+        )
+    storage_sd = _entry(sd, "_storage") or {}
     if objects is not None:
-        sd["storage"] = {**sd["storage"], "items": objects}
-    sd["storage"] = rb.storage.apply_load_hooks(sd["storage"])
-    rb.load_state_dict(sd)
+        storage_sd = {**storage_sd, "items": objects}
+    sd["_storage"] = rb.storage.apply_load_hooks(storage_sd)
+    sd.pop("storage", None)
+    try:
+        rb.load_state_dict(sd)
+    except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as err:
+        if isinstance(err, CheckpointError):
+            raise
+        raise CheckpointError(f"dump at {str(path)!r} does not fit this buffer: {err}") from err

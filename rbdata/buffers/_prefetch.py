@@ -25,6 +25,11 @@ class _BatchPrefetcher:
     def __len__(self) -> int:
         return len(self._futures)
 
+    @property
+    def pending(self) -> deque[Future[Any]]:
+        """The batches in flight, oldest first."""
+        return self._futures
+
     def next(self, sample: Callable[[], Any]) -> Any:
         """Top the queue up with calls of ``sample`` and return the oldest result."""
         if self._executor is None:

@@ -4,33 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from rbdata._validation import check_indices
+
 __all__ = ["check_priority_update", "check_priorities"]
-
-
-def check_indices(index: torch.Tensor | int, written: int, name: str = "index") -> torch.Tensor:
-    """``index`` as a 1-D int64 tensor of slots in ``[0, written)``.
-
-    Raises:
-        TypeError: if ``index`` does not hold integers (floats and bool masks are refused).
-        ValueError: if a slot lies outside the written ones.
-    """
-    if isinstance(index, bool):
-        raise TypeError(f"{name} must be an int or an integer tensor, got a bool.")
-    index = torch.as_tensor(index)
-    if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
-        raise TypeError(
-            f"{name} must hold integers, got dtype {index.dtype} (a bool mask or float "
-            "positions are not slots)."
-        )
-    index = index.to(device="cpu", dtype=torch.long).reshape(-1)
-    if index.numel():
-        low, high = (int(v) for v in torch.aminmax(index))
-        if low < 0 or high >= written:
-            bad = low if low < 0 else high
-            raise ValueError(
-                f"{name} holds slot {bad}, outside the {written} written slot(s) [0, {written})."
-            )
-    return index
 
 
 def check_priorities(priority: torch.Tensor | float, name: str = "priority") -> torch.Tensor:

@@ -523,12 +523,15 @@ class OfflineToOnlineReplayBuffer:
         """Save the online part atomically in the directory ``path``."""
         self._online.dumps(path)
 
-    def loads(self, path: str | os.PathLike) -> None:
-        """Load the online part from a :meth:`dumps` directory."""
-        self._online.loads(path)
+    def loads(self, path: str | os.PathLike[str], *, allow_pickle: bool = False) -> None:
+        """Load the online part from a :meth:`dumps` directory (see ``ReplayBuffer.loads``)."""
+        self._online.loads(path, allow_pickle=allow_pickle)
 
     dump = dumps
-    load = loads
+
+    def load(self, path: str | os.PathLike[str], *, allow_pickle: bool = False) -> None:
+        """Alias for :meth:`loads`."""
+        self.loads(path, allow_pickle=allow_pickle)
 
     def empty(self, empty_write_count: bool = True) -> None:
         """Empty the online part (the offline data stays)."""

@@ -41,7 +41,7 @@ class Draw(NamedTuple):
     """The rows of one batch, drawn but not gathered.
 
     Attributes:
-        index: the rows (a LongTensor; 1-D for transitions, ``[B, T]`` for sequences).
+        index: the rows (a LongTensor; a Sequence unit's windows come flat, window after window).
         info: per-row tensors whose leading shape is ``index.shape``:
             ``"index"``, and where the buffer has them ``"index_generation"``,
             ``"priority_weight"``, ``"is_offline"``... Only tensors, so that a

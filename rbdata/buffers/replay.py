@@ -12,6 +12,7 @@ from tensordict import TensorDictBase
 from rbdata._updates import ConditionalUpdateResult, conditional_update
 from rbdata._validation import NestedKey, normalize_key
 from rbdata.buffers import _persistence
+from rbdata.buffers._anchor_priority import reduce_to_anchors
 from rbdata.buffers._core import _BufferCore
 from rbdata.buffers._prefetch import _BatchPrefetcher
 from rbdata.buffers._priority import check_priority_update
@@ -174,13 +175,22 @@ class ReplayBuffer(_BufferCore):
             index, priority = check_priority_update(index, priority, len(self._storage))
             if generation is not None and self._writer.tracks_generations:
                 generation = torch.as_tensor(generation, dtype=torch.long).reshape(-1)
+                if generation.numel() != index.numel():
+                    raise ValueError(
+                        f"generation has {generation.numel()} entries, expected one per index "
+                        f"({index.numel()})."
+                    )
                 live = self._writer.generations_of(index) == generation
                 self._stats.count_skipped_priority_updates(int((~live).sum()))
                 index, priority = index[live], priority[live]
             self._sampler.update_priority(index, priority, storage=self._storage)
 
     def update_batch_priority(self, batch: Any, priority: torch.Tensor) -> None:
-        """Apply new priorities to a batch this buffer handed out (skipping rewritten rows)."""
+        """Apply new priorities to a batch this buffer handed out (skipping rewritten rows).
+
+        With a :class:`~rbdata.Sequence` unit the records' priorities go to
+        their anchors (the max over each window's valid records).
+        """
         if not self.prioritized:
             return
         index = batch["index"]
@@ -192,7 +202,26 @@ class ReplayBuffer(_BufferCore):
         priority = torch.as_tensor(priority).detach()
         if priority.numel() == index.numel():
             priority = priority.reshape(index.shape)
-        self.update_priority(index, priority, generation=generation)
+        self._update_record_priority(batch, index, priority, generation)
+
+    def _update_record_priority(
+        self, batch: Any, index: torch.Tensor, priority: torch.Tensor, generation: Any
+    ) -> None:
+        """Priorities of a sampled batch's records: to the records, or to their anchors."""
+        anchors = self._sample_unit.anchors_of(batch, self.storage)
+        if anchors is None:
+            self.update_priority(index, priority, generation=generation)
+            return
+        with self._sync.lock:
+            live = None
+            if generation is not None and self._writer.tracks_generations:
+                generation = torch.as_tensor(generation, dtype=torch.long).reshape(-1)
+                live = self._writer.generations_of(index.reshape(-1)) == generation
+            anchors, priority, skipped = reduce_to_anchors(
+                anchors, priority, batch.get("validity_mask", None), live
+            )
+            self._stats.count_skipped_priority_updates(skipped)
+            self.update_priority(anchors, priority)
 
     def update_if_present(
         self,
@@ -285,10 +314,18 @@ class ReplayBuffer(_BufferCore):
         self._init()
         _persistence._dumps(self, path)
 
-    def loads(self, path: str | os.PathLike[str]) -> None:
-        """Load a buffer saved with :meth:`dumps` (validated; unchanged on error)."""
+    def loads(self, path: str | os.PathLike[str], *, allow_pickle: bool = False) -> None:
+        """Load a buffer saved with :meth:`dumps` (checked first; unchanged on error).
+
+        ``allow_pickle=True`` lets a list storage's pickled objects be unpickled
+        (which runs code from the file: only for dumps you trust).
+
+        Raises:
+            CheckpointError: naming the file and the problem, for a missing,
+                damaged or mismatched dump.
+        """
         self._init()
-        _persistence._loads(self, path)
+        _persistence._loads(self, path, allow_pickle)
 
     def dump(self, path: str | os.PathLike[str]) -> None:
         """Alias for :meth:`dumps`."""
@@ -298,9 +335,9 @@ class ReplayBuffer(_BufferCore):
         """Alias for :meth:`dumps`."""
         self.dumps(path)
 
-    def load(self, path: str | os.PathLike[str]) -> None:
+    def load(self, path: str | os.PathLike[str], *, allow_pickle: bool = False) -> None:
         """Alias for :meth:`loads`."""
-        self.loads(path)
+        self.loads(path, allow_pickle=allow_pickle)
 
     def reader(self, sampler: Sampler) -> ReplayBuffer:
         """A buffer sharing this one's storage, writer and transforms that draws with ``sampler``.

@@ -73,7 +73,11 @@ class TensorDictReplayBuffer(ReplayBuffer):
         return super().sample(batch_size, return_info)
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
-        """Update priorities from a sampled batch (``index``, ``priority_key``, generations)."""
+        """Update priorities from a sampled batch (``index``, ``priority_key``, generations).
+
+        With a :class:`~rbdata.Sequence` unit the records' priorities go to
+        their anchors (``anchor_index``): the max over each window's valid records.
+        """
         priority = data.get(self.priority_key, None)
         if priority is None:
             raise KeyError(
@@ -83,7 +87,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         index = data.get("index")
         if priority.ndim > index.ndim:
             priority = priority.reshape(*index.shape, -1).amax(-1)
-        self.update_priority(index, priority, generation=data.get("index_generation", None))
+        self._update_record_priority(data, index, priority, data.get("index_generation", None))
 
 
 class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):

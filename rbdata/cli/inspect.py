@@ -84,7 +84,7 @@ def summarize(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, t
         },
     }
     series: dict[str, torch.Tensor] = {}
-    leaves = (state.get("sampler") or {}).get("leaves")
+    leaves = (state.get("_sampler") or state.get("sampler") or {}).get("leaves")
     if isinstance(leaves, torch.Tensor) and leaves.numel() >= length > 0:
         series["priority weights"] = weights = leaves[:length].double()
         summary["priority_weights"] = _stats(weights)  # (priority + eps) ** alpha

@@ -7,9 +7,9 @@ import os
 import sys
 from typing import Any
 
-from rbdata.checkpoint import read_dump
+from rbdata.checkpoint import CheckpointError, verify_dump
 
-__all__ = ["add_parser", "check_dump", "run"]
+__all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
@@ -17,50 +17,31 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "verify",
         help="check that a dump is complete and readable",
-        description="Check that a replay-buffer dump is complete and readable: exit status 0 "
-        "when it is, 1 when its entries are shorter than its manifest says, 2 when it is "
-        "missing, partial or of another format.",
+        description="Check every file of a replay-buffer dump (checksums, lengths, shapes, "
+        "dtypes, counts) without loading it into a buffer: exit status 0 when it is sound, 1 "
+        "when it is damaged, 2 when the path holds no dump.",
     )
     parser.add_argument("path", help="directory written by ReplayBuffer.dumps")
     parser.set_defaults(run=run)
 
 
-def check_dump(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[str]]:
-    """A dump's manifest and its entries shorter than the manifest's length (none: sound).
+def run(args: argparse.Namespace) -> int:
+    """Check every file of the dump at ``args.path``; print one line; 0 ok, 1 damaged.
 
     Raises:
-        CheckpointError: if the dump is missing, partial or of another format.
-
-    Examples:
-        >>> import tempfile, torch
-        >>> from rbdata import ReplayBuffer
-        >>> from rbdata.cli.verify import check_dump
-        >>> rb = ReplayBuffer()
-        >>> _ = rb.extend(torch.arange(4))
-        >>> path = tempfile.mkdtemp() + "/dump"
-        >>> rb.dumps(path)
-        >>> manifest, short = check_dump(path)
-        >>> manifest["length"], short
-        (4, [])
+        CheckpointError: when ``args.path`` is not a dump directory at all (exit status 2).
     """
-    manifest, state, objects = read_dump(path)
-    length = manifest.get("length") or 0
-    content = state.get("storage", {}).get("content", {})
-    bad = [key for key, value in content.items() if value.shape[0] < length]
-    if objects is not None and len(objects) < length:
-        bad.append("items")
-    return manifest, bad
-
-
-def run(args: argparse.Namespace) -> int:
-    """Print whether the dump at ``args.path`` is sound; 1 if it is not."""
-    manifest, bad = check_dump(args.path)
-    length = manifest.get("length")
-    if bad:
-        print(
-            f"{args.path}: entries shorter than the manifest length {length}: {bad}",
-            file=sys.stderr,
-        )
+    path = args.path
+    try:
+        summary = verify_dump(path)
+    except CheckpointError as err:
+        if not os.path.isdir(path) or not os.listdir(path):
+            raise  # nothing there to check (exit status 2)
+        print(f"{path}: damaged: {' '.join(str(err).splitlines())}", file=sys.stderr)
         return 1
-    print(f"{args.path}: ok ({length} items, components {manifest.get('components')})")
+    print(
+        f"{path}: ok ({summary['length']} items, write_count {summary['write_count']}, "
+        f"{summary['files']} files, {summary['bytes']} bytes checked, objects: "
+        f"{summary['objects']}, components {summary['components']})"
+    )
     return 0

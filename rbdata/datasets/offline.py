@@ -145,7 +145,7 @@ def _load_path(path: str | os.PathLike[str], progress: bool) -> TensorDictBase:
 def _read_dump_items(path: Path) -> TensorDictBase:
     """The items of a buffer dump as a TensorDict, oldest first."""
     manifest, state, objects = read_dump(path)
-    storage_state = state.get("storage", {})
+    storage_state = state.get("_storage", state.get("storage", {}))
     if objects is not None or storage_state.get("lead"):
         raise ValueError(
             f"dump at {str(path)!r} holds a {manifest.get('components', {}).get('storage')} with "

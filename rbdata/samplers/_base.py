@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ class Sampler:
     returns ``(index, info)`` where ``index`` is a LongTensor of slots and
     ``info`` a dict of per-item tensors (e.g. ``"priority_weight"``). The
     buffer tells the sampler about writes (``extend`` / ``add``) and in-place
-    edits (``mark_update``), hands it a random generator (``set_rng``; None
+    edits (``mark_edited``), hands it a random generator (``set_rng``; None
     means torch's global RNG) and, for consume-after-n, the number of returns
     after which an item leaves the sampleable set (``set_consume_after_n``).
 
@@ -111,6 +112,16 @@ class Sampler:
         live = self._live_set(storage)
         return live is not None and len(live) == 0
 
+    def reusable_slots(self, k: int) -> torch.Tensor:
+        """Up to ``k`` consumed slots new items may be written to, consumed first first.
+
+        Without consume-after-n there are none. Looking changes nothing: a slot
+        leaves the list when it is written.
+        """
+        if self._live is None:
+            return torch.zeros(0, dtype=torch.long)
+        return self._live.consumed(k)
+
     def sampleable(self, storage: Any) -> int:
         """How many items a sample may still return (all of them without consume-after-n)."""
         live = self._live_set(storage)
@@ -129,16 +140,30 @@ class Sampler:
         self.extend(torch.tensor([int(index)]))
 
     def mark_update(self, index: torch.Tensor | int, *, storage: Any = None) -> None:
-        """Tell the sampler that the slots ``index`` were edited in place (``set_``, ...)."""
+        """Tell the sampler that the slots ``index`` were written (torchrl's notification).
+
+        Prioritized samplers give them the default priority, as a write does;
+        consume-after-n counts are left alone.
+        """
+        self._on_write(torch.as_tensor(index, dtype=torch.long).reshape(-1))
+
+    def mark_edited(self, index: torch.Tensor | int) -> None:
+        """Tell the sampler that the slots ``index`` were edited in place (``set_``, ...).
+
+        Their items stay the same (priorities and counts are kept); samplers that
+        read the stored data (trajectory boundaries) read it again.
+        """
         self._on_update(torch.as_tensor(index, dtype=torch.long).reshape(-1))
 
     def update_priority(
         self, index: int | torch.Tensor, priority: float | torch.Tensor, *, storage: Any = None
     ) -> None:
-        """Update priorities (prioritized samplers only; this one raises RuntimeError)."""
-        raise RuntimeError(
-            f"{type(self).__name__} is not prioritized: update_priority needs a "
-            "PrioritizedSampler (or another prioritized sampler)."
+        """Update priorities: a no-op that warns, as this sampler is not prioritized (torchrl's)."""
+        warnings.warn(
+            f"Calling update_priority() on a sampler {type(self).__name__} that is not "
+            "prioritized: the priorities are ignored.",
+            UserWarning,
+            stacklevel=2,
         )
 
     def _empty(self) -> None:
@@ -205,13 +230,13 @@ class Sampler:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output; unknown keys are ignored, missing ones kept."""
-        self._load_extra_state(state_dict)
         if "consume_after_n" in state_dict:
             self.set_consume_after_n(state_dict["consume_after_n"])
         live = state_dict.get("live")
         if self._live is not None and live is not None:
             self._live.load_state_dict(live)
             self._live_needs_seed = bool(state_dict.get("live_needs_seed", False))
+        self._load_extra_state(state_dict)  # last: it may overwrite what the lines above reset
 
     def _extra_state(self) -> dict[str, Any]:
         """A subclass's own state entries."""

@@ -74,8 +74,13 @@ class _LiveSet:
         self.n = n
         self._size = 0
         self._allocate(0)
+        # slots that left the set, in the order they left (new writes reuse them first),
+        # each with the stamp it got then: a slot rewritten and consumed again is queued anew
+        self._freed: list[tuple[np.ndarray, np.ndarray]] = []
+        self._clock = 0
 
     def _allocate(self, capacity: int) -> None:
+        self._stamps_np = np.full(capacity, -1, dtype=np.int64)
         self._counts = torch.zeros(capacity, dtype=torch.long)
         self._pos = torch.full((capacity,), -1, dtype=torch.long)
         self._live = torch.zeros(capacity, dtype=torch.long)
@@ -108,8 +113,9 @@ class _LiveSet:
         old = self._pos_np.size
         if capacity <= old:
             return
-        counts, pos, live = self._counts_np, self._pos_np, self._live_np
+        counts, pos, live, stamps = self._counts_np, self._pos_np, self._live_np, self._stamps_np
         self._allocate(max(capacity, 2 * old))
+        self._stamps_np[:old] = stamps
         self._counts_np[:old] = counts
         self._pos_np[:old] = pos
         self._live_np[:old] = live
@@ -184,10 +190,13 @@ class _LiveSet:
         self._pos_np[batch] = -1
         if self.n == 1:  # a live slot has a count of 0: every drawn slot leaves
             self._counts_np[batch] = 1
+            self._free(batch)
             return torch.from_numpy(batch)
         counts = self._counts_np[batch] + 1
         self._counts_np[batch] = counts
-        stay = batch[counts < self.n]
+        done = counts >= self.n
+        self._free(batch[done])
+        stay = batch[~done]
         if stay.size:
             self._insert(stay, generator)
         return torch.from_numpy(batch)
@@ -216,13 +225,50 @@ class _LiveSet:
         if self.n == 1:
             self._counts_np[flat] = 1
             self._remove_live(flat)
+            self._free(flat.copy())
             return indices
         counts = self._counts_np[flat] + 1
         self._counts_np[flat] = counts
         done = flat[counts >= self.n]
         if done.size:
             self._remove_live(done)
+            self._free(done)
         return torch.from_numpy(done)
+
+    def _free(self, slots: np.ndarray) -> None:
+        """Queue ``slots`` (they just left the set) for reuse by new writes."""
+        if slots.size:
+            stamps = np.arange(self._clock, self._clock + slots.size, dtype=np.int64)
+            self._clock += slots.size
+            self._stamps_np[slots] = stamps
+            self._freed.append((slots, stamps))
+
+    def consumed(self, k: int) -> torch.Tensor:
+        """Up to ``k`` distinct consumed slots, those consumed first first.
+
+        Slots stay queued until they are rewritten (a write makes a slot live
+        again, and it is then dropped from the queue), so looking costs
+        O(k) amortized and changes nothing.
+        """
+        while self._freed and not self._valid_freed(self._freed[0]).size:
+            self._freed.pop(0)
+        out: list[np.ndarray] = []
+        found = 0
+        for chunk in self._freed:
+            valid = self._valid_freed(chunk)
+            out.append(valid[: k - found])
+            found += out[-1].size
+            if found >= k:
+                break
+        if not out:
+            return torch.zeros(0, dtype=torch.long)
+        return torch.from_numpy(np.concatenate(out))
+
+    def _valid_freed(self, chunk: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        """The slots of ``chunk`` still consumed since they were queued (each slot once)."""
+        slots, stamps = chunk
+        keep = (self._stamps_np[slots] == stamps) & (self._counts_np[slots] >= self.n)
+        return slots[keep & (self._pos_np[slots] < 0)]
 
     # ------------------------------------------------------------ removal
     def remove(self, indices: torch.Tensor) -> None:
@@ -253,11 +299,19 @@ class _LiveSet:
         self._counts_np.fill(0)
         self._pos_np.fill(-1)
         self._size = 0
+        self._freed = []
+        self._stamps_np.fill(-1)
 
     # ------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Return the counts and the live slots in their order (plain values and tensors)."""
-        return {"n": self.n, "counts": self._counts.clone(), "live": self.live.clone()}
+        freed = self.consumed(self._counts_np.size).numpy()  # only the slots still consumed
+        return {
+            "n": self.n,
+            "counts": self._counts.clone(),
+            "live": self.live.clone(),
+            "freed": torch.from_numpy(freed.astype(np.int64)),
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output exactly, order included (missing keys: defaults)."""
@@ -270,3 +324,6 @@ class _LiveSet:
         self._live[: live.numel()] = live
         self._pos[live] = torch.arange(live.numel())
         self._size = live.numel()
+        freed = torch.as_tensor(state_dict.get("freed", []), dtype=torch.long)
+        self._freed, self._clock = [], 0
+        self._free(freed.numpy().copy())

@@ -192,10 +192,6 @@ class PrioritizedSampler(Sampler):
             values = torch.full(consumed.shape, self.default_priority, dtype=self.dtype)
             self._tree.update(consumed, values, positive=True)
 
-    def _on_update(self, index: torch.Tensor) -> None:
-        """Slots edited in place get the default priority, as written ones do (torchrl's)."""
-        self._on_write(index)
-
     def _on_write(self, index: torch.Tensor) -> None:
         """Give the (re)written slots ``index`` the default priority."""
         self._check_index(index, self._max_capacity)
@@ -413,6 +409,7 @@ class PrioritizedSampler(Sampler):
                 f"({self._max_capacity},) (max_capacity)."
             )
         if leaves is not None:
+            _checked_values(torch.as_tensor(leaves).to(self._tree.dtype))  # finite and >= 0
             self._tree.set_leaves(leaves)
         self._max_seen = float(state_dict.get("max_priority", self._max_seen))
         self._max_raw = float(state_dict.get("max_raw_priority", self._max_raw))

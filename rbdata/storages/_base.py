@@ -5,8 +5,8 @@ from __future__ import annotations
 import abc
 import operator
 import os
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch

@@ -415,7 +415,9 @@ def _compile(node: _Node, counter: Any) -> _Builder:
     parts = [_compile(child, counter) for child in node.children]
     if kind == _TC:
         cls, build_inner = _tensorclass(node.extra), parts[0]
-        return lambda leaves, batch, device: cls._from_tensordict(build_inner(leaves, batch, device))
+        return lambda leaves, batch, device: cls._from_tensordict(
+            build_inner(leaves, batch, device)
+        )
     if kind == _TD:
         pairs = list(zip(node.keys, parts, strict=True))
         extra = node.batch

@@ -166,6 +166,19 @@ class TensorStorage(Storage):
     def __len__(self) -> int:
         return self._len * self._cells
 
+    @property
+    def _storage(self) -> Any:
+        """The whole storage as data of the stored kind (views: writes go through), or None.
+
+        torchrl's storages expose their backing data under this name; code that
+        reads ``storage._storage[index]`` works on rbdata's storages too.
+        """
+        if self._rows is None or self._structure is None:
+            return None
+        batch = torch.Size([self._capacity, *self._lead])
+        views = [v.view(*batch, *v.shape[1:]) for v in self._rows.views]
+        return self._structure.build(views, batch, self._out_device)
+
     def leaf_keys(self) -> list[Any]:
         """Stored leaf keys: ``"obs"``, ``("next", "obs")``, ``()`` for a single tensor."""
         return [] if self._structure is None else self._structure.leaf_keys()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import abc
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,7 @@ from rbdata.storages import Storage
 
 __all__ = ["Writer", "batch_len", "slice_batch"]
 
-_STATE_FILE = "writer.json"
-_GENERATIONS_FILE = "generations.pt"
+_STATE_FILE = "writer_state.pt"
 
 
 def batch_len(data: Any) -> int:
@@ -47,7 +45,7 @@ def batch_len(data: Any) -> int:
 
 
 def slice_batch(data: Any, rows: slice) -> Any:
-    """``rows`` of a batch: tensors, TensorDicts (tensorclasses) and lists sliced, PyTrees leafwise."""
+    """``rows`` of a batch: tensors, TensorDicts, tensorclasses and lists sliced; PyTrees leafwise."""
     if isinstance(data, torch.Tensor | TensorDictBase | list) or hasattr(data, "_tensordict"):
         return data[rows]
     return tree_map(lambda leaf: leaf[rows], data)
@@ -112,6 +110,11 @@ class Writer(abc.ABC):
     @_write_count.setter
     def _write_count(self, value: int) -> None:
         self._counters[1] = value
+
+    @property
+    def cursor(self) -> int:
+        """The writer's position: the slot the next item goes to (round robin)."""
+        return self._cursor
 
     @property
     def write_count(self) -> int:
@@ -198,6 +201,19 @@ class Writer(abc.ABC):
             self._write_count += int(written.numel())
         return index
 
+    def write_at(self, index: torch.Tensor, data: Any) -> torch.Tensor:
+        """Write a batch at the explicit slots ``index`` without moving the cursor.
+
+        Used to reuse the slots of consumed items (``consume_after_n_samples``).
+        The slots' generations advance, so handles captured before are stale.
+        """
+        index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
+        if index.numel():
+            self.storage.set(index, data)
+            self._stamp(index)
+            self._write_count += int(index.numel())
+        return index
+
     @abc.abstractmethod
     def _write_one(self, data: Any) -> int:
         """Pick the slot of one item and write it there; return the slot (or -1)."""
@@ -246,27 +262,14 @@ class Writer(abc.ABC):
                 self._generation.copy_(generation)
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
-        """Save the writer's state in the directory ``path`` (JSON plus a tensor file)."""
+        """Save :meth:`state_dict` in the directory ``path``."""
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
-        state = self.state_dict()
-        generation = state.pop("_generation", None)
-        if generation is not None:
-            torch.save(generation, folder / _GENERATIONS_FILE)
-        (folder / _STATE_FILE).write_text(json.dumps(_plain(state)))
+        torch.save(self.state_dict(), folder / _STATE_FILE)
 
     def loads(self, path: str | os.PathLike[str]) -> None:
-        """Load a state saved with :meth:`dumps` (tensors read with ``weights_only=True``)."""
-        folder = Path(path)
-        state = json.loads((folder / _STATE_FILE).read_text())
-        if (folder / _GENERATIONS_FILE).is_file():
-            state["_generation"] = torch.load(folder / _GENERATIONS_FILE, weights_only=True)
-        self.load_state_dict(state)
+        """Load a state saved with :meth:`dumps` (read with ``weights_only=True``)."""
+        self.load_state_dict(torch.load(Path(path) / _STATE_FILE, weights_only=True))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(cursor={self._cursor}, write_count={self._write_count})"
-
-
-def _plain(state: dict[str, Any]) -> dict[str, Any]:
-    """``state`` with tensors turned into lists (JSON-able)."""
-    return {k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in state.items()}

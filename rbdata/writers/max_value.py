@@ -82,6 +82,16 @@ class TensorDictMaxValueWriter(Writer):
         super().register_storage(storage)
         self._ranks = torch.full((storage.max_size,), float("-inf"), dtype=torch.float64)
 
+    @property
+    def _current_top_values(self) -> list[tuple[float, int]]:
+        """``(rank, slot)`` of every filled slot, lowest rank first (torchrl's heap contents)."""
+        if self._ranks is None:
+            return []
+        filled = torch.isfinite(self._ranks).nonzero().squeeze(-1)
+        ranks = self._ranks[filled]
+        order = torch.argsort(ranks, stable=True)
+        return list(zip(ranks[order].tolist(), filled[order].tolist(), strict=True))
+
     def _rank(self, data: Any) -> torch.Tensor:
         if not isinstance(data, TensorDictBase) and not hasattr(data, "_tensordict"):
             raise UnsupportedDataError(
@@ -97,6 +107,8 @@ class TensorDictMaxValueWriter(Writer):
         rank = rank.reshape(rank.shape[0], -1).to(torch.float64)
         reduced = getattr(rank, self._reduction)(-1)
         return reduced if isinstance(reduced, torch.Tensor) else reduced.values
+
+    write_at = None  # type: ignore[assignment]  # slots are chosen by rank, never given
 
     def _write_one(self, data: Any) -> int:
         return int(self._write_batch(data.unsqueeze(0))[0])

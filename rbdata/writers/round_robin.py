@@ -33,11 +33,6 @@ class RoundRobinWriter(Writer):
         [1, 1, 0, 0]
     """
 
-    @property
-    def cursor(self) -> int:
-        """Slot the next item goes to."""
-        return self._cursor
-
     def _write_one(self, data: Any) -> int:
         index = self._cursor
         self.storage.set(index, data)

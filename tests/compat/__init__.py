@@ -1,0 +1,1 @@
+"""Differential tests of rbdata against torchrl 0.14.1."""
