@@ -90,7 +90,7 @@ class Learner(L.LightningModule):
         if self.global_rank == 0:
             out["collected"] = ray.get(_COLLECTORS.pop())
             out["size"] = len(buffer)
-            out["leaves"] = buffer.state_dict()["sampler"]["leaves"][: len(buffer)].tolist()
+            out["leaves"] = buffer.state_dict()["_sampler"]["leaves"][: len(buffer)].tolist()
         Path(self.out_dir, f"rank{self.global_rank}.json").write_text(json.dumps(out))
         self.trainer.strategy.barrier()  # rank 0 keeps the buffer alive until rank 1 is done
 
