@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/run.py                 # all rows
     python benchmarks/run.py --rows sample,per
+    python benchmarks/run.py --rows ray      # the Ray-backed buffer (needs the ray extra)
     python benchmarks/run.py --vs-torchrl    # also torchrl's rows, run in its own venv
 
 Each row prints items (or steps) per second for rbdata and for the limit, and
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -205,13 +207,16 @@ ROWS: dict[str, Callable[[ModuleType], Row]] = {
 }
 
 
+_SEPARATE = ("loader", "ray")  # rows with tables of their own (bench_loader.py, bench_ray.py)
+
+
 def run_rows(lib_name: str, names: list[str]) -> dict[str, Row]:
     """Run the named rows against one library; failures are reported, not raised."""
     torch.set_num_threads(1)
     lib = _lib(lib_name)
     results: dict[str, Row] = {}
     for name in names:
-        if name == "loader":
+        if name in _SEPARATE:
             continue
         try:
             results[name] = ROWS[name](lib)
@@ -243,7 +248,7 @@ def _fmt(x: object) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark rows and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default=",".join([*ROWS, "loader"]))
+    parser.add_argument("--rows", default=",".join([*ROWS, *_SEPARATE]))
     parser.add_argument("--lib", default="rbdata", choices=["rbdata", "torchrl"])
     parser.add_argument(
         "--json",
@@ -256,9 +261,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--vs-torchrl", action="store_true")
     args = parser.parse_args(argv)
     names = [r for r in args.rows.split(",") if r]
-    unknown = set(names) - set(ROWS) - {"loader"}
+    unknown = set(names) - set(ROWS) - set(_SEPARATE)
     if unknown:
-        parser.error(f"unknown rows {sorted(unknown)}; choose from {[*ROWS, 'loader']}")
+        parser.error(f"unknown rows {sorted(unknown)}; choose from {[*ROWS, *_SEPARATE]}")
     results = run_rows(args.lib, names)
     if args.json == "-":
         print(json.dumps(results))
@@ -291,8 +296,17 @@ def main(argv: list[str] | None = None) -> None:
         for name, steps, ratio in bench_loader():
             print(f"{'loader':<10}{'steps/s':>9}{_fmt(steps)}  {name}: {ratio:.3f}")
             loader.append({"name": name, "steps_per_s": steps, "ratio": ratio})
+    ray_rows = []
+    if "ray" in names and importlib.util.find_spec("ray") is None:
+        print("(ray rows skipped: install the ray extra)")
+    elif "ray" in names:
+        from bench_ray import bench_ray
+
+        for name, unit, value, ratio, what in bench_ray():
+            print(f"{'ray':<10}{unit:>9}{_fmt(value)}  {name}: {ratio:.3f} {what}")
+            ray_rows.append({"name": name, "value": value, "ratio": ratio, "what": what})
     if args.json:
-        run = {"rows": results, "torchrl": theirs, "loader": loader}
+        run = {"rows": results, "torchrl": theirs, "loader": loader, "ray": ray_rows}
         Path(args.json).write_text(json.dumps(run, indent=1))
 
 

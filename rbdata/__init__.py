@@ -63,6 +63,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "load_minari": ("rbdata.datasets", "minari"),
     "MinariReader": ("rbdata.datasets", "minari"),
     "OfflineToOnlineReplayBuffer": ("rbdata.buffers.offline_to_online", None),
+    "RayBufferClient": ("rbdata.service.client", None),
+    "ServiceUnavailableError": ("rbdata.service._runtime", None),
 }
 
 
@@ -104,6 +106,7 @@ __all__ = [
     "ReplayBuffer",
     "ReplayCallback",
     "ReplayDataModule",
+    "RayBufferClient",
     "ReplayDataset",
     "RoundRobinWriter",
     "SampleToInsertRatio",
@@ -111,6 +114,7 @@ __all__ = [
     "Sampler",
     "SamplerWithoutReplacement",
     "Sequence",
+    "ServiceUnavailableError",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
     "Storage",

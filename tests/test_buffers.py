@@ -117,8 +117,6 @@ class TestBadInputLeavesBufferUnchanged:
     def test_bad_components(self):
         with pytest.raises(TypeError, match="storage"):
             ReplayBuffer(storage=3)
-        with pytest.raises(NotImplementedError, match="ray"):
-            ReplayBuffer(service_backend="ray")
         with pytest.raises(ValueError, match="service_backend"):
             ReplayBuffer(service_backend="grpc")
         with pytest.raises(TypeError, match="transform"):

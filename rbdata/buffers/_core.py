@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -91,11 +92,6 @@ class _BufferCore:
         )
         self._service_backend = backend
         self._remote: Any = None
-        if backend == "ray":
-            raise NotImplementedError(
-                'service_backend="ray" is not available in this version of rbdata; use '
-                'service_backend="direct" (the default).'
-            )
         self._args = {
             "storage": storage,
             "sampler": sampler,
@@ -126,8 +122,23 @@ class _BufferCore:
         self._initialized = False
         if delayed_init is None:
             delayed_init = transform_factory is not None
+        if backend == "ray":  # the buffer lives in a Ray actor; this object forwards to it
+            from rbdata.service import attach_ray_service
+
+            self._remote = attach_ray_service(
+                self, self._hosted(), service_backend_options, transport, transport_options,
+                prefetch=self._prefetch, delayed_init=delayed_init,
+            )
+            return
         if not delayed_init:
             self._init()
+
+    def _hosted(self) -> _BufferCore:
+        """A direct copy of this buffer for a Ray actor to host (its clients do the prefetch)."""
+        hosted = copy.copy(self)
+        hosted._service_backend = "direct"
+        hosted._prefetch, hosted._prefetcher = 0, _BatchPrefetcher(0)
+        return hosted
 
     def _init(self) -> None:
         if self._initialized:
@@ -224,6 +235,8 @@ class _BufferCore:
     @property
     def dim_extend(self) -> int:
         """The dimension ``extend`` iterates over."""
+        if self._remote is not None:
+            return int(self._remote.dim_extend)
         if self._dim_extend_arg is not None:
             return self._dim_extend_arg
         return self.storage.ndim - 1
@@ -243,6 +256,8 @@ class _BufferCore:
     @property
     def is_alive(self) -> bool:
         """Whether this buffer remains available (False after :meth:`shutdown`)."""
+        if self._remote is not None:
+            return bool(self._remote.is_alive)
         return self._alive
 
     @property
@@ -263,11 +278,15 @@ class _BufferCore:
     @property
     def prioritized(self) -> bool:
         """Whether the sampler is prioritized (priority updates change what is drawn)."""
+        if self._remote is not None:
+            return bool(self._remote.prioritized)
         return getattr(self.sampler, "default_priority", None) is not None
 
     @property
     def lock(self) -> Any:
         """The buffer's reentrant lock (writes, draws and sampling-state reads happen under it)."""
+        if self._remote is not None:
+            return self._remote.lock
         return self._sync.lock
 
     def _prepare(self, data: Any) -> Any:

@@ -138,6 +138,9 @@ class ReplayBuffer(_BufferCore):
         self.storage.register_load_hook(hook)
 
     def __setitem__(self, index: Any, data: Any) -> None:
+        if self._remote is not None:
+            self._remote.setitem(index, data)
+            return
         with self._sync.cond:
             self.storage.set(index, data)
             self._mark_update(index)

@@ -37,7 +37,9 @@ class ReplayDataModule(pl.LightningDataModule):
 
     Under DDP each rank samples with its own deterministic seed,
     ``seed + global_rank``; a Ray-backed buffer (``service_backend="ray"``) is
-    one buffer shared by all ranks and is left as it is.
+    one buffer shared by all ranks and is left as it is: with a factory, rank 0
+    builds it (the actor, with ``offline_data`` loaded once) and every other
+    rank gets its ``client()`` through the strategy's broadcast.
 
     With ``checkpoint_buffer``, every Lightning checkpoint also saves the
     buffer: its contents, sampler, writer and generator state as a ``dumps``
@@ -165,16 +167,9 @@ class ReplayDataModule(pl.LightningDataModule):
     def setup(self, stage: str) -> None:
         """Build and seed the buffer and load ``offline_data`` into it (once)."""
         if self._buffer is None:
-            buffer = self._buffer_arg
-            if not _is_buffer(buffer):
-                buffer = buffer()
-                if not _is_buffer(buffer):
-                    raise TypeError(
-                        "the buffer factory must return a replay buffer, got "
-                        f"{type(buffer).__name__}."
-                    )
+            buffer, owned = self._build_buffer()
             self._seed(buffer)
-            if self.offline_data is not None:
+            if self.offline_data is not None and owned:
                 _fill(buffer, load_offline_data(self.offline_data))
             self._buffer = buffer
         if self.trainer is not None and self.checkpoint_buffer:
@@ -232,6 +227,28 @@ class ReplayDataModule(pl.LightningDataModule):
         self.buffer.loads(path)
 
     # ------------------------------------------------------------ internals
+    def _build_buffer(self) -> tuple[ServableBuffer, bool]:
+        """The buffer, and whether this process owns it (loads the offline data into it).
+
+        Under a multi-process strategy rank 0 runs the factory first; when it
+        builds a Ray-backed buffer, the other ranks get its ``client()``
+        through the strategy's broadcast instead of building buffers of their own.
+        """
+        arg = self._buffer_arg
+        if not callable(arg) or _is_buffer(arg):
+            return arg, True  # type: ignore[return-value]
+        trainer = self.trainer
+        if trainer is None or getattr(trainer, "world_size", 1) == 1:  # (a stub has none)
+            return _built(arg), True
+        built = _built(arg) if trainer.global_rank == 0 else None
+        remote = built is not None and getattr(built, "service_backend", "direct") == "ray"
+        shared = trainer.strategy.broadcast(built.client() if remote else None, src=0)  # type: ignore[union-attr]
+        if built is not None:
+            return built, True
+        if shared is not None:
+            return shared, False
+        return _built(arg), True
+
     def _seed(self, buffer: ServableBuffer) -> None:
         if getattr(buffer, "service_backend", "direct") != "direct":
             return  # one remote buffer shared by every rank: its sampling is its own
@@ -274,6 +291,15 @@ class _UncheckpointedDataLoader(StatefulDataLoader):
 def _is_buffer(obj: object) -> bool:
     """A replay buffer (an instance implementing the ServableBuffer protocol, not a class)."""
     return not isinstance(obj, type) and isinstance(obj, ServableBuffer)
+
+
+def _built(factory: Callable[[], Any]) -> ServableBuffer:
+    buffer = factory()
+    if not _is_buffer(buffer):
+        raise TypeError(
+            f"the buffer factory must return a replay buffer, got {type(buffer).__name__}."
+        )
+    return buffer  # type: ignore[no-any-return]
 
 
 def _fill(buffer: ServableBuffer, data: TensorDictBase) -> None:

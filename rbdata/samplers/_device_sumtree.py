@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 _SHIFT = 5
@@ -105,6 +107,22 @@ class _DeviceSumTree:
         self._zero = torch.zeros((), dtype=dtype, device=device)
         self._inf = torch.full((), inf, dtype=dtype, device=device)
         self._strata_k = torch.zeros(0, dtype=dtype, device=device)
+
+    #: attributes that are views of others: pickled tensors lose their sharing, so
+    #: they are left out of the pickle and made again from what they view
+    _VIEWS: tuple[str, ...] = ("_leaves", "_inclusive", "_search")
+
+    def _make_views(self) -> None:
+        self._leaves = self._sum[-1][: self.capacity]
+        self._inclusive = self._prefix[1:]
+        self._search = self._prefix[1:-1]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in self._VIEWS}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._make_views()
 
     # ------------------------------------------------------------ summaries
     @property

@@ -68,18 +68,28 @@ class _SumTree(_DeviceSumTree):
         self, capacity: int, dtype: torch.dtype = torch.float, track_max: bool = False
     ) -> None:
         super().__init__(capacity, dtype, track_max, "cpu")
-        # numpy views sharing the tensors' memory.
-        self._s = [t.numpy() for t in self._sum]
-        self._m = [t.numpy() for t in self._min]
-        self._x = [t.numpy() for t in self._max] if self._max is not None else None
+        self._view_tensors()
         self._dirty = np.zeros(self._sum[-2].numel() if len(self._sum) > 1 else 0, dtype=bool)
         self._min_value: float | None = float("inf")  # None: to recompute
         self._argmin = -1  # a leaf holding the minimum (-1: none is positive)
         self._ones = np.ones(_FANOUT, dtype=self._s[0].dtype)  # row sums as one BLAS call
-        self._p = self._prefix.numpy()
-        self._search_np = self._p[1:-1]
         self._float = self._s[0].dtype.type
         self._strata_np = np.zeros(0, dtype=self._s[0].dtype)
+
+    _VIEWS = (*_DeviceSumTree._VIEWS, "_s", "_m", "_x", "_p", "_search_np")
+
+    def _make_views(self) -> None:
+        super()._make_views()
+        self._view_tensors()
+
+    def _view_tensors(self) -> None:
+        """The numpy views sharing the tensors' memory."""
+        self._s = [t.numpy() for t in self._sum]
+        self._m = [t.numpy() for t in self._min]
+        self._x = [t.numpy() for t in self._max] if self._max is not None else None
+        self._p = self._prefix.numpy()
+        self._search_np = self._p[1:-1]
+
 
     # ------------------------------------------------------------ summaries
     @property

@@ -1,0 +1,26 @@
+"""The Ray service backend: a buffer hosted by a Ray actor, served to any process of the cluster.
+
+``ReplayBuffer(..., service_backend="ray")`` calls :func:`attach_ray_service`;
+``rb.client()`` returns a picklable :class:`RayBufferClient`. Importing this
+package does not import Ray; starting a service needs the ``ray`` extra.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["RayBufferClient", "RayService", "ServiceUnavailableError", "attach_ray_service"]
+
+_NAMES = {
+    "RayBufferClient": "rbdata.service.client",
+    "RayService": "rbdata.service.service",
+    "attach_ray_service": "rbdata.service.service",
+    "ServiceUnavailableError": "rbdata.service._runtime",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _NAMES:
+        raise AttributeError(f"module 'rbdata.service' has no attribute {name!r}")
+    return getattr(importlib.import_module(_NAMES[name]), name)
