@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from protocol_conformance import transitions
 
 from rbdata import (
     LazyTensorStorage,
@@ -15,8 +16,6 @@ from rbdata import (
     TensorDictReplayBuffer,
     TensorDictRoundRobinWriter,
 )
-
-from protocol_conformance import transitions
 
 FACTORIES = {
     "ReplayBuffer": lambda: ReplayBuffer(storage=LazyTensorStorage(64), batch_size=4),
