@@ -438,8 +438,10 @@ class TrajectoryIndex:
         """Positions (in the live columns) of the trajectories holding virtual positions ``v``."""
         return torch.searchsorted(self.view("starts"), v, right=True).sub_(1)
 
-    def to_slots(self, v: torch.Tensor) -> torch.Tensor:
+    def to_slots(self, v: torch.Tensor | np.ndarray) -> torch.Tensor:
         """Storage slots of the virtual positions ``v`` (``v`` is modified in place)."""
+        if isinstance(v, np.ndarray):
+            return torch.from_numpy(np.remainder(v, self.modulus, out=v))
         return v.remainder_(self.modulus)
 
     def assign(self, starts: np.ndarray, lengths: np.ndarray, *, v_end: int, size: int) -> None:

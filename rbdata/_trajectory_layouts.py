@@ -150,8 +150,9 @@ class GridTrajectoryIndex(_Rebuilt):
         self.assign(cell * COLUMN + v_begin + step, lengths, v_end=v_end, size=items)
         return True, 0
 
-    def to_slots(self, v: torch.Tensor) -> torch.Tensor:
+    def to_slots(self, v: torch.Tensor | np.ndarray) -> torch.Tensor:
         """Storage slots (flat cell indices) of the positions ``v``."""
+        v = torch.as_tensor(v)
         cell = torch.div(v, COLUMN, rounding_mode="floor")
         return (v - cell * COLUMN).remainder_(self._capacity).mul_(self._cells).add_(cell)
 
@@ -223,9 +224,9 @@ class FragmentedTrajectoryIndex(_Rebuilt):
         self.assign(starts, segment_lengths(starts, n), v_end=n, size=n)
         return True, 0
 
-    def to_slots(self, v: torch.Tensor) -> torch.Tensor:
+    def to_slots(self, v: torch.Tensor | np.ndarray) -> torch.Tensor:
         """Storage slots of the positions ``v`` (indices in (id, step) order)."""
-        return self._order[v]
+        return self._order[torch.as_tensor(v)]
 
     def _id_key(self, storage: Any) -> NestedKey:
         if self.traj_key is not None:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from rbdata._trajectories import read_leaf, storage_keys
@@ -14,7 +15,7 @@ from rbdata._validation import NestedKey
 #: Where ``pad_output`` puts the mask of real (True) and repeated (False) steps.
 MASK_KEY: NestedKey = ("collector", "mask")
 
-ToSlots = Callable[[torch.Tensor], torch.Tensor]
+ToSlots = Callable[[np.ndarray], torch.Tensor]
 
 
 def replace_last(key: NestedKey, name: str) -> NestedKey:
@@ -69,7 +70,7 @@ class SliceBatcher:
         >>> storage = LazyTensorStorage(10)
         >>> storage.set(slice(0, 10), TensorDict({"obs": torch.arange(10)}, [10]))
         >>> batcher = SliceBatcher(("next", "truncated"), "is_init")
-        >>> out = batcher.ragged(storage, lambda v: v, torch.tensor([2, 7]),
+        >>> out = batcher.ragged(storage, torch.from_numpy, torch.tensor([2, 7]),
         ...                      torch.tensor([3, 1]), slice_len=3, pad=True)
         >>> out.index.tolist(), out.info[("collector", "mask")].tolist()
         ([2, 3, 4, 7, 7, 7], [True, True, True, True, False, False])
@@ -89,19 +90,33 @@ class SliceBatcher:
                 replace_last(truncated_key, "terminated"),
             )
         )
+        #: Set while no stored done flag falls inside a trajectory (e.g. the done flags
+        #: are end markers): a stored flag can then only be at a slice's last
+        #: transition, so the done entry is the truncation and is not read.
+        self.done_is_truncation = False
         self._stored: _Stored | None = None
-        self._template: tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._template: tuple[int, int, np.ndarray, torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def done_key(self) -> NestedKey | None:
+        """The done entry of the info (None without ``truncated_key``)."""
+        return None if self._end_keys is None else self._end_keys[1]
+
+    def stores_done(self, storage: Any) -> bool:
+        """Whether ``storage`` holds the done entry beside ``truncated_key``."""
+        return self._stored_entries(storage).done
 
     def forget(self) -> None:
         """The storage was emptied: look again at which entries it holds."""
         self._stored = None
 
-    def full(self, storage: Any, to_slots: ToSlots, starts: torch.Tensor, slice_len: int) -> Slices:
+    def full(self, storage: Any, to_slots: ToSlots, starts: np.ndarray, slice_len: int) -> Slices:
         """Slices of ``slice_len`` transitions at the positions ``starts``."""
-        n = starts.numel()
-        offsets, first, last = self._full_template(n, slice_len)
-        index = to_slots(torch.add(starts.view(n, 1), offsets).view(-1))
-        return Slices(index, self._info(storage, index, last, first, None), None)
+        n = starts.size
+        offsets, marks, first = self._full_template(n, slice_len)
+        index = to_slots((starts[:, None] + offsets).reshape(-1))
+        marks = marks.clone() if self._end_keys is not None else marks  # info entries are fresh
+        return Slices(index, self._info(storage, index, marks, first, None), None)
 
     def ragged(
         self,
@@ -118,25 +133,30 @@ class SliceBatcher:
             offsets = torch.arange(slice_len)
             mask = offsets < lengths.unsqueeze(1)
             steps = torch.minimum(offsets, (lengths - 1).unsqueeze(1))
-            index = to_slots((starts.unsqueeze(1) + steps).view(-1))
+            index = to_slots((starts.unsqueeze(1) + steps).view(-1).numpy())
             first = torch.arange(0, n * slice_len, slice_len)
             slice_id = torch.arange(n).repeat_interleave(slice_len)
-            info = self._info(storage, index, first + lengths - 1, first, mask.view(-1))
+            marks = _marks(index.numel(), first + lengths - 1)
+            info = self._info(storage, index, marks, _column(index.numel(), first), mask.view(-1))
             return Slices(index, info, slice_id)
         slice_id = torch.repeat_interleave(lengths)
         ends = torch.cumsum(lengths, 0)
         first = ends - lengths
-        index = to_slots(torch.arange(slice_id.numel()).add_((starts - first)[slice_id]))
-        return Slices(index, self._info(storage, index, ends - 1, first, None), slice_id)
+        index = to_slots(torch.arange(slice_id.numel()).add_((starts - first)[slice_id]).numpy())
+        m = index.numel()
+        info = self._info(storage, index, _marks(m, ends - 1), _column(m, first), None)
+        return Slices(index, info, slice_id)
 
     # ------------------------------------------------------------ info
     def _full_template(
         self, n: int, slice_len: int
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``arange(slice_len)``, the rows of the first and of the last transitions (cached)."""
+    ) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
+        """``arange(slice_len)``, the end marks and the first-transition column of full slices."""
         if self._template is None or self._template[:2] != (n, slice_len):
-            first = torch.arange(0, n * slice_len, slice_len)
-            self._template = (n, slice_len, torch.arange(slice_len), first, first + slice_len - 1)
+            rows = torch.arange(0, n * slice_len, slice_len)
+            marks = _marks(n * slice_len, rows + slice_len - 1)
+            first = _column(n * slice_len, rows)
+            self._template = (n, slice_len, np.arange(slice_len), marks, first)
         return self._template[2:]
 
     def _stored_entries(self, storage: Any) -> _Stored:
@@ -154,38 +174,51 @@ class SliceBatcher:
         self,
         storage: Any,
         index: torch.Tensor,
-        last: torch.Tensor,
+        marks: torch.Tensor,
         first: torch.Tensor,
         mask: torch.Tensor | None,
     ) -> dict[Any, torch.Tensor]:
+        """The info of slices whose first transitions are True in ``first``.
+
+        ``marks`` (fresh, ``[3, n, 1]``) is True at the slices' last transitions
+        in its first two planes (truncated, done) and False in the third (terminated).
+        """
         info: dict[Any, torch.Tensor] = {}
-        if self.truncated_key is None and self.init_key is None and mask is None:
-            return info
         stored = self._stored_entries(storage)
-        n = index.numel()
         if self._end_keys is not None:
             truncated_key, done_key, terminated_key = self._end_keys
-            truncated = torch.zeros(n, 1, dtype=torch.bool)
-            truncated[last] = True
+            truncated, done, terminated = marks.unbind(0)
             info[truncated_key] = truncated
-            info[done_key] = (
-                _or_at(read_leaf(storage, done_key, index), last)
-                if stored.done
-                else truncated.clone()
-            )
-            info[terminated_key] = (
-                read_leaf(storage, terminated_key, index)
-                if stored.terminated
-                else torch.zeros_like(truncated)
-            )
+            if stored.done and (mask is not None or not self.done_is_truncation):
+                done = _or(read_leaf(storage, done_key, index), truncated)
+            info[done_key] = done
+            if stored.terminated:
+                terminated = read_leaf(storage, terminated_key, index)
+            info[terminated_key] = terminated
         if mask is not None:
             info[MASK_KEY] = mask
         if stored.init and self.init_key is not None:
-            info[self.init_key] = _or_at(read_leaf(storage, self.init_key, index), first)
+            info[self.init_key] = _or(read_leaf(storage, self.init_key, index), first)
         return info
 
 
-def _or_at(flags: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """The stored ``flags`` (a fresh tensor) with every value of the ``rows`` set to True."""
-    flags[rows] = True
-    return flags
+def _column(n: int, rows: torch.Tensor) -> torch.Tensor:
+    """A bool ``[n, 1]`` column, True at ``rows``."""
+    column = torch.zeros(n, 1, dtype=torch.bool)
+    column[rows] = True
+    return column
+
+
+def _marks(n: int, last: torch.Tensor) -> torch.Tensor:
+    """Bool ``[3, n, 1]``: True at the rows ``last`` in the first two planes, False in the third."""
+    marks = torch.zeros(3, n, 1, dtype=torch.bool)
+    marks[:2, last] = True
+    return marks
+
+
+def _or(flags: torch.Tensor, column: torch.Tensor) -> torch.Tensor:
+    """The stored ``flags`` (a fresh tensor) OR-ed with a bool ``[n, 1]`` column, per row."""
+    marks = column.view(-1, *[1] * (flags.ndim - 1)).to(flags.device)
+    if flags.is_floating_point() or flags.is_complex():
+        return flags.masked_fill_(marks, 1)
+    return flags.bitwise_or_(marks)

@@ -43,7 +43,8 @@ class SliceWeight:
         self, slice_len: int, strict: bool, left: int, right: int, keep_short: bool = False
     ) -> None:
         self.slice_len, self.strict, self.left, self.right = slice_len, strict, left, right
-        self._extra = 1 - slice_len + left + right
+        #: ``room(length) = length + extra`` (before the floor / strict rule).
+        self.extra = 1 - slice_len + left + right
         self._floor = 0 if strict else 1
         self._drop_short = strict and not keep_short
 
@@ -51,11 +52,11 @@ class SliceWeight:
         """The number of start offsets of a trajectory of ``length`` transitions."""
         if self._drop_short and length < self.slice_len:
             return 0
-        return max(length + self._extra, self._floor)
+        return max(length + self.extra, self._floor)
 
     def rooms(self, lengths: torch.Tensor) -> torch.Tensor:
         """:meth:`room` of every length (a new tensor)."""
-        room = (lengths + self._extra).clamp_min_(self._floor)
+        room = (lengths + self.extra).clamp_min_(self._floor)
         return room.masked_fill_(lengths < self.slice_len, 0) if self._drop_short else room
 
     def one(self, length: int) -> int:

@@ -232,7 +232,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         slots = self._tree.sample(num_slices, self._rng)
         weight = (self._tree.leaves.index_select(0, slots) / self._tree.min).pow(-self._beta)
         starts = self._index.slots_to_v(slots)
-        out = self._emit(storage, starts, self._index.locate(starts), slice_len)
+        out = self._emit(storage, starts.numpy(), self._index.locate(starts).numpy(), slice_len)
         info = out.info
         if out.slice_id is None:
             info["priority_weight"] = weight.repeat_interleave(slice_len)

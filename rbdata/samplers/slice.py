@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
+import numpy as np
 import torch
 from typing_extensions import Unpack
 
-from rbdata._trajectories import TrajectoryIndex
+from rbdata._trajectories import TrajectoryIndex, read_leaf
 from rbdata._trajectory_layouts import FragmentedTrajectoryIndex, GridTrajectoryIndex
 from rbdata._validation import NestedKey, check_int, check_optional_int, normalize_key
 from rbdata.samplers._base import Sampler
@@ -373,9 +374,36 @@ class SliceSampler(Sampler):
         if change is not None:
             self._short = None
         markers = index.markers
-        if self._rule.traj_key is None and markers is not None and markers.kind == "ids":
-            self.traj_key = markers.keys[0] if markers.keys else None
+        if change is not None and markers is not None:
+            if self._rule.traj_key is None and markers.kind == "ids":
+                self.traj_key = markers.keys[0] if markers.keys else None
+            self._note_dones(storage, change, markers.kind == "ends" and markers.keys)
         return change
+
+    def _note_dones(self, storage: Any, change: tuple[bool, int], end_keys: Any) -> None:
+        """Track whether a stored done flag falls inside a trajectory (O(written)).
+
+        Until one does, the info's done entry equals the end-of-slice marker
+        (slices stay inside trajectories) and is not read from the storage.
+        """
+        batcher, index = self._batcher, self._index
+        done_key = batcher.done_key
+        if done_key is None or (end_keys and done_key in end_keys):
+            batcher.done_is_truncation = True
+            return
+        if not batcher.stores_done(storage):
+            return
+        rebuilt, v_from = change
+        if rebuilt:
+            lengths = index.view("lengths")
+            first = torch.cumsum(lengths, 0) - lengths - index.view("starts")
+            v = torch.arange(int(lengths.sum())) - torch.repeat_interleave(first, lengths)
+        else:
+            v = torch.arange(max(v_from - 1, index.v_end - index.size), index.v_end)
+        k = index.locate(v)
+        v = v[v != index.view("starts")[k] + index.view("lengths")[k] - 1]  # not a last step
+        inside = bool(v.numel()) and bool(read_leaf(storage, done_key, index.to_slots(v)).any())
+        batcher.done_is_truncation = not inside and (rebuilt or batcher.done_is_truncation)
 
     def _no_slice_error(self) -> RuntimeError:
         index = self._index
@@ -387,18 +415,30 @@ class SliceSampler(Sampler):
             f"{self.strict_length}; use shorter slices or strict_length=False."
         )
 
-    def _pick(self, num_slices: int) -> torch.Tensor:
-        """Trajectories (positions in the live columns) of ``num_slices`` slices, uniformly."""
-        index = self._index
-        x = torch.randint(index.base, index.total_end, (num_slices,), generator=self._rng)
-        return torch.searchsorted(index.view("excl"), x, right=True).sub_(1)
+    def _draw(self, num_slices: int) -> tuple[np.ndarray, np.ndarray]:
+        """Trajectories (positions in the live columns) and starts of ``num_slices`` slices.
 
-    def _starts(self, k: torch.Tensor) -> torch.Tensor:
-        """A uniform start in each trajectory of ``k`` (before it under a left span)."""
+        A trajectory is drawn uniformly among those with room for a slice, then
+        a start uniformly inside it (before it under a left span). One random
+        62-bit integer per slice gives both (its remainder modulo the number of
+        trajectories, then the remainder of its quotient modulo the room; the
+        bias is below ``len(storage) / 2**62``), in a few numpy operations.
+        """
         index, weight = self._index, self._index.weight
-        room = weight.rooms(index.view("lengths").index_select(0, k))
-        offset = torch.rand(k.numel(), dtype=torch.float64, generator=self._rng).mul_(room)
-        return index.view("starts").index_select(0, k).add_(offset.long()).sub_(weight.left)
+        count = index.total_weight
+        r = torch.randint(1 << 62, (num_slices,), generator=self._rng).numpy()
+        quotient, rank = np.divmod(r, count)
+        if count == index.n:  # every trajectory has room: the rank is the position
+            k = rank
+        else:
+            k = np.searchsorted(index.view("excl").numpy(), rank + index.base, side="right") - 1
+        room = index.view("lengths").numpy()[k] + weight.extra
+        if not weight.strict:
+            np.maximum(room, 1, out=room)
+        begin = index.view("starts").numpy()[k] + quotient % room
+        if weight.left:
+            begin -= weight.left
+        return k, begin
 
     def _sample(
         self, storage: Any, batch_size: int, live: _LiveSet | None
@@ -406,19 +446,20 @@ class SliceSampler(Sampler):
         """Draw ``batch_size // slice_len`` slices (see the class docstring)."""
         num_slices, slice_len = self._shape(batch_size)
         self._sync(storage)
-        k = self._pick(num_slices)
-        out = self._emit(storage, self._starts(k), k, slice_len)
+        k, begin = self._draw(num_slices)
+        out = self._emit(storage, begin, k, slice_len)
         return out.index, out.info
 
-    def _emit(self, storage: Any, begin: torch.Tensor, k: torch.Tensor, slice_len: int) -> Slices:
+    def _emit(self, storage: Any, begin: np.ndarray, k: np.ndarray, slice_len: int) -> Slices:
         """The slices starting at the virtual positions ``begin`` of the trajectories ``k``."""
         index, weight = self._index, self._index.weight
         if self.strict_length and not weight.left and not weight.right:
             return self._batcher.full(storage, index.to_slots, begin, slice_len)
-        first = index.view("starts").index_select(0, k)
-        last = first + index.view("lengths").index_select(0, k) - 1
-        lo = torch.maximum(begin, first)
-        lengths = torch.minimum(begin + (slice_len - 1), last) - lo + 1
+        k_t = torch.from_numpy(k)
+        first = index.view("starts").index_select(0, k_t)
+        last = first + index.view("lengths").index_select(0, k_t) - 1
+        lo = torch.maximum(torch.from_numpy(begin), first)
+        lengths = torch.minimum(torch.from_numpy(begin + (slice_len - 1)), last) - lo + 1
         pad = self.pad_output and self._has_short(slice_len)
         return self._batcher.ragged(storage, index.to_slots, lo, lengths, slice_len, pad)
 

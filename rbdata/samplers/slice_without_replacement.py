@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from typing_extensions import Unpack
 
@@ -117,9 +118,14 @@ class SliceSamplerWithoutReplacement(SliceSampler):
                 break
         return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
 
-    def _pick(self, num_slices: int) -> torch.Tensor:
-        """The next trajectories of the pass (see the class docstring)."""
-        return self._take(num_slices)
+    def _draw(self, num_slices: int) -> tuple[np.ndarray, np.ndarray]:
+        """The next trajectories of the pass, and a uniform start in each."""
+        k = self._take(num_slices)
+        index, weight = self._index, self._index.weight
+        room = weight.rooms(index.view("lengths").index_select(0, k))
+        offset = torch.rand(k.numel(), dtype=torch.float64, generator=self._rng).mul_(room)
+        begin = index.view("starts").index_select(0, k).add_(offset.long()).sub_(weight.left)
+        return k.numpy(), begin.numpy()
 
     def _on_empty(self) -> None:
         super()._on_empty()
