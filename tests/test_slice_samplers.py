@@ -664,3 +664,21 @@ def test_buffer_dumps_and_loads(tmp_path, make):
     expected = rb.sample()["index"]
     torch.manual_seed(0)
     assert torch.equal(other.sample()["index"], expected)
+
+
+@pytest.mark.parametrize("span", [(True, False), (False, True)])
+def test_without_replacement_spans_on_the_side_asked(span):
+    sampler = SliceSamplerWithoutReplacement(slice_len=4, span=span, shuffle=False)
+    ring = Ring(100, sampler)
+    ring.write(episodes(*[6] * 10))
+    torch.manual_seed(0)
+    cut_at_start = cut_at_end = 0
+    for _ in range(20):
+        index, info = sampler.sample(ring.storage, 40)  # one pass: one slice per trajectory
+        for part in index.split(slice_lengths(info).tolist()):
+            steps = ring.storage.get_leaf("step")[part] % 6
+            assert (steps.diff() == 1).all() and 1 <= len(part) <= 4
+            cut_at_start += len(part) < 4 and int(steps[0]) == 0
+            cut_at_end += len(part) < 4 and int(steps[-1]) == 5
+        assert sampler.ran_out
+    assert (cut_at_start > 0, cut_at_end > 0) == span

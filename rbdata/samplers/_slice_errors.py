@@ -4,12 +4,23 @@ from __future__ import annotations
 
 
 class ExclusiveArgumentsError(RuntimeError, ValueError):
-    """Arguments that exclude each other were given together, or a batch does not fit the slices.
+    """Arguments that exclude each other were given together.
 
     A ``ValueError`` by rbdata's rule and a ``RuntimeError`` as torchrl raises it.
 
     Examples:
         >>> [issubclass(ExclusiveArgumentsError, kind) for kind in (RuntimeError, ValueError)]
+        [True, True]
+    """
+
+
+class BatchSizeError(RuntimeError, ValueError):
+    """A batch size that is not a multiple of the slice size (``num_slices`` or ``slice_len``).
+
+    A ``ValueError`` by rbdata's rule and a ``RuntimeError`` as torchrl raises it.
+
+    Examples:
+        >>> [issubclass(BatchSizeError, kind) for kind in (RuntimeError, ValueError)]
         [True, True]
     """
 

@@ -15,7 +15,7 @@ from rbdata._validation import NestedKey, check_int, check_optional_int, normali
 from rbdata.samplers._base import Sampler
 from rbdata.samplers._live import _LiveSet
 from rbdata.samplers._slice_batch import SliceBatcher, Slices
-from rbdata.samplers._slice_errors import ExclusiveArgumentsError, SliceSizeError
+from rbdata.samplers._slice_errors import BatchSizeError, ExclusiveArgumentsError, SliceSizeError
 from rbdata.samplers._slice_markers import DEFAULT_END_KEY, MarkerRule
 from rbdata.samplers._slice_weight import SliceWeight, span_amount
 
@@ -156,9 +156,10 @@ class SliceSampler(Sampler):
         SliceSizeError: (a TypeError and a ValueError) unless exactly one of
             ``num_slices`` and ``slice_len`` is given.
         ExclusiveArgumentsError: (a RuntimeError and a ValueError) for
-            ``end_key`` with ``end_keys``, ``ends`` with ``trajectories``, fixed
-            markers with keys, and, at sample time, a batch size that is not a
-            multiple of the slice size.
+            ``end_key`` with ``end_keys``, ``ends`` with ``trajectories``, or
+            fixed markers with keys.
+        BatchSizeError: (a RuntimeError and a ValueError) at sample time, for
+            a batch size that is not a multiple of the slice size.
         ValueError: ``pad_output`` with ``strict_length``, bad sizes or spans.
 
     Examples:
@@ -316,7 +317,7 @@ class SliceSampler(Sampler):
                 assert self.slice_len is not None  # exactly one of them is set
                 fixed, name, what = self.slice_len, "slice_len", "slice length"
             if batch_size % fixed:
-                raise ExclusiveArgumentsError(
+                raise BatchSizeError(
                     f"The batch-size must be divisible by the {what}, got "
                     f"batch_size={batch_size} and {name}={fixed}: a batch is made of whole "
                     "slices."
