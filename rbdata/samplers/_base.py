@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import os
 import warnings
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from rbdata._state_file import read_state, write_state
 from rbdata._validation import check_int
 from rbdata.samplers._live import _LiveSet
 
 __all__ = ["Sampler"]
-
-_STATE_FILE = "sampler_state.pt"
-
 
 class Sampler:
     """Base class of every sampler: it owns the public methods, subclasses fill small hooks.
@@ -248,13 +245,11 @@ class Sampler:
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
         """Save :meth:`state_dict` in the directory ``path``."""
-        folder = Path(path)
-        folder.mkdir(parents=True, exist_ok=True)
-        torch.save(self.state_dict(), folder / _STATE_FILE)
+        write_state(self.state_dict(), path, "sampler")
 
     def loads(self, path: str | os.PathLike[str]) -> None:
         """Load a state saved with :meth:`dumps` (read with ``weights_only=True``)."""
-        self.load_state_dict(torch.load(Path(path) / _STATE_FILE, weights_only=True))
+        self.load_state_dict(read_state(path, "sampler"))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

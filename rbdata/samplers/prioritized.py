@@ -193,7 +193,7 @@ class PrioritizedSampler(Sampler):
             self._tree.update(consumed, values, positive=True)
 
     def mark_update(self, index: torch.Tensor | int, *, storage: Any = None) -> None:
-        """Give the slots ``index`` the default priority (torchrl's writers call it after writes)."""
+        """Give the slots ``index`` the default priority (torchrl's writers call it on writes)."""
         self._on_write(torch.as_tensor(index, dtype=torch.long).reshape(-1))
 
     def _on_write(self, index: torch.Tensor) -> None:
