@@ -120,7 +120,8 @@ class _Rows:
         self._data = data
 
     def get_leaf(self, key: NestedKey) -> torch.Tensor:
-        return self._data.get(key)
+        leaf: torch.Tensor = self._data.get(key)
+        return leaf
 
 
 def _split_data(

@@ -20,7 +20,8 @@ def _is_key(index: Any) -> bool:
     return isinstance(index, tuple) and bool(index) and all(isinstance(p, str) for p in index)
 
 
-class Trajectory(TensorClass["nocast"]):  # type: ignore[misc,type-arg,name-defined]
+# tensordict's stub declares TensorClass without the string options its runtime accepts.
+class Trajectory(TensorClass["nocast"]):  # type: ignore[type-arg,name-defined]
     """The transitions of one trajectory, in time order (a tensorclass).
 
     ``data`` holds the transitions (batch size ``[T]``) and ``index`` where they

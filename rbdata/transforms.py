@@ -285,7 +285,7 @@ class PolicyAgeFilter(Transform):
                 f"PolicyAgeFilter filters TensorDicts, got {type(data).__name__}; store "
                 "TensorDicts to filter by policy age."
             )
-        stamped = data.get(self.policy_version_key, None)
+        stamped: torch.Tensor | None = data.get(self.policy_version_key, None)
         if stamped is None:
             if self.strict:
                 raise KeyError(
