@@ -7,7 +7,7 @@ import operator
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import torch
 
@@ -249,6 +249,10 @@ def _check_tensor(
     return index, hi
 
 
+@overload
+def _get_index(index: int | torch.Tensor, length: int) -> int | torch.Tensor: ...
+@overload
+def _get_index(index: Any, length: int) -> int | range | torch.Tensor: ...
 def _get_index(index: Any, length: int) -> int | range | torch.Tensor:
     """Normalize a read index: ints and tensors within ``[-length, length)``, slices to a range."""
     index = _as_index(index)
