@@ -92,7 +92,7 @@ class _BufferCore:
         )
         self._service_backend = backend
         self._remote: Any = None
-        self._args = {
+        self._args: dict[str, Any] = {
             "storage": storage,
             "sampler": sampler,
             "writer": writer,
@@ -126,8 +126,13 @@ class _BufferCore:
             from rbdata.service import attach_ray_service
 
             self._remote = attach_ray_service(
-                self, self._hosted(), service_backend_options, transport, transport_options,
-                prefetch=self._prefetch, delayed_init=delayed_init,
+                self,
+                self._hosted(),
+                service_backend_options,
+                transport,
+                transport_options,
+                prefetch=self._prefetch,
+                delayed_init=delayed_init,
             )
             return
         if not delayed_init:
@@ -311,12 +316,12 @@ class _BufferCore:
                 data = self._transform.inv(data)
             free = self._sampler.reusable_slots(1) if self._consume_after_n is not None else None
             if free is not None and free.numel():
-                index = int(self._writer.write_at(free, [data])[0])
+                slot = int(self._writer.write_at(free, [data])[0])
             else:
-                index = self._writer.add(data)
-            self._note_written(torch.tensor([index]))
+                slot = self._writer.add(data)
+            self._note_written(torch.tensor([slot]))
             self._sync.cond.notify_all()
-        return index
+        return slot
 
     def extend(self, data: Any, *, update_priority: bool | None = None) -> torch.Tensor:
         """Extend the buffer with a batch of elements; return their indices.
