@@ -24,7 +24,7 @@ __all__ = ["ReplayDataset"]
 _STATE_FORMAT = 1
 
 
-class ReplayDataset(IterableDataset):
+class ReplayDataset(IterableDataset[Any]):
     """Serve a replay buffer as an ``IterableDataset`` of sampled batches.
 
     Use it with ``torch.utils.data.DataLoader(ds, batch_size=None)``, with
