@@ -113,7 +113,7 @@ class ReplayDataModule(pl.LightningDataModule):
         prefetch: int = 0,
         pin_memory: bool | Literal["auto"] = "auto",
         min_size: int = 0,
-        offline_data: str | os.PathLike | TensorDictBase | None = None,
+        offline_data: str | os.PathLike[str] | TensorDictBase | None = None,
         checkpoint_buffer: bool = True,
         samples_per_insert: float | None = None,
         timeout: float | None = None,
@@ -175,7 +175,7 @@ class ReplayDataModule(pl.LightningDataModule):
         if self.trainer is not None and self.checkpoint_buffer:
             self._attach_checkpoint_io(self.trainer)
 
-    def train_dataloader(self) -> StatefulDataLoader:
+    def train_dataloader(self) -> StatefulDataLoader[Any]:
         """A StatefulDataLoader over a :class:`~rbdata.loader.ReplayDataset` of the buffer."""
         self._close_dataset()
         self._dataset = ReplayDataset(
@@ -277,7 +277,7 @@ class ReplayDataModule(pl.LightningDataModule):
             self._dataset = None
 
 
-class _UncheckpointedDataLoader(StatefulDataLoader):
+class _UncheckpointedDataLoader(StatefulDataLoader[Any]):
     """A StatefulDataLoader whose state stays out of checkpoints (``checkpoint_buffer=False``)."""
 
     def state_dict(self) -> dict[str, Any]:
