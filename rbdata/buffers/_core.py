@@ -234,7 +234,8 @@ class _BufferCore:
     def batch_size(self) -> int | None:
         """The default batch size of ``sample()`` and iteration."""
         if self._remote is not None:
-            return self._remote.batch_size  # type: ignore[no-any-return]
+            size: int | None = self._remote.batch_size
+            return size
         return self._batch_size
 
     @property

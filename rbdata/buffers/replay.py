@@ -289,13 +289,16 @@ class ReplayBuffer(_BufferCore):
 
     def _leaf(self, key: Any) -> torch.Tensor:
         self._init()
+        # tensor storages have leaves (leaf_keys, get_leaf); the Storage base class does not
         leaf_keys = getattr(self._storage, "leaf_keys", None)
-        if leaf_keys is None:
+        get_leaf = getattr(self._storage, "get_leaf", None)
+        if leaf_keys is None or get_leaf is None:
             raise RuntimeError(f"{type(self._storage).__name__} does not support per-key updates.")
         key = normalize_key(key, "key", dotted=False)
         if key not in set(leaf_keys()):
             raise KeyError(f"key {key!r} is not stored; stored keys are {leaf_keys()}.")
-        return self._storage.get_leaf(key)  # type: ignore[attr-defined,no-any-return]
+        leaf: torch.Tensor = get_leaf(key)
+        return leaf
 
     def query(
         self, predicate: Callable[..., bool] | None = None, *, trajectory_key: Any = None

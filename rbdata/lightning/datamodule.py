@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeGuard, cast
 
 import lightning.pytorch as pl
 import torch
@@ -236,13 +236,15 @@ class ReplayDataModule(pl.LightningDataModule):
         """
         arg = self._buffer_arg
         if not callable(arg) or _is_buffer(arg):
-            return arg, True  # type: ignore[return-value]
+            return arg, True
         trainer = self.trainer
         if trainer is None or getattr(trainer, "world_size", 1) == 1:  # (a stub has none)
             return _built(arg), True
         built = _built(arg) if trainer.global_rank == 0 else None
         remote = built is not None and getattr(built, "service_backend", "direct") == "ray"
-        shared = trainer.strategy.broadcast(built.client() if remote else None, src=0)  # type: ignore[union-attr]
+        # a Ray-backed buffer is a ReplayBuffer, which hands out clients
+        client = cast(_RayBacked, built).client() if remote else None
+        shared = trainer.strategy.broadcast(client, src=0)
         if built is not None:
             return built, True
         if shared is not None:
@@ -288,7 +290,13 @@ class _UncheckpointedDataLoader(StatefulDataLoader[Any]):
         """Ignore a saved state (see :meth:`state_dict`)."""
 
 
-def _is_buffer(obj: object) -> bool:
+class _RayBacked(Protocol):
+    """A buffer hosted in a Ray actor: it hands out clients of itself."""
+
+    def client(self) -> ServableBuffer: ...
+
+
+def _is_buffer(obj: object) -> TypeGuard[ServableBuffer]:
     """A replay buffer (an instance implementing the ServableBuffer protocol, not a class)."""
     return not isinstance(obj, type) and isinstance(obj, ServableBuffer)
 
@@ -299,7 +307,7 @@ def _built(factory: Callable[[], Any]) -> ServableBuffer:
         raise TypeError(
             f"the buffer factory must return a replay buffer, got {type(buffer).__name__}."
         )
-    return buffer  # type: ignore[no-any-return]
+    return buffer
 
 
 def _fill(buffer: ServableBuffer, data: TensorDictBase) -> None:
