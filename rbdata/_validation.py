@@ -85,6 +85,8 @@ def check_number(
         TypeError: if ``value`` is not a real number.
         ValueError: if it is NaN or outside the bounds.
     """
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
+        value = value.item()  # a one-element tensor (torchrl accepts them)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r}).")
     number = float(value)

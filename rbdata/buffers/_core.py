@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch.utils.hooks import RemovableHandle
 
+from rbdata._validation import normalize_key
 from rbdata.buffers import _persistence
 from rbdata.buffers._gather import finish_batch
 from rbdata.buffers._init_args import (
@@ -510,10 +511,33 @@ class _BufferCore:
     def __getitem__(self, index: Any) -> Any:
         if self._remote is not None:
             return self._remote.getitem(index)
+        if isinstance(index, str) or (
+            isinstance(index, tuple) and index and all(isinstance(k, str) for k in index)
+        ):  # an entry of every stored item (torchrl's ``rb["obs"]``)
+            return self._entry(index)
         data = self.storage.get(index)
         if not isinstance(index, int) and isinstance(data, list):
             data = self._collate_fn(data)
         return self._transform(data) if len(self._transform) else data
+
+    def _leaf(self, key: Any) -> torch.Tensor:
+        self._init()
+        # tensor storages have leaves (leaf_keys, get_leaf); the Storage base class does not
+        leaf_keys = getattr(self._storage, "leaf_keys", None)
+        get_leaf = getattr(self._storage, "get_leaf", None)
+        if leaf_keys is None or get_leaf is None:
+            raise RuntimeError(f"{type(self._storage).__name__} does not support per-key updates.")
+        key = normalize_key(key, "key", dotted=False)
+        if key not in set(leaf_keys()):
+            raise KeyError(f"key {key!r} is not stored; stored keys are {leaf_keys()}.")
+        leaf: torch.Tensor = get_leaf(key)
+        return leaf
+
+    def _entry(self, key: Any) -> Any:
+        """A copy of entry ``key`` of every stored item (``rb["obs"]``)."""
+        if getattr(self.storage, "leaf_keys", None) is not None:
+            return self._leaf(key)[: len(self._storage)].clone()
+        return self[:][key]
 
     def _mark_update(self, index: Any) -> None:
         """Tell the sampler and sample unit that slots were edited in place."""

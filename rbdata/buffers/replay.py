@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rbdata._updates import ConditionalUpdateResult, conditional_update
-from rbdata._validation import NestedKey, normalize_key
+from rbdata._validation import NestedKey, check_indices, normalize_key
 from rbdata.buffers import _persistence
 from rbdata.buffers._anchor_priority import reduce_to_anchors
 from rbdata.buffers._core import _BufferCore
@@ -250,19 +250,33 @@ class ReplayBuffer(_BufferCore):
             return result
 
     def set_(self, key: NestedKey, value: torch.Tensor) -> ReplayBuffer:
-        """Set the value of ``key`` across the whole buffer in place."""
+        """Set the value of ``key`` across the whole buffer in place.
+
+        Raises:
+            KeyError: if ``key`` is not stored.
+            ValueError: if ``value`` does not broadcast to the stored entries
+                (nothing is written then).
+        """
         with self._sync.lock:
-            leaf = self._leaf(key)
-            leaf[: len(self._storage)] = torch.as_tensor(value).to(leaf.dtype)
+            leaf = self._leaf(key)[: len(self._storage)]
+            leaf.copy_(_fitting(value, leaf, key))
             self._mark_update(slice(0, len(self._storage)))
         return self
 
     def set_at_(self, key: NestedKey, value: torch.Tensor, index: Any) -> ReplayBuffer:
-        """Set the value of ``key`` at ``index`` in place."""
+        """Set the value of ``key`` at ``index`` (ints or an integer tensor of written slots).
+
+        Raises:
+            KeyError: if ``key`` is not stored.
+            TypeError: for an index that does not hold integers.
+            ValueError: for a slot outside the written ones, or a ``value`` that
+                does not broadcast to the entries (nothing is written then).
+        """
         with self._sync.lock:
             leaf = self._leaf(key)
-            leaf[index] = torch.as_tensor(value).to(leaf.dtype)
-            self._mark_update(index)
+            slots = check_indices(index, len(self._storage))
+            leaf[slots] = _fitting(value, leaf[slots], key)
+            self._mark_update(slots)
         return self
 
     def update_(
@@ -286,19 +300,6 @@ class ReplayBuffer(_BufferCore):
             if wanted is None or normalize_key(key) in wanted:
                 self.set_(key, value.clone() if clone else value)
         return self
-
-    def _leaf(self, key: Any) -> torch.Tensor:
-        self._init()
-        # tensor storages have leaves (leaf_keys, get_leaf); the Storage base class does not
-        leaf_keys = getattr(self._storage, "leaf_keys", None)
-        get_leaf = getattr(self._storage, "get_leaf", None)
-        if leaf_keys is None or get_leaf is None:
-            raise RuntimeError(f"{type(self._storage).__name__} does not support per-key updates.")
-        key = normalize_key(key, "key", dotted=False)
-        if key not in set(leaf_keys()):
-            raise KeyError(f"key {key!r} is not stored; stored keys are {leaf_keys()}.")
-        leaf: torch.Tensor = get_leaf(key)
-        return leaf
 
     def query(
         self, predicate: Callable[..., bool] | None = None, *, trajectory_key: Any = None
@@ -388,3 +389,15 @@ class ReplayBuffer(_BufferCore):
         except ImportError as err:
             raise ImportError("as_remote needs Ray: pip install 'rbdata[ray]'.") from err
         return ray.remote(**(remote_config or {"num_cpus": 1}))(cls)
+
+
+def _fitting(value: Any, target: torch.Tensor, key: Any) -> torch.Tensor:
+    """``value`` as a tensor of ``target``'s dtype that broadcasts to it (ValueError if not)."""
+    tensor = torch.as_tensor(value).to(target.dtype)
+    try:
+        return tensor.expand_as(target)
+    except RuntimeError:
+        raise ValueError(
+            f"value for {key!r} has shape {list(tensor.shape)}, which does not fit the "
+            f"{list(target.shape)} entries it should replace."
+        ) from None

@@ -98,7 +98,7 @@ class _PackedRows:
             for dt, sizes in self.layout.groups
         ]
         return [
-            pieces[g][j] if shape is None else pieces[g][j].view(shape)
+            pieces[g][j] if shape is None else pieces[g][j].view(*shape or ((),))
             for (g, j), shape in zip(self.layout.pick, shapes, strict=True)
         ]
 

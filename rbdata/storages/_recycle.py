@@ -58,10 +58,10 @@ class _GatherPool:
         with self._lock:  # the alias returned holds the memory before another thread looks
             for buffer in self._buffers:
                 if buffer.shape == shape and _unused(buffer):
-                    return buffer.view(shape)
+                    return buffer.detach()  # an alias: cheaper than a view, holds the memory
             fresh = torch.empty(shape, dtype=self._dtype, device=self._device)
             self._keep(fresh)
-            return fresh.view(shape)
+            return fresh.detach()
 
     def _keep(self, fresh: torch.Tensor) -> None:
         """Pool ``fresh``, dropping unused buffers (of other shapes) to make room."""

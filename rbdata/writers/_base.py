@@ -45,7 +45,7 @@ def batch_len(data: Any) -> int:
 
 
 def slice_batch(data: Any, rows: slice) -> Any:
-    """``rows`` of a batch: tensors, TensorDicts, tensorclasses and lists sliced; PyTrees leafwise."""
+    """``rows`` of a batch: tensors, TensorDicts, tensorclasses, lists sliced; PyTrees leafwise."""
     if isinstance(data, torch.Tensor | TensorDictBase | list) or hasattr(data, "_tensordict"):
         return data[rows]
     return tree_map(lambda leaf: leaf[rows], data)
