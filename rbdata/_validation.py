@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import torch
 
 __all__ = [
+    "IncompatibleValueError",
     "NestedKey",
     "UnsupportedDataError",
     "check_bool",
@@ -31,6 +32,18 @@ __all__ = [
 
 #: A TensorDict key: a str for a top-level entry, a tuple of str for a nested one.
 NestedKey = str | tuple[str, ...]
+
+
+class IncompatibleValueError(RuntimeError, ValueError):
+    """A value that does not fit where it goes (a shape that does not broadcast, ...).
+
+    A ``ValueError`` by rbdata's rule, and a ``RuntimeError`` first, as torch and
+    torchrl raise in the same situations.
+
+    Examples:
+        >>> [issubclass(IncompatibleValueError, kind) for kind in (ValueError, RuntimeError)]
+        [True, True]
+    """
 
 
 class UnsupportedDataError(TypeError, RuntimeError):

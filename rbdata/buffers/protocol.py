@@ -90,7 +90,8 @@ def aligned_info(batch: Any, info: Mapping[str, Any]) -> dict[str, Any]:
         {'index': tensor([4])}
     """
     if isinstance(batch, TensorDictBase) and "index" in batch.keys():
-        return {key: batch.get(key) for key in info if key in batch.keys()}
+        keys = batch.keys(include_nested=True)
+        return {key: batch.get(key) for key in info if key in keys}
     return dict(info)
 
 

@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rbdata._updates import ConditionalUpdateResult, conditional_update
-from rbdata._validation import NestedKey, check_indices, normalize_key
+from rbdata._validation import IncompatibleValueError, NestedKey, check_indices, normalize_key
 from rbdata.buffers import _persistence
 from rbdata.buffers._anchor_priority import reduce_to_anchors
 from rbdata.buffers._core import _BufferCore
@@ -397,7 +397,7 @@ def _fitting(value: Any, target: torch.Tensor, key: Any) -> torch.Tensor:
     try:
         return tensor.expand_as(target)
     except RuntimeError:
-        raise ValueError(
+        raise IncompatibleValueError(
             f"value for {key!r} has shape {list(tensor.shape)}, which does not fit the "
             f"{list(target.shape)} entries it should replace."
         ) from None

@@ -140,12 +140,13 @@ class Sampler:
         self.extend(torch.tensor([int(index)]))
 
     def mark_update(self, index: torch.Tensor | int, *, storage: Any = None) -> None:
-        """Tell the sampler that the slots ``index`` were written (torchrl's notification).
+        """Tell the sampler that the slots ``index`` changed (torchrl's notification).
 
-        Prioritized samplers give them the default priority, as a write does;
-        consume-after-n counts are left alone.
+        Samplers that read the stored data (trajectory boundaries) read it again;
+        a :class:`PrioritizedSampler` gives the slots the default priority, as
+        torchrl's writers expect when they call it after a write.
         """
-        self._on_write(torch.as_tensor(index, dtype=torch.long).reshape(-1))
+        self._on_update(torch.as_tensor(index, dtype=torch.long).reshape(-1))
 
     def mark_edited(self, index: torch.Tensor | int) -> None:
         """Tell the sampler that the slots ``index`` were edited in place (``set_``, ...).

@@ -192,6 +192,10 @@ class PrioritizedSampler(Sampler):
             values = torch.full(consumed.shape, self.default_priority, dtype=self.dtype)
             self._tree.update(consumed, values, positive=True)
 
+    def mark_update(self, index: torch.Tensor | int, *, storage: Any = None) -> None:
+        """Give the slots ``index`` the default priority (torchrl's writers call it after writes)."""
+        self._on_write(torch.as_tensor(index, dtype=torch.long).reshape(-1))
+
     def _on_write(self, index: torch.Tensor) -> None:
         """Give the (re)written slots ``index`` the default priority."""
         self._check_index(index, self._max_capacity)

@@ -122,10 +122,12 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         self._raw.index_fill_(0, index, self.default_priority)
         self._index.extend(index)
 
+    # torchrl's slice samplers come first: mark_update re-reads boundaries, priorities stay
+    mark_update = Sampler.mark_update
+
     def _on_update(self, index: torch.Tensor) -> None:
-        """Slots edited in place get the default priority (torchrl's); boundaries are re-read."""
+        """Slots edited in place keep their priorities; boundaries are re-read."""
         self._check_index(index, self._max_capacity)
-        self._raw.index_fill_(0, index, self.default_priority)
         self._index.touch(index)
 
     def update_priority(
