@@ -57,9 +57,10 @@ def get_items(storage: Any, slots: torch.Tensor) -> Any:
 def read_leaf(storage: Any, key: NestedKey, slots: torch.Tensor) -> torch.Tensor:
     """Read the entry ``key`` of the items at ``slots`` (a 1-D LongTensor)."""
     if hasattr(storage, "get_leaf") and getattr(storage, "_is_tensordict", True):
-        leaf = storage.get_leaf(key)
+        leaf: torch.Tensor = storage.get_leaf(key)
         return leaf.index_select(0, slots.to(leaf.device, non_blocking=True))
-    return get_items(storage, slots).get(key)
+    value: torch.Tensor = get_items(storage, slots).get(key)
+    return value
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,7 @@ class TrajectoryIndex:
                 f"trajectory tracking needs a storage with ndim=1, got ndim={storage.ndim}."
             )
         if self._static is not None:
-            return self._sync_static(storage)
+            return self._sync_static(storage, self._static)
         capacity = storage.max_size
         if capacity != self.modulus:
             self._dirty = self._dirty or self.modulus != 0
@@ -312,8 +313,10 @@ class TrajectoryIndex:
         self.v_end, self.size, self._prev = v_end, n, marks[-1].item()
         return True, v_begin
 
-    def _sync_static(self, storage: Any) -> tuple[bool, int] | None:
-        kind, marks = self._static
+    def _sync_static(
+        self, storage: Any, static: tuple[str, torch.Tensor]
+    ) -> tuple[bool, int] | None:
+        kind, marks = static
         n = marks.numel()
         if len(storage) != n:
             raise ValueError(

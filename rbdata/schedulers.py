@@ -84,7 +84,8 @@ class ParameterScheduler(abc.ABC):
     @property
     def value(self) -> Number:
         """The parameter's current value."""
-        return getattr(self.sampler, self.param_name)  # type: ignore[no-any-return]
+        current: Number = getattr(self.sampler, self.param_name)
+        return current
 
     def step(self) -> None:
         """Advance one step and assign the new (clipped) value."""

@@ -93,7 +93,7 @@ class _BufferCore:
         )
         self._service_backend = backend
         self._remote: Any = None
-        self._args = {
+        self._args: dict[str, Any] = {
             "storage": storage,
             "sampler": sampler,
             "writer": writer,
@@ -127,8 +127,13 @@ class _BufferCore:
             from rbdata.service import attach_ray_service
 
             self._remote = attach_ray_service(
-                self, self._hosted(), service_backend_options, transport, transport_options,
-                prefetch=self._prefetch, delayed_init=delayed_init,
+                self,
+                self._hosted(),
+                service_backend_options,
+                transport,
+                transport_options,
+                prefetch=self._prefetch,
+                delayed_init=delayed_init,
             )
             return
         if not delayed_init:
@@ -230,7 +235,8 @@ class _BufferCore:
     def batch_size(self) -> int | None:
         """The default batch size of ``sample()`` and iteration."""
         if self._remote is not None:
-            return self._remote.batch_size  # type: ignore[no-any-return]
+            size: int | None = self._remote.batch_size
+            return size
         return self._batch_size
 
     @property
@@ -312,12 +318,12 @@ class _BufferCore:
                 data = self._transform.inv(data)
             free = self._sampler.reusable_slots(1) if self._consume_after_n is not None else None
             if free is not None and free.numel():
-                index = int(self._writer.write_at(free, [data])[0])
+                slot = int(self._writer.write_at(free, [data])[0])
             else:
-                index = self._writer.add(data)
-            self._note_written(torch.tensor([index]))
+                slot = self._writer.add(data)
+            self._note_written(torch.tensor([slot]))
             self._sync.cond.notify_all()
-        return index
+        return slot
 
     def extend(self, data: Any, *, update_priority: bool | None = None) -> torch.Tensor:
         """Extend the buffer with a batch of elements; return their indices.
@@ -516,13 +522,16 @@ class _BufferCore:
 
     def _leaf(self, key: Any) -> torch.Tensor:
         self._init()
+        # tensor storages have leaves (leaf_keys, get_leaf); the Storage base class does not
         leaf_keys = getattr(self._storage, "leaf_keys", None)
-        if leaf_keys is None:
+        get_leaf = getattr(self._storage, "get_leaf", None)
+        if leaf_keys is None or get_leaf is None:
             raise RuntimeError(f"{type(self._storage).__name__} does not support per-key updates.")
         key = normalize_key(key, "key", dotted=False)
         if key not in set(leaf_keys()):
             raise KeyError(f"key {key!r} is not stored; stored keys are {leaf_keys()}.")
-        return self._storage.get_leaf(key)  # type: ignore[attr-defined,no-any-return]
+        leaf: torch.Tensor = get_leaf(key)
+        return leaf
 
     def _entry(self, key: Any) -> Any:
         """A copy of entry ``key`` of every stored item (``rb["obs"]``)."""

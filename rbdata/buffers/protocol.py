@@ -58,7 +58,9 @@ class Draw(NamedTuple):
         (2, False)
     """
 
-    index: torch.Tensor
+    # The field shadows tuple.index on purpose (it is the draw's rows); mypy checks a
+    # NamedTuple field against the tuple method of that name.
+    index: torch.Tensor  # type: ignore[assignment]
     info: dict[str, torch.Tensor]
     ends_pass: bool = False
 

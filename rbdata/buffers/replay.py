@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -288,7 +288,11 @@ class ReplayBuffer(_BufferCore):
     ) -> ReplayBuffer:
         """Update stored entries in place from a dict or TensorDict covering the buffer."""
         src = input_dict_or_td
-        items = src.items(True, True) if isinstance(src, TensorDictBase) else src.items()
+        # leaves_only: the values are leaf tensors (tensordict types them Tensor | TensorCollection)
+        items = cast(
+            Iterable[tuple[Any, torch.Tensor]],
+            src.items(True, True) if isinstance(src, TensorDictBase) else src.items(),
+        )
         wanted = None
         if keys_to_update is not None:
             wanted = {normalize_key(k, "keys_to_update") for k in keys_to_update}
@@ -389,11 +393,11 @@ class ReplayBuffer(_BufferCore):
 
 def _fitting(value: Any, target: torch.Tensor, key: Any) -> torch.Tensor:
     """``value`` as a tensor of ``target``'s dtype that broadcasts to it (ValueError if not)."""
-    value = torch.as_tensor(value).to(target.dtype)
+    tensor = torch.as_tensor(value).to(target.dtype)
     try:
-        return value.expand_as(target)
+        return tensor.expand_as(target)
     except RuntimeError:
         raise IncompatibleValueError(
-            f"value for {key!r} has shape {list(value.shape)}, which does not fit the "
+            f"value for {key!r} has shape {list(tensor.shape)}, which does not fit the "
             f"{list(target.shape)} entries it should replace."
         ) from None

@@ -14,6 +14,7 @@ from rbdata.samplers._live import _LiveSet
 
 __all__ = ["Sampler"]
 
+
 class Sampler:
     """Base class of every sampler: it owns the public methods, subclasses fill small hooks.
 

@@ -6,7 +6,7 @@ import abc
 import operator
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, overload
 
 import torch
 
@@ -14,6 +14,7 @@ from rbdata._state_file import read_state, write_state
 from rbdata._validation import check_bool, check_int
 
 Index = int | slice | torch.Tensor
+
 
 def _identity(data: Any) -> Any:
     return data
@@ -243,6 +244,10 @@ def _check_tensor(
     return index, hi
 
 
+@overload
+def _get_index(index: int | torch.Tensor, length: int) -> int | torch.Tensor: ...
+@overload
+def _get_index(index: Any, length: int) -> int | range | torch.Tensor: ...
 def _get_index(index: Any, length: int) -> int | range | torch.Tensor:
     """Normalize a read index: ints and tensors within ``[-length, length)``, slices to a range."""
     index = _as_index(index)

@@ -16,6 +16,7 @@ from rbdata.storages import Storage
 
 __all__ = ["Writer", "batch_len", "slice_batch"]
 
+
 def batch_len(data: Any) -> int:
     """Items in a batch (its leading dim).
 
