@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -44,26 +46,36 @@ def timeit(
 def timeit_pair(
     a: Callable[[], object], b: Callable[[], object], *, min_time: float = 1.2, repeats: int = 7
 ) -> tuple[float, float]:
-    """Median seconds per call of ``a`` and ``b``, measured in alternating rounds.
+    """Median seconds per call of ``a`` and ``b``, measured in alternating rounds."""
+    t_a, t_b = timeit_rounds(a, b, min_time=min_time, repeats=repeats)
+    return t_a, t_b
 
-    Alternating the two keeps a shared machine's load swings from favouring one side.
+
+def timeit_rounds(
+    *fns: Callable[[], object], min_time: float = 1.2, repeats: int = 7
+) -> list[float]:
+    """Median seconds per call of each of ``fns``, measured in interleaved rounds.
+
+    Every round runs each function once in turn, so that a shared machine's
+    load swings move all of them alike instead of favouring one.
     """
     per_round = []
-    for fn in (a, b):
+    for fn in fns:
         warm_until = time.perf_counter() + min_time / 6
         while time.perf_counter() < warm_until:
             fn()
         t0 = time.thread_time()
         fn()
-        per_round.append(max(1, int(min_time / 2 / repeats / max(time.thread_time() - t0, 1e-6))))
-    rounds: tuple[list[float], list[float]] = ([], [])
+        once = max(time.thread_time() - t0, 1e-6)
+        per_round.append(max(1, int(min_time / len(fns) / repeats / once)))
+    rounds: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        for side, fn in enumerate((a, b)):
+        for side, fn in enumerate(fns):
             t0 = time.thread_time()
             for _ in range(per_round[side]):
                 fn()
             rounds[side].append((time.thread_time() - t0) / per_round[side])
-    return statistics.median(rounds[0]), statistics.median(rounds[1])
+    return [statistics.median(r) for r in rounds]
 
 
 def transitions(n: int, obs: int = OBS) -> TensorDict:
@@ -110,15 +122,43 @@ def fill(rb: object, capacity: int, make: Callable[[int], TensorDict], chunk: in
         written += n
 
 
-class Limit:
-    """The irreducible work in plain torch: preallocated per-key tensors."""
+Alloc = Callable[[tuple[int, ...], torch.dtype], torch.Tensor]
 
-    def __init__(self, capacity: int, example: TensorDict, batch: int) -> None:
+
+def _zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    return torch.zeros(shape, dtype=dtype)
+
+
+def file_alloc(directory: str) -> Alloc:
+    """An allocator of tensors memory-mapped from new files in ``directory`` (``from_file``)."""
+    count = [0]
+
+    def alloc(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        count[0] += 1
+        path = os.path.join(directory, f"limit-{count[0]}.bin")
+        numel = math.prod(shape)
+        return torch.from_file(path, shared=True, size=numel, dtype=dtype).view(shape)
+
+    return alloc
+
+
+class Limit:
+    """The irreducible work in plain torch: preallocated per-key tensors.
+
+    Args:
+        capacity: rows per key.
+        example: a batch whose keys, shapes and dtypes the rows take.
+        batch: rows per sampled batch (the preallocated outputs).
+        alloc: makes the per-key row blocks (default: ``torch.zeros`` in memory).
+    """
+
+    def __init__(
+        self, capacity: int, example: TensorDict, batch: int, alloc: Alloc = _zeros
+    ) -> None:
         self.capacity = capacity
         self.keys = list(example.keys(True, True))
         self.bufs = {
-            k: torch.zeros(capacity, *example.get(k).shape[1:], dtype=example.get(k).dtype)
-            for k in self.keys
+            k: alloc((capacity, *example.get(k).shape[1:]), example.get(k).dtype) for k in self.keys
         }
         self.outs = {
             k: torch.empty(batch, *example.get(k).shape[1:], dtype=example.get(k).dtype)
@@ -149,3 +189,56 @@ class Limit:
     def gather(self, idx: torch.Tensor) -> None:
         for k in self.keys:
             torch.index_select(self.bufs[k], 0, idx, out=self.outs[k][: idx.numel()])
+
+
+class PackedLimit:
+    """The irreducible work for packed rows: one byte row per item, one gather per batch.
+
+    Every leaf of an item is laid side by side in one byte row (rounded up to
+    8 bytes), as rbdata's tensor storages do; ``sample`` is ``randint`` plus one
+    ``index_select`` of the rows viewed as 8-byte words (the fastest gather of
+    such rows) into a preallocated block, with no per-leaf views and no
+    TensorDict. ``extend`` copies each leaf into its columns.
+
+    Args:
+        capacity: rows.
+        example: a batch whose leaves make up a row.
+        batch: rows per sampled batch.
+        alloc: makes the row block (default: ``torch.zeros`` in memory).
+    """
+
+    def __init__(
+        self, capacity: int, example: TensorDict, batch: int, alloc: Alloc = _zeros
+    ) -> None:
+        self.capacity = capacity
+        self.keys = list(example.keys(True, True))
+        widths = [example.get(k)[0].numel() * example.get(k).element_size() for k in self.keys]
+        self.offsets = [sum(widths[:i]) for i in range(len(widths))]
+        self.widths = widths
+        row_bytes = -(-sum(widths) // 8) * 8
+        self.rows = alloc((capacity, row_bytes), torch.uint8)
+        self.words = self.rows.view(torch.int64)
+        self.out = torch.empty(batch, row_bytes // 8, dtype=torch.int64)
+        self.batch = batch
+        self.cursor = 0
+
+    def extend(self, data: TensorDict) -> None:
+        n = data.shape[0]
+        s = self.cursor
+        e = s + n
+        for k, off, w in zip(self.keys, self.offsets, self.widths, strict=True):
+            src = data.get(k).reshape(n, -1).contiguous().view(torch.uint8)
+            if e <= self.capacity:
+                self.rows[s:e, off : off + w].copy_(src)
+            else:
+                cut = self.capacity - s
+                self.rows[s:, off : off + w].copy_(src[:cut])
+                self.rows[: e - self.capacity, off : off + w].copy_(src[cut:])
+        self.cursor = e % self.capacity
+
+    def sample(self, size: int | None = None) -> None:
+        idx = torch.randint(size or self.capacity, (self.batch,))
+        torch.index_select(self.words, 0, idx, out=self.out)
+
+    def gather(self, idx: torch.Tensor) -> None:
+        torch.index_select(self.words, 0, idx, out=self.out[: idx.numel()])

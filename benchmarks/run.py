@@ -8,7 +8,12 @@ Usage::
     python benchmarks/run.py --vs-torchrl    # also torchrl's rows, run in its own venv
 
 Each row prints items (or steps) per second for rbdata and for the limit, and
-their ratio (rbdata / limit: 1.0 means as fast as the irreducible work).
+their ratio (rbdata / limit: 1.0 means as fast as the irreducible work). The
+limit keeps one preallocated tensor per key (``_common.Limit``); the sampling
+and extend rows also print the packed limit (``_common.PackedLimit``: every
+item one byte row, one ``index_select`` per batch, no views, no TensorDict),
+and ``--rows stages`` shows where ``sample(256)`` spends its time beyond it
+(``bench_stages.py``).
 The same row functions run against ``torchrl.data`` (``--lib torchrl``), whose
 ReplayBuffer API rbdata shares; ``--vs-torchrl`` runs them in the virtualenv
 named by ``RBDATA_TORCHRL_VENV`` (default ``../bench-venvs/torchrl``).
@@ -24,6 +29,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -32,7 +38,18 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Limit, fill, pixel_transitions, timeit, timeit_pair, transitions  # noqa: E402
+from _common import (  # noqa: E402
+    Alloc,
+    Limit,
+    PackedLimit,
+    file_alloc,
+    fill,
+    pixel_transitions,
+    timeit,
+    timeit_pair,
+    timeit_rounds,
+    transitions,
+)
 from bench_compressed import row_compressed  # noqa: E402
 
 Row = dict[str, object]
@@ -46,20 +63,39 @@ def row_extend(lib: ModuleType) -> Row:
     """Extend 1,000-transition batches into LazyTensorStorage(1M)."""
     cap, data = 1_000_000, transitions(1000)
     rb = lib.ReplayBuffer(storage=lib.LazyTensorStorage(cap))
-    lim = Limit(cap, data, 256)
-    t_lib, t_lim = timeit_pair(lambda: rb.extend(data), lambda: lim.extend(data))
-    return {"unit": "items/s", "lib": 1000 / t_lib, "limit": 1000 / t_lim}
+    lim, packed = Limit(cap, data, 256), PackedLimit(cap, data, 256)
+    t_lib, t_lim, t_packed = timeit_rounds(
+        lambda: rb.extend(data), lambda: lim.extend(data), lambda: packed.extend(data)
+    )
+    return {
+        "unit": "items/s",
+        "lib": 1000 / t_lib,
+        "limit": 1000 / t_lim,
+        "packed": 1000 / t_packed,
+    }
 
 
 def _sample_row(
-    lib: ModuleType, storage: object, cap: int, make: Callable, batch: int = 256
+    lib: ModuleType,
+    storage: object,
+    cap: int,
+    make: Callable,
+    batch: int = 256,
+    alloc: Alloc | None = None,
 ) -> Row:
     rb = lib.ReplayBuffer(storage=storage)
     fill(rb, cap, make)
-    lim = Limit(cap, make(1), batch)
+    extra = {} if alloc is None else {"alloc": alloc}
+    lim, packed = Limit(cap, make(1), batch, **extra), PackedLimit(cap, make(1), batch, **extra)
     fill(lim, cap, make)
-    t_lib, t_lim = timeit_pair(lambda: rb.sample(batch), lim.sample)
-    return {"unit": "items/s", "lib": batch / t_lib, "limit": batch / t_lim}
+    fill(packed, cap, make)
+    t_lib, t_lim, t_packed = timeit_rounds(lambda: rb.sample(batch), lim.sample, packed.sample)
+    return {
+        "unit": "items/s",
+        "lib": batch / t_lib,
+        "limit": batch / t_lim,
+        "packed": batch / t_packed,
+    }
 
 
 def row_sample(lib: ModuleType) -> Row:
@@ -73,8 +109,19 @@ def row_pixels(lib: ModuleType) -> Row:
 
 
 def row_memmap(lib: ModuleType) -> Row:
-    """Uniform sample of 256 from a full LazyMemmapStorage(200k)."""
-    return _sample_row(lib, lib.LazyMemmapStorage(200_000), 200_000, transitions)
+    """Uniform sample of 256 from a full LazyMemmapStorage(200k).
+
+    Both limits gather from their own memory-mapped files
+    (``torch.from_file(..., shared=True)``), as the storage does.
+    """
+    with tempfile.TemporaryDirectory(prefix="rbdata-bench-") as directory:
+        return _sample_row(
+            lib,
+            lib.LazyMemmapStorage(200_000, scratch_dir=os.path.join(directory, "lib")),
+            200_000,
+            transitions,
+            alloc=file_alloc(directory),
+        )
 
 
 def row_consume(lib: ModuleType) -> Row:
@@ -207,7 +254,8 @@ ROWS: dict[str, Callable[[ModuleType], Row]] = {
 }
 
 
-_SEPARATE = ("loader", "ray")  # rows with tables of their own (bench_loader.py, bench_ray.py)
+# rows with tables of their own (bench_stages.py, bench_loader.py, bench_ray.py)
+_SEPARATE = ("stages", "loader", "ray")
 
 
 def run_rows(lib_name: str, names: list[str]) -> dict[str, Row]:
@@ -271,6 +319,7 @@ def main(argv: list[str] | None = None) -> None:
     theirs = _torchrl_rows(names) if args.vs_torchrl else {}
     print(
         f"{'row':<10}{'unit':>9}{'rbdata':>13}{'limit':>13}{'ratio':>8}{'torchrl':>13}{'ratio':>8}"
+        f"{'packed':>13}{'ratio':>8}"
     )
     for name, row in results.items():
         if "error" in row:
@@ -281,14 +330,24 @@ def main(argv: list[str] | None = None) -> None:
         t_val = t.get("lib")
         t_ratio = f"{t_val / row['limit']:>8.3f}" if t_val and "limit" in row else f"{'-':>8}"
         label = f" (limit: {row['limit_name']})" if "limit_name" in row else ""
+        packed = row.get("packed")
+        p_ratio = f"{row['lib'] / packed:>8.3f}" if packed else f"{'-':>8}"
         print(
             f"{name:<10}{row['unit']:>9}{_fmt(row['lib'])}{_fmt(row.get('limit'))}{ratio:>8.3f}"
-            f"{_fmt(t_val)}{t_ratio}{label}"
+            f"{_fmt(t_val)}{t_ratio}{_fmt(packed)}{p_ratio}{label}"
         )
         if "sec_per_batch" in row:
             print(f"{'':<10}{'':>9}  ({row['sec_per_batch'] * 1e3:.3f} ms per batch)")
         if "note" in row:
             print(f"{'':<10}{'':>9}  ({row['note']})")
+    stages = []
+    if "stages" in names:
+        from bench_stages import sample_stages
+
+        print(f"\nwhere sample(256) from 1M spends its time ({args.lib}, us per batch):")
+        for stage, cost, total in sample_stages(_lib(args.lib)):
+            print(f"  {stage:<36}{cost:>8.1f}{total:>10.1f}")
+            stages.append({"stage": stage, "us": cost, "cumulative_us": total})
     loader = []
     if "loader" in names:
         from bench_loader import bench_loader
@@ -306,7 +365,13 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{'ray':<10}{unit:>9}{_fmt(value)}  {name}: {ratio:.3f} {what}")
             ray_rows.append({"name": name, "value": value, "ratio": ratio, "what": what})
     if args.json:
-        run = {"rows": results, "torchrl": theirs, "loader": loader, "ray": ray_rows}
+        run = {
+            "rows": results,
+            "torchrl": theirs,
+            "stages": stages,
+            "loader": loader,
+            "ray": ray_rows,
+        }
         Path(args.json).write_text(json.dumps(run, indent=1))
 
 

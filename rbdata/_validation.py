@@ -73,6 +73,8 @@ def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
         ...
         ValueError: batch_size must be >= 1, got 0.
     """
+    if type(value) is int and (minimum is None or value >= minimum):
+        return value  # the common case, on every sample: no abc instance check
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         if isinstance(value, torch.Tensor) and value.ndim == 0 and not value.is_floating_point():
             value = int(value)
