@@ -19,7 +19,7 @@ from rbdata.buffers._init_args import (
     check_buffer_args,
     resolve_batch_size,
 )
-from rbdata.buffers._prefetch import _BatchPrefetcher
+from rbdata.buffers._prefetch import _BatchPrefetcher, check_prefetch_state
 from rbdata.buffers._stats import _BufferStats
 from rbdata.buffers._sync import _BufferSync
 from rbdata.buffers.protocol import Draw, StatsSource, aligned_info
@@ -119,6 +119,7 @@ class _BufferCore:
         self._sync = _BufferSync()
         self._stats = _BufferStats()
         self._prefetcher = _BatchPrefetcher(self._prefetch)
+        self._pass_ended = False  # whether the last batch handed out ended a pass
         self._iterator: Iterator[Any] | None = None
         self._initialized = False
         if delayed_init is None:
@@ -453,19 +454,21 @@ class _BufferCore:
     def _sample_once(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
         with self._sync.lock:
             index, info = self._draw(batch_size)
+            self._pass_ended = bool(self._sampler.ran_out)
         return self._fetch(index, info, keep_info=self._keeps_info), info
 
-    def _sample_if_any(self, batch_size: int) -> tuple[Any, dict[str, Any]] | None:
-        """A batch, or None when nothing is sampleable (every item consumed)."""
+    def _sample_ahead(self, batch_size: int) -> tuple[Any, dict[str, Any], bool] | None:
+        """A batch sampled ahead, with whether it ended a pass; None when nothing is sampleable."""
         with self._sync.lock:
             if self._sampler.exhausted(self._storage) and len(self._storage):
                 return None
             index, info = self._draw(batch_size)
-        return self._fetch(index, info, keep_info=self._keeps_info), info
+            pass_ended = bool(self._sampler.ran_out)
+        return self._fetch(index, info, keep_info=self._keeps_info), info, pass_ended
 
     def _next_prefetched(self) -> tuple[Any, dict[str, Any]]:
         batch_size = resolve_batch_size(None, self._batch_size)
-        result = self._prefetcher.next(lambda: self._sample_if_any(batch_size))
+        result = self._prefetcher.next(lambda: self._sample_ahead(batch_size))
         while result is None:  # sampled ahead after everything was consumed
             if not len(self._prefetcher):
                 raise RuntimeError(
@@ -473,7 +476,8 @@ class _BufferCore:
                     f"(consume_after_n_samples={self._consume_after_n}); write new items first."
                 )
             result = self._prefetcher.pop()
-        data, info = result
+        data, info, *ended = result  # a queue restored from torchrl's state has no flag
+        self._pass_ended = bool(ended and ended[0])
         return self.refilter(data), info
 
     def __iter__(self) -> Iterator[Any]:
@@ -487,7 +491,7 @@ class _BufferCore:
                 if self.sampler.exhausted(self.storage):  # the batches sampled ahead ran out
                     return
                 raise
-            if self._sampler.ran_out:
+            if self._pass_ended:  # the batch handed out (not the last one drawn) ended it
                 return
 
     def next(self) -> Any:
@@ -566,17 +570,33 @@ class _BufferCore:
             age_filter.set_current_version(version)
 
     def state_dict(self) -> dict[str, Any]:
-        """The buffer's full state (content included) under fixed keys."""
+        """The buffer's full state (content included) under fixed keys.
+
+        With ``prefetch``, the batches sampled ahead are part of it
+        (``"_prefetch_state"``): they were drawn already, and a restored buffer
+        hands them out first.
+        """
         self._init()
+        self._prefetcher.settle()  # the batches in flight take the lock
         with self._sync.lock:
-            return _persistence.buffer_state(self._parts())
+            state = _persistence.buffer_state(self._parts())
+            state["_prefetch_state"] = self._prefetcher.state()
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output (validated first; unchanged on error)."""
+        """Restore :meth:`state_dict`'s output (validated first; unchanged on error).
+
+        Raises:
+            RuntimeError: if the state holds prefetched batches and was saved by
+                a buffer with another ``prefetch``.
+        """
         self._init()
+        prefetched = state_dict.get("_prefetch_state")
+        check_prefetch_state(prefetched, self._prefetch)
+        self._prefetcher.settle()
         with self._sync.cond:
-            self._prefetcher.drain()
             _persistence.load_buffer_state(state_dict, self._parts())
+            self._prefetcher.restore(() if prefetched is None else prefetched["queue"])
             self._sync.cond.notify_all()
 
     def _parts(self) -> _persistence.Parts:
@@ -646,12 +666,16 @@ class _BufferCore:
         self._alive = False
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in _TRANSIENT}
+        self._prefetcher.settle()  # before the generator and sampler are read
+        state = {k: v for k, v in self.__dict__.items() if k not in _TRANSIENT}
+        state["_prefetcher"] = self._prefetcher  # its settled queue travels (see _prefetch)
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._iterator = None
-        self._prefetcher = _BatchPrefetcher(self._prefetch)
+        if "_prefetcher" not in state:
+            self._prefetcher = _BatchPrefetcher(self._prefetch)
 
     def __repr__(self) -> str:
         if not self._initialized:

@@ -1,13 +1,81 @@
-"""Batches sampled ahead on one background thread (the buffer's ``prefetch`` argument)."""
+"""Batches sampled ahead on one background thread (the buffer's ``prefetch`` argument).
+
+The batches in flight are part of the buffer's state: they were drawn already
+(a sampler without replacement has moved past them, the generator has
+advanced), so a checkpoint that dropped them would lose those items for the
+epoch. :meth:`_BatchPrefetcher.state` settles them and keeps copies;
+:meth:`_BatchPrefetcher.restore` hands them out again, first.
+"""
 
 from __future__ import annotations
 
+import copy
 from collections import deque
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import torch
+from tensordict import is_tensor_collection
+from torch.utils._pytree import tree_map
+
+_STATE_VERSION = 1
+
+
+def _copy_leaf(value: Any) -> Any:
+    """A copy of one leaf of a queued batch that shares no memory with it (grad flag kept)."""
+    if isinstance(value, torch.Tensor):
+        copied = value.detach().clone()
+        return copied.requires_grad_() if value.requires_grad else copied
+    if is_tensor_collection(value):
+        return value.apply(_copy_leaf)
+    return copy.deepcopy(value)
+
+
+def _copy_result(result: Any) -> Any:
+    """A copy of a queued ``(batch, info)`` (or None: nothing was sampleable)."""
+    return tree_map(_copy_leaf, result, is_leaf=is_tensor_collection)
+
+
+def check_prefetch_state(state: Any, depth: int) -> None:
+    """Check a saved prefetch state (``state_dict()["_prefetch_state"]``) before loading it.
+
+    Args:
+        state: the saved state, or None (a state saved without one: nothing to restore).
+        depth: the loading buffer's ``prefetch``.
+
+    Raises:
+        TypeError: if ``state`` or its queue has the wrong type.
+        ValueError: for an unknown version, a bad capacity, or more queued
+            batches than the capacity.
+        RuntimeError: if batches are queued and the capacity differs from ``depth``.
+    """
+    if state is None:
+        return
+    if not isinstance(state, dict):
+        raise TypeError(f"the prefetch state must be a dict, got {type(state).__name__}.")
+    if state.get("version") != _STATE_VERSION:
+        raise ValueError(
+            f"unsupported prefetch state version {state.get('version')!r}; "
+            f"expected {_STATE_VERSION}."
+        )
+    capacity, queue = state.get("capacity"), state.get("queue")
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+        raise ValueError(f"the prefetch state's capacity must be an int >= 0, got {capacity!r}.")
+    if not isinstance(queue, list | tuple):
+        raise TypeError(
+            f"the prefetch state's queue must be a list or tuple, got {type(queue).__name__}."
+        )
+    if len(queue) > capacity:
+        raise ValueError(
+            f"the prefetch state holds {len(queue)} queued batches but its capacity is "
+            f"{capacity}."
+        )
+    if queue and capacity != depth:
+        raise RuntimeError(
+            f"Cannot restore a prefetch queue with capacity {capacity} into a replay buffer "
+            f"with capacity {depth} (prefetch={depth}); build it with prefetch={capacity}."
+        )
 
 
 class _BatchPrefetcher:
@@ -61,8 +129,32 @@ class _BatchPrefetcher:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
 
+    def settle(self) -> None:
+        """Wait until every batch in flight is sampled (they take the buffer's lock: call
+        this without holding it)."""
+        wait(tuple(self._futures))
+
+    def state(self) -> dict[str, Any]:
+        """The queued batches, settled and copied (call :meth:`settle` first).
+
+        Raises:
+            Exception: what sampling a queued batch raised.
+        """
+        queue = tuple(_copy_result(future.result()) for future in self._futures)
+        return {"version": _STATE_VERSION, "capacity": self.depth, "queue": queue}
+
+    def restore(self, queue: Iterable[Any]) -> None:
+        """Forget the queue, then queue copies of ``queue``'s results, handed out first."""
+        self.drain()
+        for result in queue:
+            future: Future[Any] = Future()
+            future.set_result(_copy_result(result))
+            self._futures.append(future)
+
     def __getstate__(self) -> dict[str, Any]:
-        return {"depth": self.depth}
+        self.settle()
+        return {"depth": self.depth, "queue": [future.result() for future in self._futures]}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         _BatchPrefetcher.__init__(self, state["depth"])
+        self.restore(state.get("queue", ()))
