@@ -125,8 +125,9 @@ class Sequence(SampleUnit):
     Episodes are tracked from the writes the buffer reports (``extend``):
     sampling costs O(batch), never a pass over the storage. A unit used on
     a storage it was not told about reads the done flags around its anchors
-    and takes a full storage as written from slot 0 (it cannot see where
-    the write cursor of a wrapped ring is).
+    and the write seam from the storage (``storage.newest_slot``, which a
+    round-robin writer reports); without a ring writer, a full storage is
+    taken as written from slot 0.
 
     Args:
         length: records learned on per window (>= 1).
@@ -262,7 +263,8 @@ class Sequence(SampleUnit):
             KeyError: if ``done_key`` is not stored.
         """
         self._check_storage(storage)
-        layout = RingLayout.of(storage, self._newest)
+        newest = self._newest if self._newest is not None else storage.newest_slot
+        layout = RingLayout.of(storage, newest)
         time, lane, lanes = _split_anchors(anchors, storage, layout)
         pos, lo, hi = self._span(storage, layout, time, lane)
         if self.episode_boundary == "stop":  # end at the episode's end, as its start allows

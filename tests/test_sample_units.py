@@ -439,3 +439,41 @@ def test_anchor_priority_is_the_max_over_valid_records(anchors, window, data):
     assert unique.tolist() == sorted(set(anchors)) and skipped == 0
     for a, p in zip(unique.tolist(), reduced.tolist(), strict=True):
         assert p == pytest.approx(float(priority[(records == a) & valid].max()))
+
+
+def _ring_of_14_in_10() -> TensorDictReplayBuffer:
+    """A full ring: slots 0..3 hold obs 10..13 (newest at slot 3), slots 4..9 hold obs 4..9."""
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), batch_size=4)
+    size = 14
+    rb.extend(
+        TensorDict(
+            {
+                "obs": torch.arange(size, dtype=torch.float32),
+                ("next", "done"): torch.zeros(size, 1, dtype=torch.bool),
+            },
+            batch_size=[size],
+        )
+    )
+    return rb
+
+
+def test_a_detached_unit_reads_the_write_seam_from_the_storage():
+    rb = _ring_of_14_in_10()
+    assert rb.storage.newest_slot == 3
+    unit = Sequence(length=4, episode_boundary="include_reset")  # not the buffer's unit
+    index, info = unit.expand(torch.tensor([8]), {}, rb.storage)
+    assert index.tolist() == [8, 9, 0, 1]  # wraps past the last slot, in write order
+    assert rb[:]["obs"][index].tolist() == [8.0, 9.0, 10.0, 11.0]
+    assert info["validity_mask"].all()
+    index, info = unit.expand(torch.tensor([2]), {}, rb.storage)
+    assert index.tolist() == [2, 3, 3, 3]  # never past the newest record into the oldest
+    assert info["validity_mask"].tolist() == [True, True, False, False]
+
+
+def test_newest_slot_follows_the_writer_and_is_none_without_a_ring_writer():
+    rb = _ring_of_14_in_10()
+    rb.extend(rb[:2])
+    assert rb.storage.newest_slot == 5
+    rb.empty()
+    assert rb.storage.newest_slot is None
+    assert LazyTensorStorage(4).newest_slot is None

@@ -62,6 +62,7 @@ class Storage(abc.ABC):
         self._len_shared: torch.Tensor | None = None
         self._save_hooks: list[Callable[[Any], Any]] = []
         self._load_hooks: list[Callable[[Any], Any]] = []
+        self._newest_of: Callable[[], int] | None = None
 
     # -------------------------------------------------------------- length
     @property
@@ -80,6 +81,26 @@ class Storage(abc.ABC):
 
     def __len__(self) -> int:
         return self._len
+
+    # ----------------------------------------------------------- write order
+    def follow_writes(self, newest: Callable[[], int] | None) -> None:
+        """Let the storage tell which slot was written last (a ring writer registers here).
+
+        Readers of a full ring (a :class:`~rbdata.Sequence` unit that was not
+        told about the buffer's writes) need the write seam: the newest slot,
+        with the oldest right after it.
+
+        Args:
+            newest: returns the slot (along the first dim) written last; None
+                forgets it (slot order is then the write order).
+        """
+        self._newest_of = newest
+
+    @property
+    def newest_slot(self) -> int | None:
+        """The slot (along the first dim) written last; None when no ring writer reports it."""
+        newest = self._newest_of
+        return None if newest is None or not self._len else newest()
 
     # ------------------------------------------------------------------ API
     @property

@@ -128,6 +128,8 @@ class Writer(abc.ABC):
     def register_storage(self, storage: Storage) -> None:
         """Attach the storage this writer writes into."""
         self._storage = storage
+        if self.writes_in_ring_order:
+            storage.follow_writes(self._newest_slot)
         if self._track_generations and (
             self._generation is None or self._generation.numel() != self._capacity()
         ):
@@ -141,6 +143,13 @@ class Writer(abc.ABC):
                 f"{type(self).__name__} has no storage: call register_storage first."
             )
         return self._storage
+
+    #: Whether items land in slot order from the cursor, wrapping (round robin).
+    writes_in_ring_order: bool = False
+
+    def _newest_slot(self) -> int:
+        """The slot written last, for a ring writer (the one before the cursor)."""
+        return (self._cursor - 1) % self._capacity()
 
     def _capacity(self) -> int:
         """Slots along the storage's first dim (items, for multi-dim storages)."""

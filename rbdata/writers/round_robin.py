@@ -33,6 +33,8 @@ class RoundRobinWriter(Writer):
         [1, 1, 0, 0]
     """
 
+    writes_in_ring_order = True
+
     def _write_one(self, data: Any) -> int:
         index = self._cursor
         self.storage.set(index, data)
