@@ -130,8 +130,10 @@ class _BatchPrefetcher:
             self._executor = None
 
     def settle(self) -> None:
-        """Wait until every batch in flight is sampled (they take the buffer's lock: call
-        this without holding it)."""
+        """Wait until every batch in flight is sampled.
+
+        The batches in flight take the buffer's lock: call this without holding it.
+        """
         wait(tuple(self._futures))
 
     def state(self) -> dict[str, Any]:
