@@ -68,8 +68,7 @@ def check_prefetch_state(state: Any, depth: int) -> None:
         )
     if len(queue) > capacity:
         raise ValueError(
-            f"the prefetch state holds {len(queue)} queued batches but its capacity is "
-            f"{capacity}."
+            f"the prefetch state holds {len(queue)} queued batches but its capacity is {capacity}."
         )
     if queue and capacity != depth:
         raise RuntimeError(
