@@ -224,7 +224,9 @@ class PolicyAgeFilter(Transform):
 
     Raises:
         KeyError: with ``strict=True``, for data without the version entry.
-        TypeError: for data that is not a TensorDict.
+        TypeError: for data that is not a TensorDict, or a ``max_policy_lag``
+            that is not an int.
+        ValueError: for a negative ``max_policy_lag``.
 
     Examples:
         >>> import torch
@@ -259,8 +261,13 @@ class PolicyAgeFilter(Transform):
                 "current_version must be an int or a callable returning an int, got "
                 f"{type(current_version).__name__}."
             )
-        if not isinstance(max_policy_lag, int) or max_policy_lag < 0:
-            raise ValueError(f"max_policy_lag must be an int >= 0, got {max_policy_lag!r}.")
+        if isinstance(max_policy_lag, bool) or not isinstance(max_policy_lag, int):
+            raise TypeError(
+                f"max_policy_lag must be a non-negative int, got "
+                f"{type(max_policy_lag).__name__} ({max_policy_lag!r})."
+            )
+        if max_policy_lag < 0:
+            raise ValueError(f"max_policy_lag must be a non-negative int, got {max_policy_lag}.")
         self.current_version = current_version
         self.max_policy_lag = max_policy_lag
         self.policy_version_key = policy_version_key
@@ -280,7 +287,11 @@ class PolicyAgeFilter(Transform):
         return int(cv() if callable(cv) else cv)
 
     def keep_mask(self, data: TensorDictBase) -> torch.Tensor | None:
-        """Boolean mask of the rows fresh enough to keep (None: no version entry, keep all)."""
+        """Boolean mask of the rows fresh enough to keep (None: no version entry, keep all).
+
+        A row of ``[B, T, ...]`` data is kept only if all its elements are fresh
+        enough (its oldest element decides).
+        """
         if not isinstance(data, TensorDictBase):
             raise TypeError(
                 f"PolicyAgeFilter filters TensorDicts, got {type(data).__name__}; store "
@@ -290,7 +301,8 @@ class PolicyAgeFilter(Transform):
         if stamped is None:
             if self.strict:
                 raise KeyError(
-                    f"policy_version_key {self.policy_version_key!r} is missing from the data "
+                    f"PolicyAgeFilter: policy_version_key {self.policy_version_key!r} is "
+                    "missing from the data "
                     f"(keys: {sorted(map(str, data.keys(True, True)))}) and strict=True."
                 )
             if not self._warned:
@@ -304,7 +316,10 @@ class PolicyAgeFilter(Transform):
         batch_dims = len(data.batch_size)
         if stamped.ndim > batch_dims:  # e.g. [N, 1]: one stamp per element
             stamped = stamped.flatten(batch_dims)[..., 0]
-        return (self.version() - stamped) <= self.max_policy_lag
+        fresh = (self.version() - stamped) <= self.max_policy_lag
+        if batch_dims > 1:  # [B, T] rows: one stale element (the oldest) makes the row stale
+            fresh = fresh.reshape(fresh.shape[0], -1).all(-1)
+        return fresh
 
     def _filter(self, data: TensorDictBase) -> TensorDictBase:
         mask = self.keep_mask(data)
