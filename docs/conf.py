@@ -1,0 +1,126 @@
+"""Sphinx configuration of rbdata's documentation site.
+
+Build with ``bash scripts/docs.sh`` (or ``make docs``): it runs the code of the
+pages (``-b doctest``), then builds the HTML (``-b html``), both with warnings
+as errors. Markdown pages are read by myst-parser; the API reference comes from
+the package's Google-style docstrings (autodoc + napoleon).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from sphinx.util import logging
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+sys.path.insert(0, str(ROOT))  # document this checkout's rbdata, not an installed copy
+
+import rbdata  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+project = "rbdata"
+author = "rbdata contributors"
+copyright = "rbdata contributors"  # noqa: A001 - Sphinx's name
+release = version = rbdata.__version__
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.doctest",
+    "sphinx.ext.viewcode",
+]
+source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
+root_doc = "index"
+exclude_patterns = ["_build", "_generated/*.json", ".gitignore"]
+
+# Markdown
+myst_enable_extensions = ["colon_fence", "deflist"]
+myst_heading_anchors = 3  # `[text](page.md#a-heading)` links
+
+# API reference
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"  # signatures stay short; types go into the parameter list
+autodoc_typehints_description_target = "documented"
+autodoc_class_signature = "separated"  # the class line, then ``__init__``'s signature
+autodoc_preserve_defaults = True  # defaults as written (``LazyTensorStorage(1000)``, ``("next", "done")``)
+autodoc_inherit_docstrings = True
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+napoleon_use_rtype = False
+napoleon_attr_annotations = True
+
+# Only the pages' own {doctest}/{testcode} blocks run in `-b doctest`: the docstring
+# examples the API reference shows already run in the test suite (pytest --doctest-modules).
+doctest_test_doctest_blocks = ""
+
+# HTML
+html_theme = "furo"
+html_title = f"rbdata {release}"
+html_static_path = ["_static"]
+html_css_files = ["rbdata.css"]
+html_theme_options = {
+    "source_repository": "",
+    "navigation_with_keys": True,
+}
+pygments_style = "friendly"
+pygments_dark_style = "monokai"
+
+# --------------------------------------------------------------------------- benchmark plot
+BENCH_JSON = DOCS / "_data" / "bench-run.json"
+BENCH_PNG = DOCS / "_generated" / "benchmark-ratios.png"
+
+
+def _plot_benchmark(app: Any) -> None:
+    """Draw the committed benchmark run with ``benchmarks/plot.py`` (what the page embeds)."""
+    spec = importlib.util.spec_from_file_location("_rbdata_bench_plot", ROOT / "benchmarks/plot.py")
+    assert spec is not None and spec.loader is not None
+    plot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plot)
+    run = json.loads(BENCH_JSON.read_text())
+    BENCH_PNG.parent.mkdir(exist_ok=True)
+    plot.plot(run, BENCH_PNG, title=run.get("title", ""))
+
+
+# --------------------------------------------------------------------------- cross-references
+def _resolve_public_alias(app: Any, env: Any, node: Any, contnode: Any) -> Any:
+    """Resolve ``rbdata.<package>.<Name>`` to ``rbdata.<Name>`` where the API documents it.
+
+    Docstrings name objects by where they are defined (``rbdata.loader.ReplayDataset``,
+    ``rbdata.transforms.PolicyAgeFilter``); the reference documents the public names of
+    ``rbdata.__all__`` as ``rbdata.<Name>``, which is how they are imported.
+    """
+    if node.get("refdomain") != "py":
+        return None
+    target = node.get("reftarget", "")
+    name = target.rsplit(".", 1)[-1]
+    if not target.startswith("rbdata.") or name not in rbdata.__all__:
+        return None
+    alias = f"rbdata.{name}"
+    if alias == target:
+        return None
+    domain = env.get_domain("py")
+    return domain.resolve_xref(
+        env, node["refdoc"], app.builder, node["reftype"], alias, node, contnode
+    )
+
+
+def _check_api_coverage(app: Any, env: Any) -> None:
+    """Warn (an error under ``-W``) for a name of ``rbdata.__all__`` the API reference lacks."""
+    documented = set(env.get_domain("py").objects)
+    missing = sorted(n for n in rbdata.__all__ if f"rbdata.{n}" not in documented)
+    if missing:
+        logger.warning("the API reference does not document rbdata.%s", ", rbdata.".join(missing))
+
+
+def setup(app: Any) -> dict[str, Any]:
+    app.connect("builder-inited", _plot_benchmark)
+    app.connect("missing-reference", _resolve_public_alias)
+    app.connect("env-check-consistency", _check_api_coverage)
+    return {"parallel_read_safe": True}
