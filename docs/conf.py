@@ -38,7 +38,7 @@ extensions = [
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
-exclude_patterns = ["_build", "_generated/*.json", ".gitignore"]
+exclude_patterns = ["_build", "_generated", ".gitignore"]  # _generated: included by pages
 
 # Markdown
 myst_enable_extensions = ["colon_fence", "deflist"]
@@ -48,7 +48,6 @@ myst_heading_anchors = 3  # `[text](page.md#a-heading)` links
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"  # signatures stay short; types go into the parameter list
 autodoc_typehints_description_target = "documented"
-autodoc_class_signature = "separated"  # the class line, then ``__init__``'s signature
 autodoc_preserve_defaults = True  # defaults as written (``LazyTensorStorage(1000)``, ``("next", "done")``)
 autodoc_inherit_docstrings = True
 napoleon_google_docstring = True
@@ -73,19 +72,58 @@ pygments_style = "friendly"
 pygments_dark_style = "monokai"
 
 # --------------------------------------------------------------------------- benchmark plot
-BENCH_JSON = DOCS / "_data" / "bench-run.json"
-BENCH_PNG = DOCS / "_generated" / "benchmark-ratios.png"
+BENCH_JSON = DOCS / "_data" / "bench-run.json"  # written by benchmarks/run.py --json OUT
+GENERATED = DOCS / "_generated"
 
 
-def _plot_benchmark(app: Any) -> None:
-    """Draw the committed benchmark run with ``benchmarks/plot.py`` (what the page embeds)."""
-    spec = importlib.util.spec_from_file_location("_rbdata_bench_plot", ROOT / "benchmarks/plot.py")
-    assert spec is not None and spec.loader is not None
-    plot = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(plot)
+def _load_benchmark(name: str) -> Any:
+    """Import ``benchmarks/<name>.py`` (the benchmarks are scripts, not a package)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location(f"_rbdata_bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return module
+
+
+def _benchmark_table(run: dict[str, Any], rows: dict[str, Any]) -> str:
+    """The run's rows as a Markdown table: throughput, the plain-torch limit, torchrl."""
+    units = {row["unit"] for row in run["rows"].values() if "unit" in row}
+    unit = f" ({units.pop()})" if len(units) == 1 else ""
+    lines = [
+        f"| row | what | rbdata{unit} | limit{unit} | rbdata / limit | torchrl{unit} | torchrl / limit |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, row in run["rows"].items():
+        what = (rows[name].__doc__ or "").strip().splitlines()[0] if name in rows else ""
+        if "error" in row:
+            lines.append(f"| `{name}` | {what} | {row['error']} | | | | |")
+            continue
+        theirs = run.get("torchrl", {}).get(name, {}).get("lib")
+        limit = row.get("limit")
+        cells = [
+            f"{row['lib']:,.0f}" + ("" if unit else f" {row['unit']}"),
+            f"{limit:,.0f}" if limit else "-",
+            f"{row['lib'] / limit:.2f}" if limit else "-",
+            f"{theirs:,.0f}" if theirs else "-",
+            f"{theirs / limit:.2f}" if theirs and limit else "-",
+        ]
+        lines.append(f"| `{name}` | {what} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _generate_benchmark_page_parts(app: Any) -> None:
+    """Draw the committed run with ``benchmarks/plot.py`` and tabulate it (the page embeds both)."""
     run = json.loads(BENCH_JSON.read_text())
-    BENCH_PNG.parent.mkdir(exist_ok=True)
-    plot.plot(run, BENCH_PNG, title=run.get("title", ""))
+    GENERATED.mkdir(exist_ok=True)
+    _load_benchmark("plot").plot(
+        run, GENERATED / "benchmark-ratios.png", title="rbdata and torchrl throughput / plain-torch limit"
+    )
+    table = _benchmark_table(run, _load_benchmark("run").ROWS)
+    (GENERATED / "benchmark-table.md").write_text(table)
 
 
 # --------------------------------------------------------------------------- cross-references
@@ -120,7 +158,7 @@ def _check_api_coverage(app: Any, env: Any) -> None:
 
 
 def setup(app: Any) -> dict[str, Any]:
-    app.connect("builder-inited", _plot_benchmark)
+    app.connect("builder-inited", _generate_benchmark_page_parts)
     app.connect("missing-reference", _resolve_public_alias)
     app.connect("env-check-consistency", _check_api_coverage)
     return {"parallel_read_safe": True}
