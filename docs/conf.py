@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sphinx.pycode import ModuleAnalyzer
 from sphinx.util import logging
 
 DOCS = Path(__file__).resolve().parent
@@ -149,6 +150,21 @@ def _resolve_public_alias(app: Any, env: Any, node: Any, contnode: Any) -> Any:
     )
 
 
+def _attribute_docstring(app: Any, what: str, name: str, obj: Any, options: Any, lines: list) -> None:
+    """Give a public module attribute (``rbdata.traj``) the docstring written beside its definition.
+
+    autodoc looks for an attribute's docstring in the module it documents it from
+    (``rbdata``), not where it is defined, and would show its class's docstring instead.
+    """
+    if what != "data" or not name.startswith("rbdata."):
+        return
+    module = getattr(type(obj), "__module__", "")
+    docs = ModuleAnalyzer.for_module(module).find_attr_docs() if module.startswith("rbdata") else {}
+    written = docs.get(("", name.rsplit(".", 1)[-1]))
+    if written:
+        lines[:] = list(written)
+
+
 def _check_api_coverage(app: Any, env: Any) -> None:
     """Warn (an error under ``-W``) for a name of ``rbdata.__all__`` the API reference lacks."""
     documented = set(env.get_domain("py").objects)
@@ -160,5 +176,6 @@ def _check_api_coverage(app: Any, env: Any) -> None:
 def setup(app: Any) -> dict[str, Any]:
     app.connect("builder-inited", _generate_benchmark_page_parts)
     app.connect("missing-reference", _resolve_public_alias)
+    app.connect("autodoc-process-docstring", _attribute_docstring)
     app.connect("env-check-consistency", _check_api_coverage)
     return {"parallel_read_safe": True}
