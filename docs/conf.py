@@ -49,7 +49,8 @@ myst_heading_anchors = 3  # `[text](page.md#a-heading)` links
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"  # signatures stay short; types go into the parameter list
 autodoc_typehints_description_target = "documented"
-autodoc_preserve_defaults = True  # defaults as written (``LazyTensorStorage(1000)``, ``("next", "done")``)
+# defaults as written in the source (``LazyTensorStorage(1000)``, ``("next", "done")``)
+autodoc_preserve_defaults = True
 autodoc_inherit_docstrings = True
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
@@ -59,16 +60,26 @@ napoleon_attr_annotations = True
 # Only the pages' own {doctest}/{testcode} blocks run in `-b doctest`: the docstring
 # examples the API reference shows already run in the test suite (pytest --doctest-modules).
 doctest_test_doctest_blocks = ""
+# Keep the build log readable: Lightning's banners and known deprecation notices of the
+# pinned dependencies say nothing about the examples.
+doctest_global_setup = """
+import logging
+import warnings
+
+logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+warnings.filterwarnings("ignore", message=".*set_vital.*")
+warnings.filterwarnings("ignore", message=".*IterableDataset.*has `__len__` defined.*")
+warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated.*")
+warnings.filterwarnings("ignore", message=".*exists and is not empty.*")
+"""
 
 # HTML
 html_theme = "furo"
 html_title = f"rbdata {release}"
 html_static_path = ["_static"]
 html_css_files = ["rbdata.css"]
-html_theme_options = {
-    "source_repository": "",
-    "navigation_with_keys": True,
-}
+html_theme_options = {"navigation_with_keys": True}
 pygments_style = "friendly"
 pygments_dark_style = "monokai"
 
@@ -81,7 +92,9 @@ def _load_benchmark(name: str) -> Any:
     """Import ``benchmarks/<name>.py`` (the benchmarks are scripts, not a package)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        spec = importlib.util.spec_from_file_location(f"_rbdata_bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(
+            f"_rbdata_bench_{name}", ROOT / "benchmarks" / f"{name}.py"
+        )
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
@@ -95,7 +108,8 @@ def _benchmark_table(run: dict[str, Any], rows: dict[str, Any]) -> str:
     units = {row["unit"] for row in run["rows"].values() if "unit" in row}
     unit = f" ({units.pop()})" if len(units) == 1 else ""
     lines = [
-        f"| row | what | rbdata{unit} | limit{unit} | rbdata / limit | torchrl{unit} | torchrl / limit |",
+        f"| row | what | rbdata{unit} | limit{unit} | rbdata / limit "
+        f"| torchrl{unit} | torchrl / limit |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, row in run["rows"].items():
@@ -121,7 +135,9 @@ def _generate_benchmark_page_parts(app: Any) -> None:
     run = json.loads(BENCH_JSON.read_text())
     GENERATED.mkdir(exist_ok=True)
     _load_benchmark("plot").plot(
-        run, GENERATED / "benchmark-ratios.png", title="rbdata and torchrl throughput / plain-torch limit"
+        run,
+        GENERATED / "benchmark-ratios.png",
+        title="rbdata and torchrl throughput / plain-torch limit",
     )
     table = _benchmark_table(run, _load_benchmark("run").ROWS)
     (GENERATED / "benchmark-table.md").write_text(table)
@@ -150,7 +166,9 @@ def _resolve_public_alias(app: Any, env: Any, node: Any, contnode: Any) -> Any:
     )
 
 
-def _attribute_docstring(app: Any, what: str, name: str, obj: Any, options: Any, lines: list) -> None:
+def _attribute_docstring(
+    app: Any, what: str, name: str, obj: Any, options: Any, lines: list
+) -> None:
     """Give a public module attribute (``rbdata.traj``) the docstring written beside its definition.
 
     autodoc looks for an attribute's docstring in the module it documents it from
@@ -165,6 +183,27 @@ def _attribute_docstring(app: Any, what: str, name: str, obj: Any, options: Any,
         lines[:] = list(written)
 
 
+def _sentence_as_written(
+    app: Any, what: str, name: str, obj: Any, options: Any, lines: list
+) -> None:
+    """Undo napoleon's reading of a property docstring's first clause as its type.
+
+    Google style lets a property docstring start with ``type: description``; napoleon then
+    splits the first line at its first colon. rbdata's properties start with a sentence
+    (``Always True: a list needs no allocation.``), whose first clause is no type: put it back.
+    """
+    if what not in {"property", "attribute"}:
+        return
+    for i, line in enumerate(lines):
+        if line.startswith(":type: "):
+            clause = line[len(":type: ") :]
+            if any(" " in part.strip() for part in clause.replace(",", "|").split("|")):
+                del lines[i]
+                first = next(j for j, text in enumerate(lines) if text.strip())
+                lines[first] = f"{clause}: {lines[first]}"
+            return
+
+
 def _check_api_coverage(app: Any, env: Any) -> None:
     """Warn (an error under ``-W``) for a name of ``rbdata.__all__`` the API reference lacks."""
     documented = set(env.get_domain("py").objects)
@@ -177,5 +216,6 @@ def setup(app: Any) -> dict[str, Any]:
     app.connect("builder-inited", _generate_benchmark_page_parts)
     app.connect("missing-reference", _resolve_public_alias)
     app.connect("autodoc-process-docstring", _attribute_docstring)
+    app.connect("autodoc-process-docstring", _sentence_as_written, priority=600)  # after napoleon
     app.connect("env-check-consistency", _check_api_coverage)
     return {"parallel_read_safe": True}
