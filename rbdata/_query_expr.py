@@ -83,7 +83,8 @@ class EvalContext:
 
     def column(self, key: NestedKey, fallback: bool) -> torch.Tensor:
         """The entry, on the CPU where the per-trajectory bookkeeping lives."""
-        return self.data.get(_resolve_key(key, fallback, self._available)).cpu()  # type: ignore[no-any-return]
+        column: torch.Tensor = self.data.get(_resolve_key(key, fallback, self._available))
+        return column.cpu()
 
     def per_trajectory(self, rows: torch.Tensor, reduce: str) -> torch.Tensor:
         out = torch.zeros(self.count, dtype=rows.dtype)
@@ -145,6 +146,7 @@ class Expr:
     def __le__(self, other: Any) -> Expr:
         return self._compare(other, operator.le)
 
+    # Comparisons build expressions (as tensors' do), not object's bool; so no hash either.
     def __eq__(self, other: Any) -> Expr:  # type: ignore[override]
         return self._compare(other, operator.eq)
 
@@ -248,7 +250,8 @@ class _RowCompare(_RowExpr):
                 right = right.unsqueeze(-1)
             while left.ndim < right.ndim:
                 left = left.unsqueeze(-1)
-        return self.op(left, right)  # type: ignore[no-any-return]
+        result: torch.Tensor = self.op(left, right)
+        return result
 
     def _fields(self) -> Fields:
         return _union_fields(self.left, self.right)
@@ -304,7 +307,8 @@ class _Compare(Expr):
 
     def _evaluate(self, ctx: EvalContext) -> torch.Tensor:
         right = self.right._evaluate(ctx) if isinstance(self.right, Expr) else self.right
-        return self.op(self.left._evaluate(ctx), right)  # type: ignore[no-any-return]
+        result: torch.Tensor = self.op(self.left._evaluate(ctx), right)
+        return result
 
     def _fields(self) -> Fields:
         return _union_fields(self.left, self.right)

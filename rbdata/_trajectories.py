@@ -15,7 +15,7 @@ weights so that samplers draw a trajectory with one ``searchsorted``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,9 +57,10 @@ def get_items(storage: Any, slots: torch.Tensor) -> Any:
 def read_leaf(storage: Any, key: NestedKey, slots: torch.Tensor) -> torch.Tensor:
     """Read the entry ``key`` of the items at ``slots`` (a 1-D LongTensor)."""
     if hasattr(storage, "get_leaf") and getattr(storage, "_is_tensordict", True):
-        leaf = storage.get_leaf(key)
+        leaf: torch.Tensor = storage.get_leaf(key)
         return leaf.index_select(0, slots.to(leaf.device, non_blocking=True))
-    return get_items(storage, slots).get(key)
+    value: torch.Tensor = get_items(storage, slots).get(key)
+    return value
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,8 @@ class TrajectoryIndex:
             weights (the ``excl`` and ``shift`` columns) that samplers draw from.
         static: ``("ids" | "ends", tensor)`` fixed markers of a full storage
             (the last trajectory may wrap to the first slots); writes are ignored.
+        resolve: picks the markers of a storage (replaces the rule of
+            :func:`resolve_markers` with the keys above).
     """
 
     def __init__(
@@ -176,12 +179,14 @@ class TrajectoryIndex:
         traj_candidates: Iterable[NestedKey] = SLICE_TRAJ_KEYS,
         weight: Any = None,
         static: tuple[str, torch.Tensor] | None = None,
+        resolve: Callable[[Any], Markers] | None = None,
     ) -> None:
         self._traj_key = traj_key
         self._end_key = end_key
         self._candidates = tuple(traj_candidates)
         self.weight = weight
         self._static = static
+        self._resolve = resolve
         self.clear()
 
     # ------------------------------------------------------------ writes
@@ -213,6 +218,13 @@ class TrajectoryIndex:
         elif len(self._pending) > 64:
             self._pending = [torch.cat(self._pending)]
 
+    def touch(self, index: torch.Tensor) -> None:
+        """Record that the slots ``index`` were edited in place (the write position stays)."""
+        if self._static is None and torch.as_tensor(index).numel():
+            self._dirty = True
+            if not self._pending and self.modulus and self.v_end:
+                self._newest_hint = (self.v_end - 1) % self.modulus
+
     @property
     def fed(self) -> bool:
         """Whether any write was ever recorded (or the markers are static)."""
@@ -232,7 +244,7 @@ class TrajectoryIndex:
                 f"trajectory tracking needs a storage with ndim=1, got ndim={storage.ndim}."
             )
         if self._static is not None:
-            return self._sync_static(storage)
+            return self._sync_static(storage, self._static)
         capacity = storage.max_size
         if capacity != self.modulus:
             self._dirty = self._dirty or self.modulus != 0
@@ -255,18 +267,22 @@ class TrajectoryIndex:
             return False, old_end
         return self._rebuild(storage, int(pending[-1]))
 
-    def _markers_for(self, storage: Any) -> Markers:
+    def markers_for(self, storage: Any) -> Markers:
+        """The markers splitting ``storage`` into trajectories (resolved at the first call)."""
         if self.markers is None:
-            self.markers = resolve_markers(
-                storage_keys(storage),
-                traj_key=self._traj_key,
-                end_key=self._end_key,
-                traj_candidates=self._candidates,
-            )
+            if self._resolve is not None:
+                self.markers = self._resolve(storage)
+            else:
+                self.markers = resolve_markers(
+                    storage_keys(storage),
+                    traj_key=self._traj_key,
+                    end_key=self._end_key,
+                    traj_candidates=self._candidates,
+                )
         return self.markers
 
     def _append(self, storage: Any, slots: torch.Tensor) -> None:
-        markers = self._markers_for(storage)
+        markers = self.markers_for(storage)
         marks = markers.read(storage, slots).numpy()
         p, v0 = slots.numel(), self.v_end
         new_size = min(self.modulus, self.size + p)
@@ -287,24 +303,20 @@ class TrajectoryIndex:
         if n == 0:
             self.v_end, self.size, self._prev = 0, 0, None
             return True, 0
-        if n < capacity:
-            newest = n - 1
-        elif newest is None:
-            newest = (self.v_end - 1) % capacity if self.v_end > 0 else capacity - 1
-        v_end = self.v_end + (newest + 1 - self.v_end) % capacity
-        if v_end < n:
-            v_end += capacity * -(-(n - v_end) // capacity)
+        v_end = next_v_end(self.v_end, newest, n, capacity)
         v_begin = v_end - n
         order = torch.arange(v_begin, v_end) % capacity
-        markers = self._markers_for(storage)
+        markers = self.markers_for(storage)
         marks = markers.read(storage, order).numpy()
         starts = break_positions(marks, markers.kind, None)
         self._push(starts + v_begin, segment_lengths(starts, n))
         self.v_end, self.size, self._prev = v_end, n, marks[-1].item()
         return True, v_begin
 
-    def _sync_static(self, storage: Any) -> tuple[bool, int] | None:
-        kind, marks = self._static
+    def _sync_static(
+        self, storage: Any, static: tuple[str, torch.Tensor]
+    ) -> tuple[bool, int] | None:
+        kind, marks = static
         n = marks.numel()
         if len(storage) != n:
             raise ValueError(
@@ -429,6 +441,23 @@ class TrajectoryIndex:
         """Positions (in the live columns) of the trajectories holding virtual positions ``v``."""
         return torch.searchsorted(self.view("starts"), v, right=True).sub_(1)
 
+    def to_slots(self, v: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """Storage slots of the virtual positions ``v`` (``v`` is modified in place)."""
+        if isinstance(v, np.ndarray):
+            return torch.from_numpy(np.remainder(v, self.modulus, out=v))
+        return v.remainder_(self.modulus)
+
+    def assign(self, starts: np.ndarray, lengths: np.ndarray, *, v_end: int, size: int) -> None:
+        """Replace every trajectory with the runs ``starts`` (sorted) and ``lengths``.
+
+        For indexes that recompute their trajectories from scratch (their own
+        :meth:`sync`); ``v_end`` and ``size`` are the new write position and live count.
+        """
+        self._reset_deque()
+        if starts.size:
+            self._push(starts, lengths)
+        self.v_end, self.size = v_end, size
+
     # ------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Where the write stream stands; trajectories are rebuilt from the storage on load."""
@@ -452,6 +481,22 @@ class TrajectoryIndex:
 
 
 _COLUMNS = ("starts", "lengths", "excl", "shift")
+
+
+def next_v_end(v_end: int, newest: int | None, n: int, capacity: int) -> int:
+    """The write position after the slot ``newest`` was written last (None: unknown).
+
+    The smallest position at or after ``v_end`` whose slot follows ``newest``
+    and that leaves room for the ``n`` live items of a ring of ``capacity``.
+    """
+    if n < capacity:
+        newest = n - 1
+    elif newest is None:
+        newest = (v_end - 1) % capacity if v_end > 0 else capacity - 1
+    out = v_end + (newest + 1 - v_end) % capacity
+    if out < n:
+        out += capacity * -(-(n - out) // capacity)
+    return out
 
 
 def chronological_order(storage: Any, cursor: int) -> tuple[torch.Tensor, int]:

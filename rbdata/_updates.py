@@ -136,7 +136,7 @@ def conditional_update(
         if value.dtype != leaf.dtype:
             raise ValueError(f"patch[{key!r}] has dtype {value.dtype}, expected {leaf.dtype}.")
         leaves.append((leaf, value))
-    version_leaf = None
+    versioned: tuple[torch.Tensor, torch.Tensor] | None = None  # (stored leaf, incoming)
     if vkey is not None:
         if vkey not in known:
             raise KeyError(
@@ -148,21 +148,23 @@ def conditional_update(
                 f"version_key {vkey!r} must name a scalar field, it has item shape "
                 f"{tuple(version_leaf.shape[1:])}."
             )
-        version = torch.as_tensor(version).reshape(-1)
-        if version.numel() == 1:
-            version = version.expand(n)
-        elif version.numel() != n:
-            raise ValueError(f"version has {version.numel()} entries, expected 1 or {n}.")
+        versions = torch.as_tensor(version).reshape(-1)
+        if versions.numel() == 1:
+            versions = versions.expand(n)
+        elif versions.numel() != n:
+            raise ValueError(f"version has {versions.numel()} entries, expected 1 or {n}.")
+        versioned = (version_leaf, versions)
     # -- everything validated: compute masks, then write.
     live = (index < size) & (writer.generations_of(index) == generation) if n else index.bool()
     stale = ~live
     rejected = None
     apply = live.clone()
-    if version_leaf is not None and n:
+    if versioned is not None and n:
+        version_leaf, versions = versioned
         stored = version_leaf.reshape(version_leaf.shape[0], -1)[index, 0]
-        incoming = version.to(stored.dtype)
+        incoming = versions.to(stored.dtype)
         ok = incoming > stored if require_newer else incoming >= stored
-        winners = _winners_by_version(index, version)
+        winners = _winners_by_version(index, versions)
         rejected = live & ~(ok & winners)
         apply = live & ok & winners
     elif n:
@@ -171,10 +173,11 @@ def conditional_update(
     slots = index[rows]
     for leaf, value in leaves:
         leaf[slots] = value[rows].to(leaf.device)
-    if version_leaf is not None and rows.numel():
+    if versioned is not None and rows.numel():
+        version_leaf, versions = versioned
         flat = version_leaf.reshape(version_leaf.shape[0], -1)
-        flat[slots, 0] = version[rows].to(flat.dtype)
-    updated = live if version_leaf is None else apply
+        flat[slots, 0] = versions[rows].to(flat.dtype)
+    updated = live if versioned is None else apply
     if rejected is None:
         return ConditionalUpdateResult(updated=updated, stale=stale)
     return ConditionalUpdateResult(updated=updated, stale=stale, version_rejected=rejected)

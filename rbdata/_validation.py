@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import torch
 
 __all__ = [
+    "IncompatibleValueError",
     "NestedKey",
     "UnsupportedDataError",
     "check_bool",
@@ -31,6 +32,18 @@ __all__ = [
 
 #: A TensorDict key: a str for a top-level entry, a tuple of str for a nested one.
 NestedKey = str | tuple[str, ...]
+
+
+class IncompatibleValueError(RuntimeError, ValueError):
+    """A value that does not fit where it goes (a shape that does not broadcast, ...).
+
+    A ``ValueError`` by rbdata's rule, and a ``RuntimeError`` first, as torch and
+    torchrl raise in the same situations.
+
+    Examples:
+        >>> [issubclass(IncompatibleValueError, kind) for kind in (ValueError, RuntimeError)]
+        [True, True]
+    """
 
 
 class UnsupportedDataError(TypeError, RuntimeError):
@@ -65,10 +78,10 @@ def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
             value = int(value)
         else:
             raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r}).")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}.")
-    return value
+    number = int(value)
+    if minimum is not None and number < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {number}.")
+    return number
 
 
 def check_optional_int(value: Any, name: str, *, minimum: int | None = None) -> int | None:
@@ -85,15 +98,17 @@ def check_number(
         TypeError: if ``value`` is not a real number.
         ValueError: if it is NaN or outside the bounds.
     """
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
+        value = value.item()  # a one-element tensor (torchrl accepts them)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number, got {type(value).__name__} ({value!r}).")
-    value = float(value)
+    number = float(value)
     low = -float("inf") if minimum is None else minimum
     high = float("inf") if maximum is None else maximum
-    if not low <= value <= high:
+    if not low <= number <= high:
         bounds = f"in [{low:g}, {high:g}]" if maximum is not None else f">= {low:g}"
-        raise ValueError(f"{name} must be {bounds}, got {value!r}.")
-    return value
+        raise ValueError(f"{name} must be {bounds}, got {number!r}.")
+    return number
 
 
 def check_bool(value: Any, name: str) -> bool:

@@ -77,7 +77,7 @@ def _end_flags(
         last = trajectory[-1:] != trajectory[:1] if at_capacity else torch.ones_like(trajectory[:1])
         flags = torch.cat([trajectory[1:] != trajectory[:-1], last.bool()])
     else:
-        flags = end.bool().clone()  # type: ignore[union-attr]
+        flags = signal.bool().clone()  # (signal is end)
         if not at_capacity:
             flags[-1] = True
     if at_capacity:

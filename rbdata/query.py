@@ -120,7 +120,8 @@ class _Rows:
         self._data = data
 
     def get_leaf(self, key: NestedKey) -> torch.Tensor:
-        return self._data.get(key)
+        leaf: torch.Tensor = self._data.get(key)
+        return leaf
 
 
 def _split_data(
@@ -187,7 +188,8 @@ def _apply(
 def _read(storage: Any, slots: torch.Tensor, keys: set[NestedKey] | None) -> TensorDictBase:
     """The entries ``keys`` (None: all) of the items at ``slots``, as a TensorDict."""
     if keys is None:
-        return get_items(storage, slots)  # type: ignore[no-any-return]
+        items: TensorDictBase = get_items(storage, slots)
+        return items
     data = TensorDict({}, batch_size=[slots.numel()])
     for key in keys:
         data.set(key, read_leaf(storage, key, slots))

@@ -20,7 +20,8 @@ def _is_key(index: Any) -> bool:
     return isinstance(index, tuple) and bool(index) and all(isinstance(p, str) for p in index)
 
 
-class Trajectory(TensorClass["nocast"]):  # type: ignore[misc,type-arg,name-defined]
+# tensordict's stub declares TensorClass without the string options its runtime accepts.
+class Trajectory(TensorClass["nocast"]):  # type: ignore[type-arg,name-defined]
     """The transitions of one trajectory, in time order (a tensorclass).
 
     ``data`` holds the transitions (batch size ``[T]``) and ``index`` where they
@@ -98,8 +99,11 @@ class Trajectory(TensorClass["nocast"]):  # type: ignore[misc,type-arg,name-defi
         reward = self.get("reward")
         if reward is None:
             raise _no_entry(self, "reward")
-        return reward.sum()  # type: ignore[no-any-return]
+        total: torch.Tensor = reward.sum()
+        return total
 
+    # Looks ``key`` up in ``data`` with a ("next", key) fallback: not TensorClass.get's
+    # signature, on purpose.
     def get(self, key: NestedKey, default: Any = None) -> Any:  # type: ignore[override]
         """The entry ``key`` of ``data``, else ``("next", key)`` for a str key, else ``default``."""
         value = self.data.get(key, None)
@@ -158,7 +162,8 @@ def _describe(self: Trajectory) -> str:
 
 
 # The tensorclass machinery installs its own lookup, indexing and repr when the class is
-# created, so the entry-level behaviour is layered on top of them afterwards.
+# created, so the entry-level behaviour is layered on top of them afterwards (tensordict's
+# stub declares no __getattr__ and mypy forbids assigning to methods).
 Trajectory.__getattr__ = _with_entry_attributes(Trajectory.__getattr__)  # type: ignore[attr-defined]
 Trajectory.__getitem__ = _with_entry_keys(Trajectory.__getitem__)  # type: ignore[method-assign]
 Trajectory.__repr__ = _describe  # type: ignore[method-assign,assignment]

@@ -143,6 +143,7 @@ class Compose(Transform):
     def __init__(self, *transforms: Transform | Callable[[Any], Any]) -> None:
         self.transforms: list[Transform] = [as_transform(t) for t in transforms]
 
+    # Derived from the chain: a read-only property where Transform has a plain attribute.
     @property
     def filters_rows(self) -> bool:  # type: ignore[override]
         """Whether any transform of the chain may drop rows."""
@@ -285,7 +286,7 @@ class PolicyAgeFilter(Transform):
                 f"PolicyAgeFilter filters TensorDicts, got {type(data).__name__}; store "
                 "TensorDicts to filter by policy age."
             )
-        stamped = data.get(self.policy_version_key, None)
+        stamped: torch.Tensor | None = data.get(self.policy_version_key, None)
         if stamped is None:
             if self.strict:
                 raise KeyError(

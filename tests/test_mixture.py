@@ -142,7 +142,7 @@ def test_schedule_value_out_of_range_raises_and_changes_nothing(bad: float) -> N
         rb.stats()
 
 
-@pytest.mark.parametrize("bad", ["0.5", None, True, torch.tensor(0.5)])
+@pytest.mark.parametrize("bad", ["0.5", None, True, torch.tensor([0.5, 0.5])])
 def test_schedule_value_of_wrong_type_raises(bad: object) -> None:
     rb = _mixture(lambda n: bad, batch_size=8)
     with pytest.raises(TypeError, match="offline_fraction schedule"):

@@ -79,6 +79,12 @@ def as_slots(index: TrajectoryIndex) -> list[list[int]]:
     ]
 
 
+def slice_lengths(info: dict) -> torch.Tensor:
+    """Slice lengths, from the end-of-slice markers of the info."""
+    ends = info[("next", "truncated")].view(-1).nonzero().view(-1) + 1
+    return ends.diff(prepend=torch.zeros(1, dtype=torch.long))
+
+
 def check_slices(ring: Ring, index: torch.Tensor, slice_len: int | None = None) -> None:
     """Every slice lies in one trajectory and is contiguous in time."""
     steps = ring.storage.get_leaf("step")[index].view(-1, slice_len)
@@ -105,18 +111,19 @@ def test_slices_stay_inside_one_trajectory(markers):
         assert not info[("next", "terminated")].any()
 
 
-def test_uniform_over_valid_starts():
+def test_uniform_over_trajectories_then_over_their_starts():
     sampler = SliceSampler(slice_len=5, truncated_key=None)
     ring = Ring(100, sampler)
     ring.write(episodes(5, 25, 3, 10))  # 1 + 21 + 0 + 6 valid starts
     torch.manual_seed(0)
-    index, _ = sampler.sample(ring.storage, 5 * 28000)
+    index, _ = sampler.sample(ring.storage, 5 * 30000)
     starts = ring.storage.get_leaf("step")[index.view(-1, 5)[:, 0]]
     counts = torch.bincount(starts, minlength=43).float()
-    valid = torch.zeros(43, dtype=torch.bool)
-    valid[torch.tensor([0] + list(range(5, 26)) + list(range(33, 39)))] = True
-    assert counts[~valid].sum() == 0
-    assert (counts[valid] / 1000 - 1).abs().max() < 0.15
+    expected = torch.zeros(43)
+    for first, room in ((0, 1), (5, 21), (33, 6)):  # each trajectory: 1/3, split over its starts
+        expected[first : first + room] = 10000 / room
+    assert counts[expected == 0].sum() == 0
+    assert ((counts - expected).abs() / expected)[expected > 0].max() < 0.15
 
 
 def test_never_crosses_the_write_cursor():
@@ -157,7 +164,8 @@ def test_strict_length():
     index, _ = strict.sample(ring.storage, 60)
     assert (ring.storage.get_leaf("episode")[index] == 1).all()
     index, info = loose.sample(ring.storage, 600)
-    lengths = torch.bincount(info["slice_id"])
+    lengths = slice_lengths(info)
+    assert "slice_id" not in info
     assert lengths.numel() == 100 and index.numel() == lengths.sum() < 600
     ids = ring.storage.get_leaf("episode")[index]
     for i, part in enumerate(index.split(lengths.tolist())):
@@ -184,7 +192,7 @@ def test_span(span):
     ring.write(episodes(6, 9, 2))
     torch.manual_seed(0)
     index, info = sampler.sample(ring.storage, 4 * 500)
-    lengths = torch.bincount(info["slice_id"]).tolist()
+    lengths = slice_lengths(info).tolist()
     left, right = span if isinstance(span, tuple) else (span, span)
     steps = ring.storage.get_leaf("step")
     ids = ring.storage.get_leaf("episode")
@@ -213,7 +221,9 @@ def test_num_slices_and_divisibility():
     for batch_size in (8, 40, 12):
         index, _ = sampler.sample(ring.storage, batch_size)
         check_slices(ring, index, batch_size // 4)
-    with pytest.raises(ValueError, match="batch_size=10 is not divisible by num_slices=4"):
+    with pytest.raises(ValueError, match="got batch_size=10 and num_slices=4"):
+        sampler.sample(ring.storage, 10)
+    with pytest.raises(RuntimeError, match="batch-size must be divisible"):  # torchrl's type
         sampler.sample(ring.storage, 10)
     with pytest.raises(ValueError, match="slice_len=3"):
         SliceSampler(slice_len=3).sample(ring.storage, 10)
@@ -223,7 +233,13 @@ def test_num_slices_and_divisibility():
     "kwargs, error",
     [
         ({}, ValueError),
+        ({}, TypeError),  # torchrl's type, too
         ({"num_slices": 2, "slice_len": 3}, ValueError),
+        ({"slice_len": 2, "end_key": "done", "end_keys": ["done"]}, RuntimeError),
+        ({"slice_len": 2, "end_key": "done", "end_keys": ["done"]}, ValueError),
+        ({"slice_len": 2, "pad_output": True}, ValueError),
+        ({"slice_len": 2, "fragmented": True, "step_key": None}, ValueError),
+        ({"slice_len": 2, "fragmented": True, "span": True}, NotImplementedError),
         ({"slice_len": 0}, ValueError),
         ({"slice_len": 2, "span": (True,)}, ValueError),
         ({"slice_len": 2, "span": -1}, ValueError),
@@ -237,7 +253,7 @@ def test_bad_arguments(kwargs, error):
 
 
 def test_errors_at_sample_time():
-    sampler = SliceSampler(slice_len=2, traj_key="missing")
+    sampler = SliceSampler(slice_len=2, traj_key="missing", end_key="missing_too")
     ring = Ring(10, sampler)
     with pytest.raises(RuntimeError, match="empty"):
         sampler.sample(ring.storage, 4)
@@ -307,13 +323,15 @@ def test_incremental_boundaries_match_a_recomputation(plan, kind):
     assert as_slots(fresh) == expected
 
 
-def drawable_starts(index: TrajectoryIndex, left: int) -> list[tuple[int, int]]:
-    """Every start the weights let a sampler draw, as (first slot of its trajectory, offset)."""
-    x = torch.arange(index.base, index.total_end)
-    j = torch.searchsorted(index.view("excl"), x, right=True)
-    first = index.view("starts")[j - 1]
-    offset = x + index.view("shift")[j] - left - first
-    return sorted(zip((first % index.modulus).tolist(), offset.tolist(), strict=True))
+def drawable(index: TrajectoryIndex) -> list[tuple[int, int]]:
+    """Every trajectory the weights let a sampler draw, as (first slot, start offsets)."""
+    k = torch.searchsorted(
+        index.view("excl"), torch.arange(index.base, index.total_end), right=True
+    )
+    k -= 1
+    rooms = index.weight.rooms(index.view("lengths")[k])
+    first = index.view("starts")[k] % index.modulus
+    return sorted(zip(first.tolist(), rooms.tolist(), strict=True))
 
 
 SPANS = [False, True, 1, (False, True), (True, False), (1, 0)]
@@ -340,16 +358,16 @@ def test_weights_give_exactly_the_valid_starts(plan, slice_len, strict, span):
     for traj in trajectories:
         if strict and len(traj) < slice_len:
             continue
-        room = max(len(traj) - slice_len + 1 + left + right, 0 if strict else 1)
-        expected += [(traj[0], offset - left) for offset in range(room)]
-    assert sampler._index.total_weight == len(expected)
-    assert drawable_starts(sampler._index, left) == sorted(expected)
+        expected.append((traj[0], max(len(traj) - slice_len + 1 + left + right, 1)))
+    assert sampler._index.total_weight == len(expected)  # each drawable trajectory once
+    assert drawable(sampler._index) == sorted(expected)
     if expected:
         index, info = sampler.sample(ring.storage, slice_len * 7)
-        lengths = [slice_len] * 7 if "slice_id" not in info else torch.bincount(info["slice_id"])
-        for part in index.split(list(lengths)):
+        for part in index.split(slice_lengths(info).tolist()):
             runs = [t[i : i + len(part)] for t in trajectories for i in range(len(t))]
             assert part.tolist() in runs
+            owner = next(t for t in trajectories if part[0] in t)
+            assert len(part) >= min(len(owner), slice_len - max(left, right))
 
 
 @given(write_plans(), st.integers(1, 4), st.booleans())
@@ -367,8 +385,7 @@ def test_without_replacement_slices_follow_writes(plan, slice_len, strict):
         except RuntimeError:
             assert all(len(t) < slice_len for t in trajectories) and strict
             continue
-        full = [slice_len] * (index.numel() // slice_len)
-        lengths = full if "slice_id" not in info else torch.bincount(info["slice_id"])
+        lengths = slice_lengths(info).tolist()
         assert 0 < len(lengths) <= 2
         owners = []
         for part in index.split(list(lengths)):
@@ -528,7 +545,9 @@ def test_prioritized_slice_weights_and_masked_updates():
     assert {10, 11} <= starts <= {0, 1, 2, 5, 6, 7, 10, 11, 12, 13}
     with pytest.raises(ValueError, match="finite and >= 0"):
         sampler.update_priority(torch.tensor([1]), torch.tensor([-1.0]))
-    assert PrioritizedSliceSampler(10, 1.0, 1.0, slice_len=2, span=True).span == (False, True)
+    with pytest.warns(UserWarning, match="Left spanning is disabled"):
+        sampler = PrioritizedSliceSampler(10, 1.0, 1.0, slice_len=2, span=True)
+    assert sampler.span == (False, True)
 
 
 def test_prioritized_slice_state_dict_and_right_span():
@@ -540,7 +559,7 @@ def test_prioritized_slice_state_dict_and_right_span():
     other.load_state_dict(sampler.state_dict())
     torch.manual_seed(0)
     index, info = other.sample(ring.storage, 400)
-    lengths = torch.bincount(info["slice_id"])
+    lengths = slice_lengths(info)
     assert lengths.max() == 4 and lengths.min() == 1
     starts = index[torch.cumsum(lengths, 0) - lengths]
     assert (starts == 5).float().mean() > 0.5
@@ -618,8 +637,7 @@ def test_prioritized_valid_starts_kept_incrementally(plan, slice_len, strict, sp
     right = 0 if span is False else slice_len - 1
     expected = torch.zeros(capacity, dtype=torch.bool)
     for traj in reference(ring.storage, ring.cursor, "ids"):
-        if strict and len(traj) < slice_len:
-            continue
+        # torchrl's prioritized rule: strict_length only drops the starts too close to the end
         room = max(len(traj) - slice_len + 1 + right, 0 if strict else 1)
         expected[traj[:room]] = True
     assert torch.equal(sampler._valid, expected)
@@ -646,3 +664,21 @@ def test_buffer_dumps_and_loads(tmp_path, make):
     expected = rb.sample()["index"]
     torch.manual_seed(0)
     assert torch.equal(other.sample()["index"], expected)
+
+
+@pytest.mark.parametrize("span", [(True, False), (False, True)])
+def test_without_replacement_spans_on_the_side_asked(span):
+    sampler = SliceSamplerWithoutReplacement(slice_len=4, span=span, shuffle=False)
+    ring = Ring(100, sampler)
+    ring.write(episodes(*[6] * 10))
+    torch.manual_seed(0)
+    cut_at_start = cut_at_end = 0
+    for _ in range(20):
+        index, info = sampler.sample(ring.storage, 40)  # one pass: one slice per trajectory
+        for part in index.split(slice_lengths(info).tolist()):
+            steps = ring.storage.get_leaf("step")[part] % 6
+            assert (steps.diff() == 1).all() and 1 <= len(part) <= 4
+            cut_at_start += len(part) < 4 and int(steps[0]) == 0
+            cut_at_end += len(part) < 4 and int(steps[-1]) == 5
+        assert sampler.ran_out
+    assert (cut_at_start > 0, cut_at_end > 0) == span

@@ -123,3 +123,20 @@ def test_memmap_cleanup_removes_the_scratch_dir(tmp_path):
         LazyMemmapStorage(10)._auto_cleanup
         and not LazyMemmapStorage(10, scratch_dir=scratch)._auto_cleanup
     )
+
+
+def test_entries_by_key_and_in_place_edits_are_checked_first():
+    rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=5)
+    rb.extend(TensorDict({"a": torch.zeros(10), "b": torch.ones(10)}, batch_size=[10]))
+    rb.set_at_("a", torch.tensor([99.0, 99.0]), torch.tensor([2, 5]))
+    assert rb["a"].tolist() == [0, 0, 99, 0, 0, 99, 0, 0, 0, 0] and (rb["b"] == 1).all()
+    rb.set_("b", torch.full((10,), 42.0))
+    assert (rb["b"] == 42).all()
+    before = rb[:]
+    with pytest.raises(ValueError, match="does not fit"):
+        rb.set_("a", torch.ones(3))
+    with pytest.raises(TypeError, match="integers"):
+        rb.set_at_("a", 1.0, torch.tensor([1.5]))
+    with pytest.raises(ValueError, match="outside"):
+        rb.set_at_("a", 1.0, torch.tensor([10]))
+    assert (rb[:] == before).all()

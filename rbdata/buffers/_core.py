@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch.utils.hooks import RemovableHandle
 
+from rbdata._validation import normalize_key
 from rbdata.buffers import _persistence
 from rbdata.buffers._gather import finish_batch
 from rbdata.buffers._init_args import (
@@ -92,7 +93,7 @@ class _BufferCore:
         )
         self._service_backend = backend
         self._remote: Any = None
-        self._args = {
+        self._args: dict[str, Any] = {
             "storage": storage,
             "sampler": sampler,
             "writer": writer,
@@ -126,8 +127,13 @@ class _BufferCore:
             from rbdata.service import attach_ray_service
 
             self._remote = attach_ray_service(
-                self, self._hosted(), service_backend_options, transport, transport_options,
-                prefetch=self._prefetch, delayed_init=delayed_init,
+                self,
+                self._hosted(),
+                service_backend_options,
+                transport,
+                transport_options,
+                prefetch=self._prefetch,
+                delayed_init=delayed_init,
             )
             return
         if not delayed_init:
@@ -229,7 +235,8 @@ class _BufferCore:
     def batch_size(self) -> int | None:
         """The default batch size of ``sample()`` and iteration."""
         if self._remote is not None:
-            return self._remote.batch_size  # type: ignore[no-any-return]
+            size: int | None = self._remote.batch_size
+            return size
         return self._batch_size
 
     @property
@@ -311,12 +318,12 @@ class _BufferCore:
                 data = self._transform.inv(data)
             free = self._sampler.reusable_slots(1) if self._consume_after_n is not None else None
             if free is not None and free.numel():
-                index = int(self._writer.write_at(free, [data])[0])
+                slot = int(self._writer.write_at(free, [data])[0])
             else:
-                index = self._writer.add(data)
-            self._note_written(torch.tensor([index]))
+                slot = self._writer.add(data)
+            self._note_written(torch.tensor([slot]))
             self._sync.cond.notify_all()
-        return index
+        return slot
 
     def extend(self, data: Any, *, update_priority: bool | None = None) -> torch.Tensor:
         """Extend the buffer with a batch of elements; return their indices.
@@ -504,10 +511,33 @@ class _BufferCore:
     def __getitem__(self, index: Any) -> Any:
         if self._remote is not None:
             return self._remote.getitem(index)
+        if isinstance(index, str) or (
+            isinstance(index, tuple) and index and all(isinstance(k, str) for k in index)
+        ):  # an entry of every stored item (torchrl's ``rb["obs"]``)
+            return self._entry(index)
         data = self.storage.get(index)
         if not isinstance(index, int) and isinstance(data, list):
             data = self._collate_fn(data)
         return self._transform(data) if len(self._transform) else data
+
+    def _leaf(self, key: Any) -> torch.Tensor:
+        self._init()
+        # tensor storages have leaves (leaf_keys, get_leaf); the Storage base class does not
+        leaf_keys = getattr(self._storage, "leaf_keys", None)
+        get_leaf = getattr(self._storage, "get_leaf", None)
+        if leaf_keys is None or get_leaf is None:
+            raise RuntimeError(f"{type(self._storage).__name__} does not support per-key updates.")
+        key = normalize_key(key, "key", dotted=False)
+        if key not in set(leaf_keys()):
+            raise KeyError(f"key {key!r} is not stored; stored keys are {leaf_keys()}.")
+        leaf: torch.Tensor = get_leaf(key)
+        return leaf
+
+    def _entry(self, key: Any) -> Any:
+        """A copy of entry ``key`` of every stored item (``rb["obs"]``)."""
+        if getattr(self.storage, "leaf_keys", None) is not None:
+            return self._leaf(key)[: len(self._storage)].clone()
+        return self[:][key]
 
     def _mark_update(self, index: Any) -> None:
         """Tell the sampler and sample unit that slots were edited in place."""

@@ -56,7 +56,8 @@ def finish_batch(
         if len(transform):
             data = transform(data)
         if not keep_info:
-            data = data.exclude(*[key for key in info if key in data.keys()])
+            stored = data.keys(include_nested=True)
+            data = data.exclude(*[key for key in info if key in stored])
     elif len(transform):
         data = transform(data)
     if pin:

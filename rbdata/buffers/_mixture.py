@@ -13,7 +13,7 @@ be kept (a ReplayDataset's pending batches, a checkpoint) and gathered later:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -56,7 +56,7 @@ def merge_draws(offline: Rows | None, online: Rows | None) -> Rows:
 def split_draw(index: torch.Tensor, info: dict[str, Any]) -> list[tuple[bool, Rows]]:
     """Each part's ``(offline?, (index, info))`` in a mixed draw, offline first."""
     source = info[SOURCE_KEY]
-    parts = []
+    parts: list[tuple[bool, Rows]] = []
     for offline, rows in ((True, source), (False, ~source)):
         if bool(rows.any()) or (not offline and not parts):  # an empty draw: online, empty
             sub = {
@@ -100,7 +100,8 @@ def concat(offline: TensorDictBase, online: TensorDictBase) -> TensorDictBase:
             f"{sorted(map(str, off_keys - on_keys))}, online only "
             f"{sorted(map(str, on_keys - off_keys))}."
         )
-    return torch.cat([offline, online], 0)
+    # torch types cat as returning a Tensor; TensorDicts dispatch it to their own cat
+    return cast(TensorDictBase, torch.cat([offline, online], 0))
 
 
 def check_online_data(storage: Any, data: Any, *, batched: bool) -> TensorDictBase:
@@ -114,19 +115,18 @@ def check_online_data(storage: Any, data: Any, *, batched: bool) -> TensorDictBa
     if not isinstance(data, TensorDictBase):
         raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
     extra = [key for key in (*INFO_KEYS, SOURCE_KEY) if key in data.keys()]
-    if extra:
-        data = data.exclude(*extra)
+    batch: TensorDictBase = data.exclude(*extra) if extra else data
     if not (getattr(storage, "initialized", False) and hasattr(storage, "leaf_keys")):
-        return data
+        return batch
     expected = {as_tuple(key) for key in storage.leaf_keys()}
-    given = {as_tuple(key) for key in data.keys(True, True)}
+    given = {as_tuple(key) for key in batch.keys(True, True)}
     if given != expected:
         raise KeyError(
             f"online data must have the offline data's entries: missing "
             f"{sorted(expected - given)}, unexpected {sorted(given - expected)}."
         )
     for key in sorted(expected):
-        stored, value = storage.get_leaf(key), data.get(key)
+        stored, value = storage.get_leaf(key), batch.get(key)
         shape = tuple(value.shape[1:] if batched else value.shape)
         if shape != tuple(stored.shape[1:]):
             raise ValueError(
@@ -138,7 +138,7 @@ def check_online_data(storage: Any, data: Any, *, batched: bool) -> TensorDictBa
                 f"online data entry {key} has dtype {value.dtype}; the offline data has "
                 f"{stored.dtype}."
             )
-    return data
+    return batch
 
 
 def as_tuple(key: str | tuple[str, ...]) -> tuple[str, ...]:

@@ -20,7 +20,7 @@ class _BatchPrefetcher:
     def __init__(self, depth: int) -> None:
         self.depth = depth
         self._executor: ThreadPoolExecutor | None = None
-        self._futures: deque[Future] = deque()
+        self._futures: deque[Future[Any]] = deque()
 
     def __len__(self) -> int:
         return len(self._futures)
@@ -65,4 +65,4 @@ class _BatchPrefetcher:
         return {"depth": self.depth}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["depth"])
+        _BatchPrefetcher.__init__(self, state["depth"])

@@ -70,5 +70,5 @@ class _BufferStats:
         return self.state_dict()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__()  # type: ignore[misc]
+        _BufferStats.__init__(self)
         self.load_state_dict(state)

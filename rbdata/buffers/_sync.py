@@ -49,7 +49,7 @@ class _BufferSync:
         so a fresh lock is correct. Shared locks are kept.
         """
         if not self._shared:
-            self.__init__()  # type: ignore[misc]
+            _BufferSync.__init__(self)
 
     def notify(self) -> None:
         """Wake every thread inside :meth:`wait_for` (takes the lock)."""
@@ -67,6 +67,6 @@ class _BufferSync:
         return {"shared": True, "lock": self.lock, "cond": self.cond}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__()  # type: ignore[misc]
+        _BufferSync.__init__(self)
         if state["shared"]:
             self.lock, self.cond, self._shared = state["lock"], state["cond"], True

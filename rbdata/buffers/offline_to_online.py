@@ -163,7 +163,7 @@ class OfflineToOnlineReplayBuffer:
                 generator=generator,
             )
         self._offline: ReplayBuffer = offline
-        if online_storage is None:
+        if online_capacity is not None:  # then online_storage is None (checked above)
             online_storage = LazyTensorStorage(online_capacity)
         self._online = TensorDictReplayBuffer(
             storage=online_storage,
@@ -519,7 +519,7 @@ class OfflineToOnlineReplayBuffer:
                 self._online.load_state_dict(state_dict["online"])
             self._batches_sampled = count
 
-    def dumps(self, path: str | os.PathLike) -> None:
+    def dumps(self, path: str | os.PathLike[str]) -> None:
         """Save the online part atomically in the directory ``path``."""
         self._online.dumps(path)
 

@@ -58,7 +58,9 @@ class Draw(NamedTuple):
         (2, False)
     """
 
-    index: torch.Tensor
+    # The field shadows tuple.index on purpose (it is the draw's rows); mypy checks a
+    # NamedTuple field against the tuple method of that name.
+    index: torch.Tensor  # type: ignore[assignment]
     info: dict[str, torch.Tensor]
     ends_pass: bool = False
 
@@ -88,7 +90,8 @@ def aligned_info(batch: Any, info: Mapping[str, Any]) -> dict[str, Any]:
         {'index': tensor([4])}
     """
     if isinstance(batch, TensorDictBase) and "index" in batch.keys():
-        return {key: batch.get(key) for key in info if key in batch.keys()}
+        keys = batch.keys(include_nested=True)
+        return {key: batch.get(key) for key in info if key in keys}
     return dict(info)
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
 
 from rbdata._updates import ConditionalUpdateResult, conditional_update
-from rbdata._validation import NestedKey, normalize_key
+from rbdata._validation import IncompatibleValueError, NestedKey, check_indices, normalize_key
 from rbdata.buffers import _persistence
 from rbdata.buffers._anchor_priority import reduce_to_anchors
 from rbdata.buffers._core import _BufferCore
@@ -250,19 +250,33 @@ class ReplayBuffer(_BufferCore):
             return result
 
     def set_(self, key: NestedKey, value: torch.Tensor) -> ReplayBuffer:
-        """Set the value of ``key`` across the whole buffer in place."""
+        """Set the value of ``key`` across the whole buffer in place.
+
+        Raises:
+            KeyError: if ``key`` is not stored.
+            ValueError: if ``value`` does not broadcast to the stored entries
+                (nothing is written then).
+        """
         with self._sync.lock:
-            leaf = self._leaf(key)
-            leaf[: len(self._storage)] = torch.as_tensor(value).to(leaf.dtype)
+            leaf = self._leaf(key)[: len(self._storage)]
+            leaf.copy_(_fitting(value, leaf, key))
             self._mark_update(slice(0, len(self._storage)))
         return self
 
     def set_at_(self, key: NestedKey, value: torch.Tensor, index: Any) -> ReplayBuffer:
-        """Set the value of ``key`` at ``index`` in place."""
+        """Set the value of ``key`` at ``index`` (ints or an integer tensor of written slots).
+
+        Raises:
+            KeyError: if ``key`` is not stored.
+            TypeError: for an index that does not hold integers.
+            ValueError: for a slot outside the written ones, or a ``value`` that
+                does not broadcast to the entries (nothing is written then).
+        """
         with self._sync.lock:
             leaf = self._leaf(key)
-            leaf[index] = torch.as_tensor(value).to(leaf.dtype)
-            self._mark_update(index)
+            slots = check_indices(index, len(self._storage))
+            leaf[slots] = _fitting(value, leaf[slots], key)
+            self._mark_update(slots)
         return self
 
     def update_(
@@ -274,7 +288,11 @@ class ReplayBuffer(_BufferCore):
     ) -> ReplayBuffer:
         """Update stored entries in place from a dict or TensorDict covering the buffer."""
         src = input_dict_or_td
-        items = src.items(True, True) if isinstance(src, TensorDictBase) else src.items()
+        # leaves_only: the values are leaf tensors (tensordict types them Tensor | TensorCollection)
+        items = cast(
+            Iterable[tuple[Any, torch.Tensor]],
+            src.items(True, True) if isinstance(src, TensorDictBase) else src.items(),
+        )
         wanted = None
         if keys_to_update is not None:
             wanted = {normalize_key(k, "keys_to_update") for k in keys_to_update}
@@ -282,16 +300,6 @@ class ReplayBuffer(_BufferCore):
             if wanted is None or normalize_key(key) in wanted:
                 self.set_(key, value.clone() if clone else value)
         return self
-
-    def _leaf(self, key: Any) -> torch.Tensor:
-        self._init()
-        leaf_keys = getattr(self._storage, "leaf_keys", None)
-        if leaf_keys is None:
-            raise RuntimeError(f"{type(self._storage).__name__} does not support per-key updates.")
-        key = normalize_key(key, "key", dotted=False)
-        if key not in set(leaf_keys()):
-            raise KeyError(f"key {key!r} is not stored; stored keys are {leaf_keys()}.")
-        return self._storage.get_leaf(key)  # type: ignore[attr-defined,no-any-return]
 
     def query(
         self, predicate: Callable[..., bool] | None = None, *, trajectory_key: Any = None
@@ -381,3 +389,15 @@ class ReplayBuffer(_BufferCore):
         except ImportError as err:
             raise ImportError("as_remote needs Ray: pip install 'rbdata[ray]'.") from err
         return ray.remote(**(remote_config or {"num_cpus": 1}))(cls)
+
+
+def _fitting(value: Any, target: torch.Tensor, key: Any) -> torch.Tensor:
+    """``value`` as a tensor of ``target``'s dtype that broadcasts to it (ValueError if not)."""
+    tensor = torch.as_tensor(value).to(target.dtype)
+    try:
+        return tensor.expand_as(target)
+    except RuntimeError:
+        raise IncompatibleValueError(
+            f"value for {key!r} has shape {list(tensor.shape)}, which does not fit the "
+            f"{list(target.shape)} entries it should replace."
+        ) from None

@@ -96,6 +96,7 @@ class _Episodes:
 
 
 def _concat(parts: list[TensorDictBase]) -> TensorDictBase:
+    # torch types cat as Tensors -> Tensor; TensorDicts dispatch it to their own cat
     out: TensorDictBase = torch.cat(parts)  # type: ignore[arg-type,assignment]
     return out
 

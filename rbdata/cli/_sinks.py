@@ -14,13 +14,23 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, Protocol
 
+import torch
 from tensordict import TensorDictBase
 
 from rbdata.buffers import TensorDictReplayBuffer
 from rbdata.storages import LazyMemmapStorage
 
 Chunks = Iterator[TensorDictBase]
+
+
+class _H5Creator(Protocol):
+    """What creating the datasets asks of an ``h5py.File`` opened for writing."""
+
+    def create_dataset(self, name: str, *, shape: tuple[int, ...], dtype: Any) -> Any: ...
+
+
 # D4RL dataset name -> TED key (``timeouts`` optional); per-step ones are stored [N].
 D4RL_FIELDS: dict[str, tuple[str, ...]] = {
     "observations": ("observation",),
@@ -86,14 +96,14 @@ def write_d4rl(dst: Path, chunks: Chunks, n: int) -> list[str]:
     return dropped
 
 
-def _d4rl_datasets(f: object, chunk: TensorDictBase, n: int) -> list[str]:
+def _d4rl_datasets(f: _H5Creator, chunk: TensorDictBase, n: int) -> list[str]:
     """Create the file's datasets from the first chunk's layout; the keys left out."""
     keys = {_as_tuple(k) for k in chunk.keys(include_nested=True, leaves_only=True)}
     for name, key in D4RL_FIELDS.items():
         if key in keys:
-            value = chunk[key]
+            value: torch.Tensor = chunk.get(key)
             shape = (n,) if name in _D4RL_PER_STEP else (n, *value.shape[1:])
-            f.create_dataset(name, shape=shape, dtype=value.numpy().dtype)  # type: ignore[attr-defined]
+            f.create_dataset(name, shape=shape, dtype=value.numpy().dtype)
         elif name != "timeouts":
             nested = key[0] in chunk.keys() and isinstance(chunk.get(key[0]), TensorDictBase)
             raise ValueError(

@@ -132,7 +132,7 @@ def _destination_format(dst: Path) -> str:
     )
 
 
-def _counted(source: Source, rows: int, bar: tqdm) -> Iterator[TensorDictBase]:
+def _counted(source: Source, rows: int, bar: tqdm[Any]) -> Iterator[TensorDictBase]:
     for chunk in source.chunks(rows):
         yield chunk
         bar.update(chunk.shape[0])

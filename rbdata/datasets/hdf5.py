@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -28,8 +30,32 @@ _CHUNK_BYTES = 64 << 20
 _PROGRESS_DELAY_S = 0.5  # a progress bar appears only for loads that take longer
 
 
+class _H5Dataset(Protocol):
+    """What is read of an ``h5py.Dataset``."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+
+    def __getitem__(self, rows: slice) -> Any: ...
+
+    def read_direct(self, dest: np.ndarray, source_sel: Any, dest_sel: Any) -> None: ...
+
+
+class _H5File(Protocol):
+    """What is read of an open ``h5py.File``: its top-level datasets by name."""
+
+    def __contains__(self, name: str) -> bool: ...
+
+    def __getitem__(self, name: str) -> _H5Dataset: ...
+
+    def keys(self) -> Iterable[str]: ...
+
+
 def load_d4rl_hdf5(
-    path: str | os.PathLike, *, progress: bool = True, rows: slice | None = None
+    path: str | os.PathLike[str], *, progress: bool = True, rows: slice | None = None
 ) -> TensorDict:
     """Read a D4RL-style HDF5 file into a TensorDict in the TED layout, in file order.
 
@@ -113,7 +139,7 @@ def load_d4rl_hdf5(
     return td
 
 
-def _check_layout(f: object, path: Path) -> dict[str, object]:
+def _check_layout(f: _H5File, path: Path) -> dict[str, _H5Dataset]:
     missing = [name for name in _FIELDS if name not in _OPTIONAL and name not in f]
     if missing:
         raise KeyError(
@@ -136,14 +162,14 @@ def _check_layout(f: object, path: Path) -> dict[str, object]:
     return datasets
 
 
-def _empty_like(ds: object, name: str, n: int) -> torch.Tensor:
+def _empty_like(ds: _H5Dataset, name: str, n: int) -> torch.Tensor:
     if name in _FLAGS:
         return torch.empty(n, 1, dtype=torch.bool)
     shape = (n, 1) if name in _PER_STEP else (n, *ds.shape[1:])
     return torch.from_numpy(np.empty(shape, dtype=ds.dtype))
 
 
-def _read_into(ds: object, first: int, out: torch.Tensor, name: str, bar: tqdm) -> None:
+def _read_into(ds: _H5Dataset, first: int, out: torch.Tensor, name: str, bar: tqdm[Any]) -> None:
     """Read rows ``first .. first + len(out) - 1`` of ``ds`` into ``out``, in chunks."""
     n = out.shape[0]
     row_bytes = max(1, out[0].numel() * out.element_size()) if n else 1

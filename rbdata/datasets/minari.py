@@ -392,7 +392,8 @@ def _empty_ted(leaves: list[Leaf], n: int) -> TensorDict:
     for leaf in leaves:
         out[leaf.key] = torch.from_numpy(np.empty((n, *leaf.shape), leaf.dtype))
         if leaf.is_observation:
-            out[("next", *leaf.key)] = torch.from_numpy(np.empty((n, *leaf.shape), leaf.dtype))
+            next_key = ("next", *leaf.key)  # mypy reads out[("next", *k)] as 3.11-only syntax
+            out[next_key] = torch.from_numpy(np.empty((n, *leaf.shape), leaf.dtype))
     out[("episode",)] = torch.empty(n, dtype=torch.int64)
     out[("next", "done")] = torch.empty(n, 1, dtype=torch.bool)
     return TensorDict(out, batch_size=[n])

@@ -23,6 +23,12 @@ from rbdata.buffers.protocol import ServableBuffer
 
 DUMPS_KEY = "buffer_dumps"  # the dump's directory name, relative to the checkpoint's directory
 PATH_KEY = "buffer_path"  # its absolute path, added when the checkpoint is loaded
+# Under DDP with a buffer per rank: every rank dumps its buffer into STAGING_KEY's folder
+# (``rank<r>`` inside) while the checkpoint is made; rank 0 moves the folder beside the
+# checkpoint, and RANKS_KEY then holds the number of ranks whose buffers it contains.
+STAGING_KEY = "buffer_staging"
+RANKS_KEY = "buffer_ranks"
+STAGING_DIR = ".rbdata-rank-buffers"
 _SUFFIX = ".buffer-"
 
 
@@ -57,7 +63,11 @@ class _BufferCheckpointIO(CheckpointIO):
                 target = Path(path)
                 current = f"{target.name}{_SUFFIX}{uuid.uuid4().hex[:12]}"
                 target.parent.mkdir(parents=True, exist_ok=True)
-                self.datamodule.buffer.dumps(target.parent / current)
+                staging = entry.pop(STAGING_KEY, None)
+                if staging is not None:  # every rank dumped its own buffer there
+                    shutil.move(staging, target.parent / current)
+                else:
+                    self.datamodule.buffer.dumps(target.parent / current)
                 entry[DUMPS_KEY] = current
         self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
         if current is not None:

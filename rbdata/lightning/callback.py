@@ -117,11 +117,13 @@ class ReplayCallback(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Find the buffer (``buffer=`` or ``trainer.datamodule.buffer``)."""
         if self._buffer_arg is None:
-            buffer = getattr(trainer.datamodule, "buffer", None)
+            # Lightning sets trainer.datamodule at run time; Trainer's class does not declare it.
+            datamodule = getattr(trainer, "datamodule", None)
+            buffer = getattr(datamodule, "buffer", None)
             if buffer is None:
                 raise RuntimeError(
                     "ReplayCallback found no buffer: pass ReplayCallback(buffer=...) or fit with a "
-                    f"datamodule that has a .buffer (got datamodule={trainer.datamodule!r})."
+                    f"datamodule that has a .buffer (got datamodule={datamodule!r})."
                 )
             self._buffer = buffer
 
@@ -231,7 +233,8 @@ class ReplayCallback(pl.Callback):
 
 def _lookup(container: Any, key: str) -> torch.Tensor | None:
     if isinstance(container, TensorDictBase):
-        return container.get(key, None)
+        value: torch.Tensor | None = container.get(key, None)
+        return value
     if isinstance(container, Mapping):
         return container.get(key)
     return None

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Literal, Protocol, TypeGuard, cast
 
 import lightning.pytorch as pl
 import torch
@@ -15,7 +17,14 @@ from tqdm.auto import tqdm
 
 from rbdata.buffers.protocol import ServableBuffer
 from rbdata.datasets import load_offline_data
-from rbdata.lightning._checkpoint_io import DUMPS_KEY, PATH_KEY, _BufferCheckpointIO
+from rbdata.lightning._checkpoint_io import (
+    DUMPS_KEY,
+    PATH_KEY,
+    RANKS_KEY,
+    STAGING_DIR,
+    STAGING_KEY,
+    _BufferCheckpointIO,
+)
 from rbdata.loader import ReplayDataset
 
 __all__ = ["ReplayDataModule"]
@@ -82,10 +91,11 @@ class ReplayDataModule(pl.LightningDataModule):
             a bool or ``"auto"``.
 
     Note:
-        Lightning writes checkpoints from global rank 0 only: under DDP with a
-        buffer per rank, a checkpoint holds rank 0's buffer and loader state, and
-        every rank resumes from it. A Ray-backed buffer shared by the ranks has
-        no such limit.
+        Under DDP with a buffer per rank, every rank dumps its own buffer while a
+        checkpoint is made (into ``<default_root_dir>/.rbdata-rank-buffers``, then
+        moved beside the checkpoint as ``rank<r>`` folders), and every rank
+        resumes from its own; Lightning keeps rank 0's data-loader position only.
+        A Ray-backed buffer shared by the ranks is saved once, by rank 0.
 
     Examples:
         >>> import torch
@@ -113,7 +123,7 @@ class ReplayDataModule(pl.LightningDataModule):
         prefetch: int = 0,
         pin_memory: bool | Literal["auto"] = "auto",
         min_size: int = 0,
-        offline_data: str | os.PathLike | TensorDictBase | None = None,
+        offline_data: str | os.PathLike[str] | TensorDictBase | None = None,
         checkpoint_buffer: bool = True,
         samples_per_insert: float | None = None,
         timeout: float | None = None,
@@ -175,7 +185,7 @@ class ReplayDataModule(pl.LightningDataModule):
         if self.trainer is not None and self.checkpoint_buffer:
             self._attach_checkpoint_io(self.trainer)
 
-    def train_dataloader(self) -> StatefulDataLoader:
+    def train_dataloader(self) -> StatefulDataLoader[Any]:
         """A StatefulDataLoader over a :class:`~rbdata.loader.ReplayDataset` of the buffer."""
         self._close_dataset()
         self._dataset = ReplayDataset(
@@ -211,7 +221,17 @@ class ReplayDataModule(pl.LightningDataModule):
         """
         if not self.checkpoint_buffer or self._buffer is None:
             return {}
-        return {DUMPS_KEY: None}
+        trainer = self.trainer
+        if trainer is None or not self._buffer_per_rank():
+            return {DUMPS_KEY: None}
+        # Every rank runs this while the checkpoint is made; rank 0 writes the file.
+        strategy = trainer.strategy
+        token = uuid.uuid4().hex[:12] if trainer.global_rank == 0 else None
+        token = cast(str, strategy.broadcast(token, src=0))  # rank 0's, on every rank
+        staging = Path(trainer.default_root_dir) / STAGING_DIR / token
+        self.buffer.dumps(staging / f"rank{trainer.global_rank}")
+        strategy.barrier("rbdata-rank-buffers")
+        return {DUMPS_KEY: None, STAGING_KEY: str(staging), RANKS_KEY: trainer.world_size}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load the buffer dump a checkpoint references (called by ``Trainer.fit(ckpt_path)``)."""
@@ -224,9 +244,26 @@ class ReplayDataModule(pl.LightningDataModule):
                 "not loaded by a Trainer this data module was set up with; resume with "
                 "Trainer.fit(model, datamodule=dm, ckpt_path=...)."
             )
-        self.buffer.loads(path)
+        ranks = state_dict.get(RANKS_KEY)
+        if ranks is None:
+            self.buffer.loads(path)
+            return
+        rank = self.trainer.global_rank if self.trainer is not None else 0
+        if rank >= int(ranks):
+            raise RuntimeError(
+                f"the checkpoint holds the buffers of {ranks} DDP ranks; this is rank {rank}: "
+                "resume with as many ranks as the run that saved it."
+            )
+        self.buffer.loads(Path(path) / f"rank{rank}")
 
     # ------------------------------------------------------------ internals
+    def _buffer_per_rank(self) -> bool:
+        """Whether every DDP rank holds a buffer of its own (not one Ray-hosted buffer)."""
+        trainer = self.trainer
+        if trainer is None or getattr(trainer, "world_size", 1) <= 1:
+            return False
+        return getattr(self.buffer, "service_backend", "direct") == "direct"
+
     def _build_buffer(self) -> tuple[ServableBuffer, bool]:
         """The buffer, and whether this process owns it (loads the offline data into it).
 
@@ -236,13 +273,15 @@ class ReplayDataModule(pl.LightningDataModule):
         """
         arg = self._buffer_arg
         if not callable(arg) or _is_buffer(arg):
-            return arg, True  # type: ignore[return-value]
+            return arg, True
         trainer = self.trainer
         if trainer is None or getattr(trainer, "world_size", 1) == 1:  # (a stub has none)
             return _built(arg), True
         built = _built(arg) if trainer.global_rank == 0 else None
         remote = built is not None and getattr(built, "service_backend", "direct") == "ray"
-        shared = trainer.strategy.broadcast(built.client() if remote else None, src=0)  # type: ignore[union-attr]
+        # a Ray-backed buffer is a ReplayBuffer, which hands out clients
+        client = cast(_RayBacked, built).client() if remote else None
+        shared = trainer.strategy.broadcast(client, src=0)
         if built is not None:
             return built, True
         if shared is not None:
@@ -277,7 +316,7 @@ class ReplayDataModule(pl.LightningDataModule):
             self._dataset = None
 
 
-class _UncheckpointedDataLoader(StatefulDataLoader):
+class _UncheckpointedDataLoader(StatefulDataLoader[Any]):
     """A StatefulDataLoader whose state stays out of checkpoints (``checkpoint_buffer=False``)."""
 
     def state_dict(self) -> dict[str, Any]:
@@ -288,7 +327,13 @@ class _UncheckpointedDataLoader(StatefulDataLoader):
         """Ignore a saved state (see :meth:`state_dict`)."""
 
 
-def _is_buffer(obj: object) -> bool:
+class _RayBacked(Protocol):
+    """A buffer hosted in a Ray actor: it hands out clients of itself."""
+
+    def client(self) -> ServableBuffer: ...
+
+
+def _is_buffer(obj: object) -> TypeGuard[ServableBuffer]:
     """A replay buffer (an instance implementing the ServableBuffer protocol, not a class)."""
     return not isinstance(obj, type) and isinstance(obj, ServableBuffer)
 
@@ -299,7 +344,7 @@ def _built(factory: Callable[[], Any]) -> ServableBuffer:
         raise TypeError(
             f"the buffer factory must return a replay buffer, got {type(buffer).__name__}."
         )
-    return buffer  # type: ignore[no-any-return]
+    return buffer
 
 
 def _fill(buffer: ServableBuffer, data: TensorDictBase) -> None:

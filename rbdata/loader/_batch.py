@@ -46,7 +46,9 @@ class ReplayBatch(TensorDict):
         ('ReplayBatch', torch.Size([3]), torch.Size([3, 1]))
     """
 
-    def __iter__(self) -> Iterator[str | tuple[str, ...]]:
+    # Iterating over leaf keys instead of rows is this class's purpose (see above): the
+    # override changes TensorDict's element type on purpose.
+    def __iter__(self) -> Iterator[str | tuple[str, ...]]:  # type: ignore[override]
         keys: list[str | tuple[str, ...]] = []
         _leaf_keys(self._tensordict, (), keys)
         return iter(keys)
@@ -63,7 +65,11 @@ class ReplayBatch(TensorDict):
         """A shallow copy (new structure, same tensors), built without TensorDict's checks."""
         return _shallow_copy(self)
 
-    def update(self, input_dict_or_td: Any, *args: Any, **kwargs: Any) -> ReplayBatch:
+    # Forwards every argument to TensorDict.update; tensordict's update signature is itself
+    # incompatible with MutableMapping.update, so no override of it can match both.
+    def update(  # type: ignore[override]
+        self, input_dict_or_td: Any, *args: Any, **kwargs: Any
+    ) -> ReplayBatch:
         """TensorDict's ``update``; writing back the very tensors already stored is a no-op."""
         if type(input_dict_or_td) is dict and not args and not kwargs:
             source = self._tensordict

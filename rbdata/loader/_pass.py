@@ -26,6 +26,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,7 +164,7 @@ class _PassEngine:
         """Wait (``timeout`` at most) for a write after ``write_count``; False if none came."""
         return self._wait(stop, lambda: self.buffer.write_count != write_count)
 
-    def _wait(self, stop: threading.Event, predicate: Any) -> bool:
+    def _wait(self, stop: threading.Event, predicate: Callable[[], bool]) -> bool:
         """Wait on the buffer's condition until ``predicate()``; False on stop or timeout.
 
         Without ``timeout`` the wait is unbounded; with it, the clock restarts
@@ -186,10 +187,11 @@ class _PassEngine:
                 if left <= 0:
                     return False
                 wait_s = min(wait_s, left)
-            buffer.wait_for_data(
-                lambda count=seen: stop.is_set() or buffer.write_count != count or predicate(),
-                wait_s,
-            )
+
+            def woken(count: int = seen) -> bool:
+                return stop.is_set() or buffer.write_count != count or predicate()
+
+            buffer.wait_for_data(woken, wait_s)
         return False
 
     def wait(self) -> None:

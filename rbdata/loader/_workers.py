@@ -37,7 +37,7 @@ _USE_PREFETCH = (
 )
 
 
-def check(ds: DatasetSettings) -> None:
+def check(ds: DatasetSettings) -> ReplayBuffer:
     """Raise a RuntimeError/ValueError unless ``ds`` can run in worker processes."""
     buffer = ds.buffer
     if not isinstance(buffer, ReplayBuffer):
@@ -79,6 +79,7 @@ def check(ds: DatasetSettings) -> None:
             "num_workers > 0; use the DataLoader's prefetch_factor and pin_memory instead, or "
             "num_workers=0."
         )
+    return buffer
 
 
 def _readable_by_workers(storage: Any) -> bool:
@@ -94,8 +95,7 @@ def _readable_by_workers(storage: Any) -> bool:
 def iterate(ds: DatasetSettings, info: Any) -> Iterator[Any]:
     """The batches of worker ``info.id``: its share of the pass, from its own seed."""
     position = ds._worker
-    buffer = ds.buffer
-    check(ds)
+    buffer = check(ds)
     n = len(buffer)
     if n < ds.min_size:
         raise RuntimeError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import warnings
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
@@ -19,12 +19,15 @@ from rbdata.loader._prefetch import _PrefetchThread
 from rbdata.loader._worker_position import WorkerPosition
 from rbdata.loader.rate_limit import SampleToInsertRatio
 
+if TYPE_CHECKING:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
 __all__ = ["ReplayDataset"]
 
 _STATE_FORMAT = 1
 
 
-class ReplayDataset(IterableDataset):
+class ReplayDataset(IterableDataset[Any]):
     """Serve a replay buffer as an ``IterableDataset`` of sampled batches.
 
     Use it with ``torch.utils.data.DataLoader(ds, batch_size=None)``, with
@@ -206,7 +209,7 @@ class ReplayDataset(IterableDataset):
             )
         return self.num_batches
 
-    def dataloader(self, **kwargs: Any) -> Any:
+    def dataloader(self, **kwargs: Any) -> StatefulDataLoader[Any]:
         """Return a ``torchdata.stateful_dataloader.StatefulDataLoader`` over this dataset.
 
         Args:

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import os
 import warnings
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from rbdata._state_file import read_state, write_state
 from rbdata._validation import check_int
 from rbdata.samplers._live import _LiveSet
 
 __all__ = ["Sampler"]
-
-_STATE_FILE = "sampler_state.pt"
 
 
 class Sampler:
@@ -140,12 +138,13 @@ class Sampler:
         self.extend(torch.tensor([int(index)]))
 
     def mark_update(self, index: torch.Tensor | int, *, storage: Any = None) -> None:
-        """Tell the sampler that the slots ``index`` were written (torchrl's notification).
+        """Tell the sampler that the slots ``index`` changed (torchrl's notification).
 
-        Prioritized samplers give them the default priority, as a write does;
-        consume-after-n counts are left alone.
+        Samplers that read the stored data (trajectory boundaries) read it again;
+        a :class:`PrioritizedSampler` gives the slots the default priority, as
+        torchrl's writers expect when they call it after a write.
         """
-        self._on_write(torch.as_tensor(index, dtype=torch.long).reshape(-1))
+        self._on_update(torch.as_tensor(index, dtype=torch.long).reshape(-1))
 
     def mark_edited(self, index: torch.Tensor | int) -> None:
         """Tell the sampler that the slots ``index`` were edited in place (``set_``, ...).
@@ -247,13 +246,11 @@ class Sampler:
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
         """Save :meth:`state_dict` in the directory ``path``."""
-        folder = Path(path)
-        folder.mkdir(parents=True, exist_ok=True)
-        torch.save(self.state_dict(), folder / _STATE_FILE)
+        write_state(self.state_dict(), path, "sampler")
 
     def loads(self, path: str | os.PathLike[str]) -> None:
         """Load a state saved with :meth:`dumps` (read with ``weights_only=True``)."""
-        self.load_state_dict(torch.load(Path(path) / _STATE_FILE, weights_only=True))
+        self.load_state_dict(read_state(path, "sampler"))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -20,7 +20,8 @@ def first_unique(values: torch.Tensor) -> torch.Tensor:
     uniq, inverse = torch.unique(values, return_inverse=True)
     first = torch.full((uniq.numel(),), values.numel(), dtype=torch.long)
     first.scatter_reduce_(0, inverse, torch.arange(values.numel()), "amin")
-    return uniq[first.argsort()]
+    ordered: torch.Tensor = uniq[first.argsort()]
+    return ordered
 
 
 def _distinct_positions(n: int, k: int, generator: torch.Generator | None) -> np.ndarray:
@@ -40,7 +41,8 @@ def _distinct_positions(n: int, k: int, generator: torch.Generator | None) -> np
     while distinct.size < k:
         extra = torch.randint(n, (k - distinct.size,), generator=generator).numpy()
         distinct = np.unique(np.concatenate([distinct, extra]))
-    return distinct[torch.randperm(k, generator=generator).numpy()]
+    shuffled: np.ndarray = distinct[torch.randperm(k, generator=generator).numpy()]
+    return shuffled
 
 
 class _LiveSet:
@@ -268,7 +270,8 @@ class _LiveSet:
         """The slots of ``chunk`` still consumed since they were queued (each slot once)."""
         slots, stamps = chunk
         keep = (self._stamps_np[slots] == stamps) & (self._counts_np[slots] >= self.n)
-        return slots[keep & (self._pos_np[slots] < 0)]
+        valid: np.ndarray = slots[keep & (self._pos_np[slots] < 0)]
+        return valid
 
     # ------------------------------------------------------------ removal
     def remove(self, indices: torch.Tensor) -> None:

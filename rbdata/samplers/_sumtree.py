@@ -90,7 +90,6 @@ class _SumTree(_DeviceSumTree):
         self._p = self._prefix.numpy()
         self._search_np = self._p[1:-1]
 
-
     # ------------------------------------------------------------ summaries
     @property
     def total(self) -> float:

@@ -100,8 +100,8 @@ class PrioritizedSampler(Sampler):
         self._max_priority_within_buffer = bool(max_priority_within_buffer)
         self._device = torch.device("cpu") if device is None else torch.device(device)
         self._tree = _SumTree(max_capacity, dtype, track_max=self._max_priority_within_buffer)
-        self._initial_priority = (1.0 + self._eps) ** self._alpha
-        self._max_seen = self._initial_priority
+        self._initial_priority: float = (1.0 + self._eps) ** self._alpha
+        self._max_seen: float = self._initial_priority
         self._max_raw = 1.0  # the largest raw priority written (alpha = 0 cannot recover it)
 
     # ------------------------------------------------------------ settings
@@ -191,6 +191,10 @@ class PrioritizedSampler(Sampler):
         if consumed.numel():
             values = torch.full(consumed.shape, self.default_priority, dtype=self.dtype)
             self._tree.update(consumed, values, positive=True)
+
+    def mark_update(self, index: torch.Tensor | int, *, storage: Any = None) -> None:
+        """Give the slots ``index`` the default priority (torchrl's writers call it on writes)."""
+        self._on_write(torch.as_tensor(index, dtype=torch.long).reshape(-1))
 
     def _on_write(self, index: torch.Tensor) -> None:
         """Give the (re)written slots ``index`` the default priority."""
@@ -348,14 +352,14 @@ class PrioritizedSampler(Sampler):
                 "update priorities or write new items first."
             )
         if live is None:
-            index, values = self._tree.sample_np(batch_size, self._rng)
+            slots, values = self._tree.sample_np(batch_size, self._rng)
         else:
-            index, values = self._sample_distinct(batch_size)
-            index, values = index.numpy(), values.numpy()
+            drawn, drawn_values = self._sample_distinct(batch_size)
+            slots, values = drawn.numpy(), drawn_values.numpy()
         # Importance weights (P(i) / P_min) ** -beta, i.e. (value / min) ** -beta.
         weight = values / self._tree.min
         np.power(weight, -self._beta, out=weight)
-        index = torch.from_numpy(index)
+        index = torch.from_numpy(slots)
         if live is not None:
             done = live.consume(index)
             self._tree.update(done, torch.zeros(done.shape, dtype=self.dtype))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging
+import warnings
 from typing import Any
 
 import torch
@@ -10,10 +10,9 @@ from typing_extensions import Unpack
 
 from rbdata.samplers._base import Sampler
 from rbdata.samplers._live import _LiveSet
+from rbdata.samplers._slice_weight import SliceWeight, span_amount
 from rbdata.samplers.prioritized import PrioritizedSampler
-from rbdata.samplers.slice import SliceArgs, SliceSampler, _SliceWeight
-
-logger = logging.getLogger(__name__)
+from rbdata.samplers.slice import SliceArgs, SliceSampler
 
 
 class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
@@ -22,9 +21,12 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
     Every transition has a priority (new ones get the current maximum); only
     transitions that can start a slice (see :class:`SliceSampler`: far enough
     from their trajectory's end, unless ``span`` lets slices be truncated on
-    the right) have a non-zero probability. The info holds ``"priority_weight"``, the
-    importance-sampling weight of each slice's start repeated over its
-    transitions, and the slice markers of :class:`SliceSampler`.
+    the right) have a non-zero probability. As in torchrl, ``strict_length``
+    drops only the starts too close to a trajectory's end: with a right
+    ``span``, trajectories shorter than ``slice_len`` still give (short)
+    slices. The info holds ``"priority_weight"``, the importance-sampling
+    weight of each slice's start repeated over its transitions, and the slice
+    markers of :class:`SliceSampler`.
     ``update_priority(index, priority)`` sets per-transition priorities
     (duplicates merged with ``reduction``), typically with the flat index and
     per-transition TD errors of a sampled batch.
@@ -40,15 +42,19 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         num_slices: slices per batch.
         slice_len: transitions per slice.
         end_key: entry holding end-of-trajectory flags.
+        end_keys: entries whose flags are OR-ed into the end signal.
         traj_key: entry holding per-transition trajectory ids.
         ends: fixed end flags of a full, static storage.
         trajectories: fixed trajectory ids of a full, static storage.
         cache_values: accepted for torchrl compatibility.
         truncated_key: where the end-of-slice marker goes (None: no markers).
-        strict_length: only draw full-length slices.
+        init_key: the stored entry marked True at slice starts (None: leave it).
+        strict_length: only draw full-length slices (see above for ``span``).
+        pad_output: pad short slices to ``slice_len`` (see :class:`SliceSampler`).
         compile: accepted for torchrl compatibility.
         span: let slices end past their trajectory's end, truncated (the right
-            side only: a start must be a stored transition to carry a priority).
+            side only, as in torchrl: a start must be a stored transition to
+            carry a priority; a left span warns and is turned off).
         use_gpu: accepted for torchrl compatibility.
         max_priority_within_buffer: new items get the maximum priority among the
             items in the buffer (else: the maximum ever seen).
@@ -68,6 +74,8 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         [23, 24, 25, 26, 23, 24, 25, 26]
     """
 
+    _fragments_ok = False
+
     def __init__(
         self,
         max_capacity: int,
@@ -84,11 +92,12 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         right = span[1] if isinstance(span, tuple | list) else span
         left = span[0] if isinstance(span, tuple | list) else span
         if left is not False and left != 0:
-            logger.warning(
-                "PrioritizedSliceSampler spans on the right only (a slice start is drawn by the "
-                "priority of its first stored transition): span=%r is used as (False, %r).",
-                span,
-                right,
+            warnings.warn(
+                "Left spanning is disabled for PrioritizedSliceSampler and will be automatically "
+                "turned off (a slice start is drawn by the priority of its first stored "
+                f"transition): span={span!r} is used as (False, {right!r}).",
+                UserWarning,
+                stacklevel=2,
             )
             slice_args["span"] = (False, right)
         PrioritizedSampler.__init__(
@@ -113,6 +122,14 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         self._raw.index_fill_(0, index, self.default_priority)
         self._index.extend(index)
 
+    # torchrl's slice samplers come first: mark_update re-reads boundaries, priorities stay
+    mark_update = Sampler.mark_update
+
+    def _on_update(self, index: torch.Tensor) -> None:
+        """Slots edited in place keep their priorities; boundaries are re-read."""
+        self._check_index(index, self._max_capacity)
+        self._index.touch(index)
+
     def update_priority(
         self, index: int | torch.Tensor, priority: float | torch.Tensor, *, storage: Any = None
     ) -> None:
@@ -136,17 +153,26 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         return Sampler.exhausted(self, storage)
 
     # ------------------------------------------------------------ validity
-    def _set_weight(self, weight: _SliceWeight) -> None:
+    def _make_weight(self, slice_len: int) -> SliceWeight:
+        right = span_amount(self.span[1], slice_len, "span")
+        return SliceWeight(slice_len, self.strict_length, 0, right, keep_short=True)
+
+    def _set_weight(self, weight: SliceWeight) -> None:
         super()._set_weight(weight)
         self._refresh_all = True
 
     def _sync(self, storage: Any) -> tuple[bool, int] | None:
+        if getattr(storage, "ndim", 1) != 1:
+            raise ValueError(
+                "PrioritizedSliceSampler needs a storage with ndim=1 (priorities are kept per "
+                f"stored transition), got ndim={storage.ndim}."
+            )
         if storage.max_size != self._max_capacity:
             raise ValueError(
                 f"the storage has max_size={storage.max_size} but the sampler was built with "
                 f"max_capacity={self._max_capacity}: they must match."
             )
-        change = self._index.sync(storage)
+        change = self._sync_index(storage)
         index = self._index
         v_begin = index.v_end - index.size
         if change is not None and not change[0] and not self._refresh_all:
@@ -176,8 +202,8 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
             v = torch.cat([torch.arange(v_begin, v_begin + head), v])
         k = index.locate(v)
         offset = v - index.view("starts").index_select(0, k)
-        ok = offset < index.weight.many(index.view("lengths").index_select(0, k))
-        slots = v.remainder_(index.modulus)
+        ok = offset < index.weight.rooms(index.view("lengths").index_select(0, k))
+        slots = index.to_slots(v)
         self._valid.index_copy_(0, slots, ok)
         self._tree.update(slots, self._raw.index_select(0, slots) * ok)
 
@@ -185,11 +211,11 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         index = self._index
         valid = torch.zeros(self._max_capacity, dtype=torch.bool)
         if index.n:
-            room = index.weight.many(index.view("lengths"))
+            room = index.weight.rooms(index.view("lengths"))
             slice_id = torch.repeat_interleave(room)
             first = torch.cumsum(room, 0) - room - index.view("starts")
             v = torch.arange(slice_id.numel()) - first[slice_id]
-            valid[v.remainder_(index.modulus)] = True
+            valid[index.to_slots(v)] = True
         self._valid = valid
         self._tree.set_leaves(self._raw * valid)
         self._refresh_all = False
@@ -208,13 +234,13 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         slots = self._tree.sample(num_slices, self._rng)
         weight = (self._tree.leaves.index_select(0, slots) / self._tree.min).pow(-self._beta)
         starts = self._index.slots_to_v(slots)
-        if self.strict_length and self._index.weight.right == 0:
-            index, info = self._gather(storage, starts.view(-1, 1), None, slice_len)
+        out = self._emit(storage, starts.numpy(), self._index.locate(starts).numpy(), slice_len)
+        info = out.info
+        if out.slice_id is None:
             info["priority_weight"] = weight.repeat_interleave(slice_len)
         else:
-            index, info = self._clip(storage, starts, self._index.locate(starts), slice_len)
-            info["priority_weight"] = weight.index_select(0, info["slice_id"])
-        return index, info
+            info["priority_weight"] = weight.index_select(0, out.slice_id)
+        return out.index, info
 
     # ------------------------------------------------------------ state
     def _extra_state(self) -> dict[str, Any]:

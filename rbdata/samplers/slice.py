@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypedDict
 
 import numpy as np
 import torch
 from typing_extensions import Unpack
 
-from rbdata._trajectories import TrajectoryIndex, read_leaf, storage_keys
+from rbdata._trajectories import TrajectoryIndex, read_leaf
+from rbdata._trajectory_layouts import FragmentedTrajectoryIndex, GridTrajectoryIndex
 from rbdata._validation import NestedKey, check_int, check_optional_int, normalize_key
 from rbdata.samplers._base import Sampler
 from rbdata.samplers._live import _LiveSet
+from rbdata.samplers._slice_batch import SliceBatcher, Slices
+from rbdata.samplers._slice_errors import BatchSizeError, ExclusiveArgumentsError, SliceSizeError
+from rbdata.samplers._slice_markers import DEFAULT_END_KEY, MarkerRule
+from rbdata.samplers._slice_weight import SliceWeight, span_amount
 
 SpanArg = bool | int | tuple[bool | int, bool | int]
 
@@ -22,53 +28,38 @@ class SliceArgs(TypedDict, total=False):
     num_slices: int | None
     slice_len: int | None
     end_key: NestedKey | None
+    end_keys: Sequence[NestedKey] | None
     traj_key: NestedKey | None
+    step_key: NestedKey | None
+    fragmented: bool
     ends: torch.Tensor | None
     trajectories: torch.Tensor | None
     cache_values: bool
     truncated_key: NestedKey | None
+    init_key: NestedKey | None
     strict_length: bool
+    pad_output: bool
     compile: bool | dict[str, Any]
     span: SpanArg
     use_gpu: bool | torch.device
 
 
-class _SliceWeight:
-    """How many slice starts a trajectory of a given length offers (its sampling weight)."""
-
-    def __init__(self, slice_len: int, strict: bool, left: int, right: int) -> None:
-        self.slice_len, self.strict, self.left, self.right = slice_len, strict, left, right
-        self._extra = 1 - slice_len + left + right
-        self._floor = 0 if strict else 1
-
-    def one(self, length: int) -> int:
-        if self.strict and length < self.slice_len:
-            return 0
-        return max(length + self._extra, self._floor)
-
-    def many(self, lengths: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:
-        if isinstance(lengths, np.ndarray):
-            w = np.maximum(lengths + self._extra, self._floor)
-            if self.strict:
-                w[lengths < self.slice_len] = 0
-            return w
-        w = (lengths + self._extra).clamp_min_(self._floor)
-        if self.strict:
-            w.masked_fill_(lengths < self.slice_len, 0)
-        return w
-
-
-def _span_amount(value: bool | int, slice_len: int, name: str) -> int:
-    if isinstance(value, bool):
-        return slice_len - 1 if value else 0
-    if isinstance(value, int) and value >= 0:
-        return min(value, slice_len - 1)
-    raise ValueError(f"{name} must be a bool or an int >= 0, got {value!r}.")
+def _normalize_span(span: Any) -> tuple[bool | int, bool | int]:
+    if isinstance(span, list):
+        span = tuple(span)
+    if not isinstance(span, tuple):
+        span = (span, span)
+    if len(span) != 2:
+        raise ValueError(f"span must be a bool, an int or a pair of them, got {span!r}.")
+    left, right = span
+    for side in span:
+        span_amount(side, 2, "span")
+    return left, right
 
 
 def _static_markers(ends: Any, trajectories: Any) -> tuple[str, torch.Tensor] | None:
     if ends is not None and trajectories is not None:
-        raise ValueError("pass at most one of ends and trajectories, got both.")
+        raise ExclusiveArgumentsError("trajectories and ends are exclusive arguments.")
     if ends is not None:
         ends = torch.as_tensor(ends)
         if ends.dtype != torch.bool or ends.ndim != 1:
@@ -87,8 +78,8 @@ def _static_markers(ends: Any, trajectories: Any) -> tuple[str, torch.Tensor] | 
     return None
 
 
-def _replace_last(key: NestedKey, name: str) -> NestedKey:
-    return name if isinstance(key, str) else (*key[:-1], name)
+def _optional_key(key: NestedKey | None, name: str) -> NestedKey | None:
+    return None if key is None else normalize_key(key, name)
 
 
 class SliceSampler(Sampler):
@@ -96,51 +87,80 @@ class SliceSampler(Sampler):
 
     A batch of ``batch_size`` transitions holds ``num_slices`` slices of
     ``slice_len`` consecutive transitions (give exactly one of the two; the
-    batch size must be divisible by it). Slices never cross a trajectory
-    boundary nor the write cursor of a full buffer (the newest item is not
-    followed by the oldest). A slice start is drawn uniformly among all valid
-    starts, i.e. a trajectory is picked with probability proportional to the
-    number of slices it offers.
+    batch size must be divisible by it). As in torchrl, a slice picks a
+    trajectory uniformly among those that can give one, then a start
+    uniformly inside it. Slices never cross a trajectory boundary nor the
+    write cursor of a full buffer (the newest item is not followed by the
+    oldest). With a storage of ``ndim > 1`` (items of several cells, e.g. one
+    per environment), trajectories run along the first dimension inside each
+    cell.
 
-    Trajectories come from per-transition ids (``traj_key``; by default
-    ``"episode"``, then ``("collector", "traj_ids")``, then ``"traj_ids"``
-    when stored) or from end flags (``end_key``; by default ``("next", "done")``
-    and friends), or from fixed ``ends`` / ``trajectories`` tensors describing a
+    Trajectories come from per-transition ids (``traj_key``) or from end flags
+    (``end_key``, or ``end_keys`` OR-ed); a missing ``traj_key`` falls back to
+    the end flags and missing end flags to the ids. With none given, the ids
+    under ``("collector", "traj_ids")``, ``"episode"`` or ``"traj_ids"`` are
+    used (``traj_key`` then reports the one found, after the first sample),
+    else the done / terminated / truncated flags under ``"next"`` (OR-ed),
+    then at the root. Fixed ``ends`` / ``trajectories`` tensors describe a
     full, static storage. Boundaries are kept incrementally: a write costs the
-    sampler only a note of the written slots, the next sample reads the
-    markers of those slots, and a sample costs O(batch), whatever the buffer
-    size.
+    sampler a note of the written slots, the next sample reads the markers of
+    those slots, and a sample costs O(batch) whatever the buffer size
+    (multi-dim and fragmented layouts are recomputed once after each write).
 
     The returned index is flat, slice after slice (full slices: reshape the
-    batch to ``[num_slices, slice_len]``). When slices may be shorter
-    (``strict_length=False`` or ``span``), the info holds ``"slice_id"``, the
-    slice of each transition (``torch.bincount(info["slice_id"])`` gives the
-    slice lengths). Unless ``truncated_key`` is None, the info also holds
-    ``truncated_key`` set at the last transition of every slice, the matching
-    ``done`` entry (equal to it: a stored done flag can only fall at a slice's
-    end) and the stored ``terminated`` entry (False when not stored), so that
-    value estimators see where slices stop.
+    batch to ``[num_slices, slice_len]``). Unless ``truncated_key`` is None
+    the info holds ``truncated_key`` (bool ``[N, 1]``, True at the last
+    transition of every slice), the ``done`` entry beside it (the stored
+    flags OR-ed with it) and the stored ``terminated`` entry (False when not
+    stored), so that value estimators see where slices stop. When the
+    ``init_key`` entry is stored, the info holds it OR-ed with True at the
+    first transition of every slice (recurrent modules restart there).
 
     Args:
         num_slices: slices per batch.
         slice_len: transitions per slice.
-        end_key: entry holding end-of-trajectory flags.
+        end_key: entry holding end-of-trajectory flags (exclusive with
+            ``end_keys``). Reported as ``("next", "done")`` when no end key is given.
+        end_keys: entries whose flags are OR-ed into the end signal; those not
+            stored are skipped.
         traj_key: entry holding per-transition trajectory ids.
+        step_key: entry holding per-transition step numbers (``fragmented`` only).
+        fragmented: rebuild trajectories from ``traj_key`` ids and ``step_key``
+            steps wherever they are stored (steps of one trajectory need not be
+            adjacent; a missing step splits it). Slices are then drawn with
+            replacement (this class only), without ``span``.
         ends: a 1-D bool tensor of end flags of a full, static storage; if its
             last entry is False the last trajectory continues at slot 0.
         trajectories: a 1-D integer tensor of trajectory ids, same use as ``ends``.
         cache_values: accepted for torchrl compatibility; boundaries are always
             cached and updated incrementally.
         truncated_key: where the end-of-slice marker goes (None: no markers).
+        init_key: the stored entry marked True at slice starts (None: leave it).
         strict_length: only draw full-length slices (trajectories shorter than
             ``slice_len`` are skipped); with False, short trajectories give
             short slices and the batch may be shorter than asked.
+        pad_output: with ``strict_length=False``, when some trajectory is
+            shorter than ``slice_len``, pad every short slice to ``slice_len``
+            by repeating its last step, so that the batch has ``batch_size``
+            transitions, and put a bool ``[N]`` mask of the real steps under
+            ``("collector", "mask")``.
         compile: accepted for torchrl compatibility (sampling is already O(batch)).
         span: let slices start before a trajectory's start (left) and end past
-            its end (right), truncated to the trajectory: a bool for both sides,
-            an int ``i`` (at least ``slice_len - i`` transitions per slice) or a
-            ``(left, right)`` pair. Truncated slices make the batch shorter.
+            its end (right), truncated to the trajectory: a bool for both sides
+            (True: at least one transition), an int ``i`` (at least
+            ``slice_len - i`` transitions per slice) or a ``(left, right)``
+            pair. Truncated slices make the batch shorter.
         use_gpu: accepted for torchrl compatibility (no effect on CPU storages).
+
+    Raises:
+        SliceSizeError: (a TypeError and a ValueError) unless exactly one of
+            ``num_slices`` and ``slice_len`` is given.
+        ExclusiveArgumentsError: (a RuntimeError and a ValueError) for
+            ``end_key`` with ``end_keys``, ``ends`` with ``trajectories``, or
+            fixed markers with keys.
+        BatchSizeError: (a RuntimeError and a ValueError) at sample time, for
+            a batch size that is not a multiple of the slice size.
+        ValueError: ``pad_output`` with ``strict_length``, bad sizes or spans.
 
     Examples:
         >>> import torch
@@ -154,7 +174,12 @@ class SliceSampler(Sampler):
         >>> batch = rb.sample()
         >>> bool((batch["episode"].view(4, 5) == batch["episode"].view(4, 5)[:, :1]).all())
         True
+        >>> rb.sampler.traj_key
+        'episode'
     """
+
+    #: Whether ``fragmented=True`` is supported (torchrl: with replacement only).
+    _fragments_ok = True
 
     def __init__(self, **slice_args: Unpack[SliceArgs]) -> None:
         Sampler.__init__(self)
@@ -166,48 +191,96 @@ class SliceSampler(Sampler):
         num_slices: int | None = None,
         slice_len: int | None = None,
         end_key: NestedKey | None = None,
+        end_keys: Sequence[NestedKey] | None = None,
         traj_key: NestedKey | None = None,
+        step_key: NestedKey | None = "step_count",
+        fragmented: bool = False,
         ends: torch.Tensor | None = None,
         trajectories: torch.Tensor | None = None,
         cache_values: bool = False,
         truncated_key: NestedKey | None = ("next", "truncated"),
+        init_key: NestedKey | None = "is_init",
         strict_length: bool = True,
+        pad_output: bool = False,
         compile: bool | dict[str, Any] = False,
         span: SpanArg = False,
         use_gpu: bool | torch.device = False,
     ) -> None:
         """Check and store the slice arguments (the one place every slice sampler uses)."""
         if (num_slices is None) == (slice_len is None):
-            raise ValueError(
-                "pass exactly one of num_slices and slice_len, got "
+            raise SliceSizeError(
+                "Either num_slices or slice_len must be not None, and not both. Got "
                 f"num_slices={num_slices!r} and slice_len={slice_len!r}."
             )
         check_optional_int(num_slices, "num_slices", minimum=1)
         check_optional_int(slice_len, "slice_len", minimum=1)
+        if end_key is not None and end_keys is not None:
+            raise ExclusiveArgumentsError(
+                "`end_key` and `end_keys` are exclusive arguments: pass one boundary key "
+                f"through end_key or several to OR through end_keys, got end_key={end_key!r} "
+                f"and end_keys={end_keys!r}."
+            )
         static = _static_markers(ends, trajectories)
-        if static is not None and (end_key is not None or traj_key is not None):
-            raise ValueError("ends / trajectories cannot be combined with end_key or traj_key.")
-        if isinstance(span, list):
-            span = tuple(span)
-        if not isinstance(span, tuple):
-            span = (span, span)
-        if len(span) != 2:
-            raise ValueError(f"span must be a bool, an int or a pair of them, got {span!r}.")
-        for side in span:
-            _span_amount(side, 2, "span")
+        if static is not None and (end_key or end_keys or traj_key is not None):
+            raise ExclusiveArgumentsError(
+                "`ends` / `trajectories` and `end_key`, `end_keys` or `traj_key` are exclusive "
+                "arguments."
+            )
+        if pad_output and strict_length:
+            raise ValueError(
+                "pad_output=True is incompatible with strict_length=True: padding only happens "
+                "when short trajectories are kept, which requires strict_length=False."
+            )
+        span = _normalize_span(span)
+        if fragmented:
+            self._check_fragmented(step_key, static, span, compile)
         self.num_slices, self.slice_len = num_slices, slice_len
-        self.end_key = None if end_key is None else normalize_key(end_key, "end_key")
-        self.traj_key = None if traj_key is None else normalize_key(traj_key, "traj_key")
-        self.truncated_key = (
-            None if truncated_key is None else normalize_key(truncated_key, "truncated_key")
+        self.traj_key = _optional_key(traj_key, "traj_key")
+        self.end_keys = (
+            None if end_keys is None else tuple(normalize_key(k, "end_keys") for k in end_keys)
         )
-        self.strict_length = bool(strict_length)
+        given_end = _optional_key(end_key, "end_key")
+        defaulted = given_end is None and self.end_keys is None and static is None
+        self.end_key = DEFAULT_END_KEY if defaulted else given_end
+        self.step_key = _optional_key(step_key, "step_key")
+        self.fragmented = bool(fragmented)
+        self.truncated_key = _optional_key(truncated_key, "truncated_key")
+        self.init_key = _optional_key(init_key, "init_key")
+        self.strict_length, self.pad_output = bool(strict_length), bool(pad_output)
         self.span = span
-        self.cache_values, self.compile, self.use_gpu = cache_values, compile, use_gpu
-        self._index = TrajectoryIndex(traj_key=self.traj_key, end_key=self.end_key, static=static)
-        self._templates: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-        self._info_keys: tuple[Any, ...] | None = None
+        self.cache_values, self.compile, self.use_gpu = bool(cache_values), bool(compile), use_gpu
+        self._rule = MarkerRule(self.traj_key, given_end, self.end_keys)
+        self._static = static is not None
+        self._index = self._new_index(static)
+        self._batcher = SliceBatcher(self.truncated_key, self.init_key)
         self._shapes: dict[int, tuple[int, int]] = {}
+        self._short: tuple[int, bool] | None = None
+
+    def _check_fragmented(
+        self, step_key: NestedKey | None, static: Any, span: tuple[Any, Any], compile: Any
+    ) -> None:
+        if not self._fragments_ok:
+            raise NotImplementedError(
+                "fragmented=True currently supports SliceSampler with replacement only, not "
+                f"{type(self).__name__}."
+            )
+        if step_key is None:
+            raise ValueError("step_key must be provided when fragmented=True.")
+        if static is not None:
+            raise ValueError(
+                "fragmented=True requires trajectory and step identifiers; the static ends / "
+                "trajectories arguments cannot reconstruct interleaved trajectories."
+            )
+        if any(span):
+            raise NotImplementedError("span is not supported with fragmented=True.")
+        if compile:
+            raise NotImplementedError("compile is not supported with fragmented=True.")
+
+    def _new_index(self, static: tuple[str, torch.Tensor] | None) -> TrajectoryIndex:
+        if self.fragmented:
+            assert self.step_key is not None
+            return FragmentedTrajectoryIndex(traj_key=self.traj_key, step_key=self.step_key)
+        return TrajectoryIndex(static=static, resolve=self._rule.resolve)
 
     # ------------------------------------------------------------ writes
     def _on_write(self, index: torch.Tensor) -> None:
@@ -216,11 +289,12 @@ class SliceSampler(Sampler):
 
     def _on_update(self, index: torch.Tensor) -> None:
         """Note slots edited in place (``set_``, ``update_``): boundaries are re-read."""
-        self._index.extend(index)
+        self._index.touch(index)
 
     def _on_empty(self) -> None:
         self._index.clear()
-        self._info_keys = None
+        self._batcher.forget()
+        self._short = None
 
     def set_consume_after_n(self, n: int | None) -> None:
         """Slice samplers do not support consume-after-n (``n`` must be None)."""
@@ -237,15 +311,16 @@ class SliceSampler(Sampler):
         shape = self._shapes.get(batch_size) if type(batch_size) is int else None
         if shape is None:
             check_int(batch_size, "batch_size", minimum=1)
-            fixed, name = (
-                (self.num_slices, "num_slices")
-                if self.num_slices is not None
-                else (self.slice_len, "slice_len")
-            )
+            if self.num_slices is not None:
+                fixed, name, what = self.num_slices, "num_slices", "number of slices"
+            else:
+                assert self.slice_len is not None  # exactly one of them is set
+                fixed, name, what = self.slice_len, "slice_len", "slice length"
             if batch_size % fixed:
-                raise ValueError(
-                    f"batch_size={batch_size} is not divisible by {name}={fixed}: a batch is "
-                    "made of whole slices."
+                raise BatchSizeError(
+                    f"The batch-size must be divisible by the {what}, got "
+                    f"batch_size={batch_size} and {name}={fixed}: a batch is made of whole "
+                    "slices."
                 )
             shape = (self.num_slices or batch_size // fixed, self.slice_len or batch_size // fixed)
             self._shapes[batch_size] = shape
@@ -254,18 +329,18 @@ class SliceSampler(Sampler):
             self._set_weight(self._make_weight(shape[1]))
         return shape
 
-    def _make_weight(self, slice_len: int) -> _SliceWeight:
-        left = _span_amount(self.span[0], slice_len, "span")
-        right = _span_amount(self.span[1], slice_len, "span")
-        return _SliceWeight(slice_len, self.strict_length, left, right)
+    def _make_weight(self, slice_len: int) -> SliceWeight:
+        left = span_amount(self.span[0], slice_len, "span")
+        right = span_amount(self.span[1], slice_len, "span")
+        return SliceWeight(slice_len, self.strict_length, left, right)
 
-    def _set_weight(self, weight: _SliceWeight) -> None:
+    def _set_weight(self, weight: SliceWeight) -> None:
         index = self._index
         index.weight = weight
         if index.n:
             lengths = index.view("lengths")
             starts = index.view("starts")
-            w = weight.many(lengths)
+            w = torch.as_tensor(weight.many(lengths))
             cum = torch.cumsum(w, 0)
             index.view("excl").copy_(cum - w)
             index.view("shift")[1:].copy_(starts - (cum - w))
@@ -273,20 +348,98 @@ class SliceSampler(Sampler):
         else:
             index.base = index.total_end = 0
 
+    def _index_for(self, storage: Any) -> TrajectoryIndex:
+        """The trajectory index, switched to a per-cell one for a storage with ``ndim > 1``."""
+        index = self._index
+        if getattr(storage, "ndim", 1) > 1 and type(index) is TrajectoryIndex:
+            if self._static:
+                raise ValueError(
+                    "ends / trajectories describe a one-dimensional storage, got one with "
+                    f"ndim={storage.ndim}."
+                )
+            grid = GridTrajectoryIndex(resolve=self._rule.resolve, weight=index.weight)
+            grid.load_state_dict(index.state_dict())
+            self._index = index = grid
+        return index
+
     def _sync(self, storage: Any) -> tuple[bool, int] | None:
-        change = self._index.sync(storage)
+        change = self._sync_index(storage)
         if self._index.total_weight <= 0:
             raise self._no_slice_error()
         return change
+
+    def _sync_index(self, storage: Any) -> tuple[bool, int] | None:
+        """Bring the trajectories up to date (see ``TrajectoryIndex.sync``)."""
+        index = self._index_for(storage)
+        change = index.sync(storage)
+        if change is not None:
+            self._short = None
+        markers = index.markers
+        if change is not None and markers is not None:
+            if self._rule.traj_key is None and markers.kind == "ids":
+                self.traj_key = markers.keys[0] if markers.keys else None
+            self._note_dones(storage, change, markers.kind == "ends" and markers.keys)
+        return change
+
+    def _note_dones(self, storage: Any, change: tuple[bool, int], end_keys: Any) -> None:
+        """Track whether a stored done flag falls inside a trajectory (O(written)).
+
+        Until one does, the info's done entry equals the end-of-slice marker
+        (slices stay inside trajectories) and is not read from the storage.
+        """
+        batcher, index = self._batcher, self._index
+        done_key = batcher.done_key
+        if done_key is None or (end_keys and done_key in end_keys):
+            batcher.done_is_truncation = True
+            return
+        if not batcher.stores_done(storage):
+            return
+        rebuilt, v_from = change
+        if rebuilt:
+            lengths = index.view("lengths")
+            first = torch.cumsum(lengths, 0) - lengths - index.view("starts")
+            v = torch.arange(int(lengths.sum())) - torch.repeat_interleave(first, lengths)
+        else:
+            v = torch.arange(max(v_from - 1, index.v_end - index.size), index.v_end)
+        k = index.locate(v)
+        v = v[v != index.view("starts")[k] + index.view("lengths")[k] - 1]  # not a last step
+        inside = bool(v.numel()) and bool(read_leaf(storage, done_key, index.to_slots(v)).any())
+        batcher.done_is_truncation = not inside and (rebuilt or batcher.done_is_truncation)
 
     def _no_slice_error(self) -> RuntimeError:
         index = self._index
         longest = int(index.view("lengths").max()) if index.n else 0
         return RuntimeError(
-            f"no slice of {index.weight.slice_len} transitions can be drawn: the longest of "
-            f"the {index.n} stored trajectories has {longest} transitions and "
-            f"strict_length={self.strict_length}; use shorter slices or strict_length=False."
+            "Did not find a single trajectory with sufficient length: no slice of "
+            f"{index.weight.slice_len} transitions can be drawn, the longest of the {index.n} "
+            f"stored trajectories has {longest} transitions and strict_length="
+            f"{self.strict_length}; use shorter slices or strict_length=False."
         )
+
+    def _draw(self, num_slices: int) -> tuple[np.ndarray, np.ndarray]:
+        """Trajectories (positions in the live columns) and starts of ``num_slices`` slices.
+
+        A trajectory is drawn uniformly among those with room for a slice, then
+        a start uniformly inside it (before it under a left span). One random
+        62-bit integer per slice gives both (its remainder modulo the number of
+        trajectories, then the remainder of its quotient modulo the room; the
+        bias is below ``len(storage) / 2**62``), in a few numpy operations.
+        """
+        index, weight = self._index, self._index.weight
+        count = index.total_weight
+        r = torch.randint(1 << 62, (num_slices,), generator=self._rng).numpy()
+        quotient, rank = np.divmod(r, count)
+        if count == index.n:  # every trajectory has room: the rank is the position
+            k = rank
+        else:
+            k = np.searchsorted(index.view("excl").numpy(), rank + index.base, side="right") - 1
+        room = index.view("lengths").numpy()[k] + weight.extra
+        if not weight.strict:
+            np.maximum(room, 1, out=room)
+        begin = index.view("starts").numpy()[k] + quotient % room
+        if weight.left:
+            begin -= weight.left
+        return k, begin
 
     def _sample(
         self, storage: Any, batch_size: int, live: _LiveSet | None
@@ -294,100 +447,30 @@ class SliceSampler(Sampler):
         """Draw ``batch_size // slice_len`` slices (see the class docstring)."""
         num_slices, slice_len = self._shape(batch_size)
         self._sync(storage)
-        index = self._index
-        x = torch.randint(index.base, index.total_end, (num_slices, 1), generator=self._rng)
-        j = torch.searchsorted(index.view("excl"), x, right=True)
-        x += torch.take(index.view("shift"), j)
-        weight = index.weight
+        k, begin = self._draw(num_slices)
+        out = self._emit(storage, begin, k, slice_len)
+        return out.index, out.info
+
+    def _emit(self, storage: Any, begin: np.ndarray, k: np.ndarray, slice_len: int) -> Slices:
+        """The slices starting at the virtual positions ``begin`` of the trajectories ``k``."""
+        index, weight = self._index, self._index.weight
         if self.strict_length and not weight.left and not weight.right:
-            return self._gather(storage, x, None, slice_len)
-        starts = x.view(-1).sub_(weight.left)
-        return self._clip(storage, starts, j.view(-1).sub_(1), slice_len)
+            return self._batcher.full(storage, index.to_slots, begin, slice_len)
+        k_t = torch.from_numpy(k)
+        first = index.view("starts").index_select(0, k_t)
+        last = first + index.view("lengths").index_select(0, k_t) - 1
+        lo = torch.maximum(torch.from_numpy(begin), first)
+        lengths = torch.minimum(torch.from_numpy(begin + (slice_len - 1)), last) - lo + 1
+        pad = self.pad_output and self._has_short(slice_len)
+        return self._batcher.ragged(storage, index.to_slots, lo, lengths, slice_len, pad)
 
-    def _clip(
-        self, storage: Any, starts: torch.Tensor, k: torch.Tensor, slice_len: int
-    ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Truncate slices starting at virtual ``starts`` to their trajectories ``k``."""
-        first = self._index.view("starts").index_select(0, k)
-        last = first + self._index.view("lengths").index_select(0, k) - 1
-        begin = torch.maximum(starts, first)
-        lengths = torch.minimum(starts + (slice_len - 1), last) - begin + 1
-        return self._gather(storage, begin, lengths, slice_len)
-
-    def _gather(
-        self,
-        storage: Any,
-        starts: torch.Tensor,
-        lengths: torch.Tensor | None,
-        slice_len: int,
-    ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Flat slot index and info of slices at virtual ``starts``.
-
-        With ``lengths`` None every slice is full and ``starts`` has shape
-        ``[num_slices, 1]``; else ``starts`` and ``lengths`` are 1-D.
-        """
-        if self.truncated_key is not None and self._info_keys is None:
-            self._info_keys = self._end_keys(storage)
-        modulus = self._index.modulus
-        info: dict[str, Any] = {}
-        if lengths is None:
-            offsets, marks = self._template(starts.shape[0], slice_len)
-            flat = torch.add(starts, offsets).view(-1).remainder_(modulus)
-            marks = None if marks is None else marks.clone()
-        else:
-            slice_id = torch.repeat_interleave(lengths)
-            ends = torch.cumsum(lengths, 0)
-            flat = torch.arange(slice_id.numel()).add_((starts - ends + lengths)[slice_id])
-            flat.remainder_(modulus)
-            marks = self._marks(flat.numel())
-            if marks is not None:
-                marks.view(marks.shape[0], -1)[:2, ends - 1] = True
-            info["slice_id"] = slice_id
-        if marks is not None:
-            done_key, terminated_key, _, stored_terminated = self._info_keys
-            parts = marks.unbind(0)
-            info[self.truncated_key], info[done_key] = parts[0], parts[1]
-            info[terminated_key] = (
-                read_leaf(storage, terminated_key, flat) if stored_terminated else parts[2]
-            )
-        return flat, info
-
-    def _marks(self, size: int) -> torch.Tensor | None:
-        """Zeroed ``[k, size, *tail]`` end markers: truncated, done (and terminated if unstored)."""
-        if self.truncated_key is None:
-            return None
-        _, _, tail, stored_terminated = self._info_keys
-        return torch.zeros(2 if stored_terminated else 3, size, *tail, dtype=torch.bool)
-
-    def _template(self, n: int, slice_len: int) -> tuple[Any, ...]:
-        key = (n, slice_len)
-        if key not in self._templates:
-            self._templates.clear()
-            marks = self._marks(n * slice_len)
-            if marks is not None:
-                marks.view(marks.shape[0], n, slice_len)[:2, :, -1] = True
-            self._templates[key] = (torch.arange(slice_len), marks)
-        return self._templates[key]
-
-    def _end_keys(self, storage: Any) -> tuple[Any, ...]:
-        """The done / terminated keys beside ``truncated_key``, their shape, whether stored.
-
-        A stored done flag can only be set at a slice's last transition (slices
-        stay inside trajectories), so ``done`` equals the end-of-slice marker;
-        ``terminated`` is read from the storage (False when not stored).
-        """
-        done_key = _replace_last(self.truncated_key, "done")
-        terminated_key = _replace_last(self.truncated_key, "terminated")
-        keys = storage_keys(storage)
-        tail: tuple[int, ...] = (1,)
-        for key in (done_key, self.truncated_key, terminated_key):
-            if key in keys:
-                shape = read_leaf(storage, key, torch.zeros(1, dtype=torch.long)).shape[1:]
-                if shape.numel() == 1:
-                    tail = tuple(shape)
-                break
-        self._templates.clear()
-        return done_key, terminated_key, tail, terminated_key in keys
+    def _has_short(self, slice_len: int) -> bool:
+        """Whether a live trajectory is shorter than ``slice_len`` (cached until a write)."""
+        if self._short is None or self._short[0] != slice_len:
+            index = self._index
+            short = bool(index.n) and int(index.view("lengths").min()) < slice_len
+            self._short = (slice_len, short)
+        return self._short[1]
 
     # ------------------------------------------------------------ state
     def _extra_state(self) -> dict[str, Any]:
@@ -399,9 +482,10 @@ class SliceSampler(Sampler):
             self._index.load_state_dict(state_dict["trajectories"])
 
     def __repr__(self) -> str:
-        size = (
-            f"num_slices={self.num_slices}"
-            if self.num_slices is not None
-            else f"slice_len={self.slice_len}"
+        return (
+            f"{type(self).__name__}(num_slices={self.num_slices}, slice_len={self.slice_len}, "
+            f"end_key={self.end_key}, end_keys={self.end_keys}, traj_key={self.traj_key}, "
+            f"step_key={self.step_key}, fragmented={self.fragmented}, "
+            f"truncated_key={self.truncated_key}, strict_length={self.strict_length}, "
+            f"pad_output={self.pad_output})"
         )
-        return f"{type(self).__name__}({size}, strict_length={self.strict_length})"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from typing_extensions import Unpack
 
-from rbdata.samplers._live import _LiveSet
 from rbdata.samplers.slice import SliceArgs, SliceSampler
 
 
@@ -26,16 +26,20 @@ class SliceSamplerWithoutReplacement(SliceSampler):
     Keyword Args:
         drop_last: leave out the trajectories that cannot fill a last full batch.
         shuffle: visit trajectories in random order (else oldest first).
-        **slice_args: the :class:`SliceSampler` arguments:
+        **slice_args: the :class:`SliceSampler` arguments (``fragmented=True``
+            excepted, as in torchrl):
         num_slices: slices per batch.
         slice_len: transitions per slice.
         end_key: entry holding end-of-trajectory flags.
+        end_keys: entries whose flags are OR-ed into the end signal.
         traj_key: entry holding per-transition trajectory ids.
         ends: fixed end flags of a full, static storage (see :class:`SliceSampler`).
         trajectories: fixed trajectory ids of a full, static storage.
         truncated_key: where the end-of-slice marker goes (None: no markers).
+        init_key: the stored entry marked True at slice starts (None: leave it).
         strict_length: skip trajectories shorter than ``slice_len`` (else they
             give short slices).
+        pad_output: pad short slices to ``slice_len`` (see :class:`SliceSampler`).
         compile: accepted for torchrl compatibility.
         use_gpu: accepted for torchrl compatibility.
 
@@ -53,6 +57,8 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         >>> sorted(torch.cat(seen).tolist()), sampler.ran_out
         ([0, 1, 2, 3], True)
     """
+
+    _fragments_ok = False
 
     def __init__(
         self,
@@ -112,21 +118,14 @@ class SliceSamplerWithoutReplacement(SliceSampler):
                 break
         return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
 
-    def _sample(
-        self, storage: Any, batch_size: int, live: _LiveSet | None
-    ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Draw the next slices of the pass (see the class docstring)."""
-        num_slices, slice_len = self._shape(batch_size)
-        self._sync(storage)
-        index = self._index
+    def _draw(self, num_slices: int) -> tuple[np.ndarray, np.ndarray]:
+        """The next trajectories of the pass, and a uniform start in each."""
         k = self._take(num_slices)
-        lengths = index.view("lengths").index_select(0, k)
-        room = index.weight.many(lengths)
-        starts = index.view("starts").index_select(0, k)
-        starts += (torch.rand(k.numel(), generator=self._rng) * room).long()
-        if self.strict_length:
-            return self._gather(storage, starts.view(-1, 1), None, slice_len)
-        return self._clip(storage, starts, k, slice_len)
+        index, weight = self._index, self._index.weight
+        room = weight.rooms(index.view("lengths").index_select(0, k))
+        offset = torch.rand(k.numel(), dtype=torch.float64, generator=self._rng).mul_(room)
+        begin = index.view("starts").index_select(0, k).add_(offset.long()).sub_(weight.left)
+        return k.numpy(), begin.numpy()
 
     def _on_empty(self) -> None:
         super()._on_empty()

@@ -25,7 +25,8 @@ class _ForwardedMethods:
 
     def extend(self, data: Any, *, update_priority: bool | None = None) -> torch.Tensor:
         """Extend the buffer with a batch of elements; return their indices."""
-        return self._call("extend", data, update_priority=update_priority)  # type: ignore[no-any-return]
+        index: torch.Tensor = self._call("extend", data, update_priority=update_priority)
+        return index
 
     def __setitem__(self, index: Any, data: Any) -> None:
         self._call("__setitem__", index, data)
@@ -54,7 +55,8 @@ class _ForwardedMethods:
         self, predicate: Callable[..., bool] | None = None, *, trajectory_key: Any = None
     ) -> list[Any]:
         """The stored trajectories matching ``predicate`` (the predicate runs in the actor)."""
-        return self._call("query", predicate, trajectory_key=trajectory_key)  # type: ignore[no-any-return]
+        found: list[Any] = self._call("query", predicate, trajectory_key=trajectory_key)
+        return found
 
     # -------------------------------------------------------------- updates
     def update_priority(
@@ -83,7 +85,7 @@ class _ForwardedMethods:
         require_newer: bool = False,
     ) -> ConditionalUpdateResult:
         """Patch the records whose (index, generation) is still live."""
-        return self._call(  # type: ignore[no-any-return]
+        result: ConditionalUpdateResult = self._call(
             "update_if_present",
             index=index,
             generation=generation,
@@ -92,6 +94,7 @@ class _ForwardedMethods:
             version=version,
             require_newer=require_newer,
         )
+        return result
 
     def update_(
         self,
@@ -114,7 +117,8 @@ class _ForwardedMethods:
     # ------------------------------------------------------- state and disk
     def state_dict(self) -> dict[str, Any]:
         """The hosted buffer's full state (content included)."""
-        return self._call("state_dict")  # type: ignore[no-any-return]
+        state: dict[str, Any] = self._call("state_dict")
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output (validated first; unchanged on error)."""

@@ -182,10 +182,8 @@ class OwnerChannels:
         import ray
         import torch.distributed as dist
 
-        host = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
-        store = dist.TCPStore(  # type: ignore[attr-defined]
-            host, 0, 2, is_master=True, wait_for_workers=False, timeout=_TIMEOUT
-        )
+        host = str(ray.util.get_node_ip_address())
+        store = dist.TCPStore(host, 0, 2, is_master=True, wait_for_workers=False, timeout=_TIMEOUT)
         channel = uuid.uuid4().hex
         self._stores[channel] = (store, backend)
         return channel, host, int(store.port)
@@ -236,7 +234,7 @@ def connect(actor: Any, backend: str) -> ChannelEndpoint:
 
     channel, host, port = _runtime.get(actor.dist_listen.remote(backend), "binding a channel")
     joined = actor.dist_join.remote(channel)
-    store = dist.TCPStore(host, port, 2, is_master=False, timeout=_TIMEOUT)  # type: ignore[attr-defined]
+    store = dist.TCPStore(host, port, 2, is_master=False, timeout=_TIMEOUT)
     group = open_group(store, 1, backend)
     _runtime.get(joined, "binding a channel")
     return ChannelEndpoint(channel, group, 1, device_of(backend), store)

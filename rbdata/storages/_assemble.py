@@ -119,7 +119,9 @@ class _RowAssembler:
         template, views = staging
         try:
             pieces = [
-                p if type(p) is not int else (leaves[p] if p >= 0 else _words(leaves[~p], n))
+                p
+                if isinstance(p, torch.Tensor)
+                else (leaves[p] if p >= 0 else _words(leaves[~p], n))
                 for p in template
             ]
             if views:

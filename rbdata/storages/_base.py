@@ -6,16 +6,14 @@ import abc
 import operator
 import os
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import torch
 
+from rbdata._state_file import read_state, write_state
 from rbdata._validation import check_bool, check_int
 
 Index = int | slice | torch.Tensor
-
-_STATE_FILE = "storage_state.pt"
 
 
 def _identity(data: Any) -> Any:
@@ -125,9 +123,7 @@ class Storage(abc.ABC):
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
         """Save :meth:`state_dict` (content included) in the directory ``path``."""
-        folder = Path(path)
-        folder.mkdir(parents=True, exist_ok=True)
-        torch.save(self.apply_save_hooks(self.state_dict()), folder / _STATE_FILE)
+        write_state(self.apply_save_hooks(self.state_dict()), path, "storage")
 
     def loads(self, path: str | os.PathLike[str]) -> None:
         """Load a state saved with :meth:`dumps` (read with ``weights_only=True``).
@@ -135,8 +131,7 @@ class Storage(abc.ABC):
         Raises:
             FileNotFoundError: if ``path`` holds no saved storage.
         """
-        state = torch.load(Path(path) / _STATE_FILE, weights_only=True, map_location="cpu")
-        self.load_state_dict(self.apply_load_hooks(state))
+        self.load_state_dict(self.apply_load_hooks(read_state(path, "storage")))
 
     def apply_save_hooks(self, state: dict[str, Any]) -> dict[str, Any]:
         """``state`` (a :meth:`state_dict`) passed through the save hooks, in order."""
@@ -249,6 +244,10 @@ def _check_tensor(
     return index, hi
 
 
+@overload
+def _get_index(index: int | torch.Tensor, length: int) -> int | torch.Tensor: ...
+@overload
+def _get_index(index: Any, length: int) -> int | range | torch.Tensor: ...
 def _get_index(index: Any, length: int) -> int | range | torch.Tensor:
     """Normalize a read index: ints and tensors within ``[-length, length)``, slices to a range."""
     index = _as_index(index)

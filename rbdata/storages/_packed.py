@@ -48,7 +48,7 @@ class _PackedRows:
         ]
         self._shapes: dict[torch.Size, list[tuple[int, ...] | None]] = {}
         self._assembler = _RowAssembler(layout, self.device)
-        self._filled: tuple[int, torch.Tensor | None] = (-1, None)
+        self._filled: tuple[int, torch.Tensor] | None = None
         # CPU only: CUDA's caching allocator already reuses memory, and knows streams.
         self._pool = _GatherPool(_WORD, self.device) if self.device.type == "cpu" else None
 
@@ -66,7 +66,7 @@ class _PackedRows:
         source = self.words
         if filled is not None and filled != self.capacity:
             cached = self._filled
-            if cached[0] != filled:
+            if cached is None or cached[0] != filled:
                 cached = self._filled = (filled, source[:filled])
             source = cached[1]
         if self._pool is None or self.out_device is not None:
@@ -98,7 +98,7 @@ class _PackedRows:
             for dt, sizes in self.layout.groups
         ]
         return [
-            pieces[g][j] if shape is None else pieces[g][j].view(shape)
+            pieces[g][j] if shape is None else pieces[g][j].view(*shape or ((),))
             for (g, j), shape in zip(self.layout.pick, shapes, strict=True)
         ]
 

@@ -25,7 +25,7 @@ _CONST = "const"  # a non-tensor entry of a TensorDict: one value for every item
 _KINDS = (_LEAF, _TD, _DICT, _LIST, _TUPLE, _TC, _CONST)
 # Tensorclasses seen in this process, by "module:qualname": a saved structure names its class
 # and loading only looks it up here or among modules already imported (it never imports one).
-_TENSORCLASSES: dict[str, type] = {}
+_TENSORCLASSES: dict[str, type[Any]] = {}
 _SINGLE_TENSOR_NAME = "data"
 
 PathKey = tuple[str | int, ...]
@@ -51,6 +51,13 @@ class _Node:
         self.batch = batch
         self.extra = extra  # the class name of a tensorclass, the value of a constant
 
+    @property
+    def mapping_keys(self) -> list[str | int]:
+        """The keys of a TensorDict or dict node (in order)."""
+        if self.keys is None:
+            raise TypeError(f"a {self.kind} node has no keys.")
+        return self.keys
+
     def state(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
         if self.keys is not None:
@@ -68,7 +75,7 @@ def _class_name(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def _tensorclass(name: Any) -> type:
+def _tensorclass(name: Any) -> type[Any]:
     """The tensorclass a saved structure names (never imported: known or already loaded)."""
     if not isinstance(name, str) or ":" not in name:
         raise ValueError(f"malformed tensorclass name in a storage structure: {name!r}.")
@@ -132,9 +139,9 @@ def _infer(data: Any, lead: int, path: PathKey, paths: list[PathKey]) -> _Node:
             )
         keys: list[str | int] = []
         children = []
-        for key, value in data.items():
-            keys.append(key)
-            children.append(_infer(value, lead, (*path, key), paths))
+        for name, value in data.items():
+            keys.append(name)
+            children.append(_infer(value, lead, (*path, name), paths))
         return _Node(_TD, keys, children, tuple(data.batch_size[lead:]))
     if isinstance(data, Mapping):
         keys = list(data.keys())
@@ -183,7 +190,7 @@ def _collect_paths(node: _Node, path: PathKey, out: list[PathKey]) -> None:
     elif node.kind == _CONST:
         return
     elif node.kind in (_TD, _DICT):
-        for key, child in zip(node.keys, node.children, strict=True):
+        for key, child in zip(node.mapping_keys, node.children, strict=True):
             _collect_paths(child, (*path, key), out)
     else:
         for i, child in enumerate(node.children):
@@ -279,9 +286,9 @@ def _mismatch(path: PathKey, expected: str, data: Any) -> TypeError:
 
 def _check_keys(node: _Node, path: PathKey, given: Any) -> None:
     """Raise the KeyError that names the missing and extra (full, nested) keys."""
-    expected = set(node.keys)
+    expected = set(node.mapping_keys)
     missing: list[PathKey] = []
-    for key, child in zip(node.keys, node.children, strict=True):
+    for key, child in zip(node.mapping_keys, node.children, strict=True):
         if key not in given:
             _collect_paths(child, (*path, key), missing)
     extra = [(*path, key) for key in given if key not in expected]
@@ -317,7 +324,7 @@ def _flatten(node: _Node, data: Any, path: PathKey, out: list[torch.Tensor]) -> 
         if kind == _DICT and (not isinstance(data, Mapping) or isinstance(data, TensorDictBase)):
             raise _mismatch(path, "a dict", data)
         items = dict(data.items())
-        keys = node.keys
+        keys = node.mapping_keys
         if len(items) != len(keys) or any(k not in items for k in keys):
             _check_keys(node, path, items)
         for key, child in zip(keys, node.children, strict=True):
@@ -365,7 +372,7 @@ def _compile_flatten(node: _Node) -> Callable[[Any, list[torch.Tensor]], None]:
     subs = [None if c.kind == _LEAF else _compile_flatten(c) for c in node.children]
     count = len(subs)
     if node.kind in (_TD, _DICT):
-        pairs = list(zip(node.keys, subs, strict=True))
+        pairs = list(zip(node.mapping_keys, subs, strict=True))
         is_td = node.kind == _TD
 
         def flatten_mapping(data: Any, out: list[torch.Tensor]) -> None:
@@ -419,18 +426,18 @@ def _compile(node: _Node, counter: Any) -> _Builder:
             build_inner(leaves, batch, device)
         )
     if kind == _TD:
-        pairs = list(zip(node.keys, parts, strict=True))
+        pairs = list(zip(node.mapping_keys, parts, strict=True))
         extra = node.batch
         new = TensorDict._new_unsafe
 
         def build_td(leaves: list[torch.Tensor], batch: torch.Size, device: torch.device) -> Any:
-            source = {key: part(leaves, batch, device) for key, part in pairs}
+            source: dict[Any, Any] = {key: part(leaves, batch, device) for key, part in pairs}
             size = batch if not extra else torch.Size((*batch, *extra))
             return new(source, batch_size=size, device=device, nested=False)
 
         return build_td
     if kind == _DICT:
-        pairs = list(zip(node.keys, parts, strict=True))
+        pairs = list(zip(node.mapping_keys, parts, strict=True))
         return lambda leaves, batch, device: {k: p(leaves, batch, device) for k, p in pairs}
     container = tuple if kind == _TUPLE else list
     return lambda leaves, batch, device: container(p(leaves, batch, device) for p in parts)

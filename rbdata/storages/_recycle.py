@@ -17,13 +17,14 @@ was sent to another process (moved to shared memory) is never reused.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import torch
 
 _MAX_BUFFERS = 4
 _MAX_BYTES = 512 * 2**20
 # Present in every torch release rbdata supports; without it nothing is recycled.
-_use_count = getattr(torch._C, "_storage_Use_Count", None)
+_use_count: Callable[[int], int] | None = getattr(torch._C, "_storage_Use_Count", None)
 
 
 def _unused(buffer: torch.Tensor) -> bool:
@@ -33,7 +34,7 @@ def _unused(buffer: torch.Tensor) -> bool:
     reused: the receiving process may still read it.
     """
     storage = buffer.untyped_storage()
-    return _use_count(storage._cdata) == 2 and not storage.is_shared()
+    return _use_count is not None and _use_count(storage._cdata) == 2 and not storage.is_shared()
 
 
 class _GatherPool:
@@ -57,10 +58,10 @@ class _GatherPool:
         with self._lock:  # the alias returned holds the memory before another thread looks
             for buffer in self._buffers:
                 if buffer.shape == shape and _unused(buffer):
-                    return buffer.view(shape)
+                    return buffer.detach()  # an alias: cheaper than a view, holds the memory
             fresh = torch.empty(shape, dtype=self._dtype, device=self._device)
             self._keep(fresh)
-            return fresh.view(shape)
+            return fresh.detach()
 
     def _keep(self, fresh: torch.Tensor) -> None:
         """Pool ``fresh``, dropping unused buffers (of other shapes) to make room."""

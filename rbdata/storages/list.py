@@ -80,16 +80,16 @@ class ListStorage(Storage):
         return True
 
     def _set(self, index: Index, data: Any) -> int:
-        index, stop = _set_index(index, self._len, self.max_size)
-        if isinstance(index, int):
-            positions, items = [index], [data]  # one item, stored as given
+        slots, stop = _set_index(index, self._len, self.max_size)
+        if isinstance(slots, int):
+            positions, items = [slots], [data]  # one item, stored as given
         else:
-            if isinstance(index, torch.Tensor):
-                positions = index.tolist()
-            elif isinstance(index, tuple):
-                positions = [*index[0], *index[1]]
+            if isinstance(slots, torch.Tensor):
+                positions = slots.tolist()
+            elif isinstance(slots, tuple):
+                positions = [*slots[0], *slots[1]]
             else:
-                positions = list(index)
+                positions = list(slots)
             items = self._unbind(data)
             if len(items) != len(positions):
                 raise ValueError(
@@ -117,10 +117,10 @@ class ListStorage(Storage):
         index = _as_index(index)
         if isinstance(index, slice):
             return self._collect([self._items[i] for i in range(*index.indices(self._len))])
-        index = _get_index(index, self._len)
-        if isinstance(index, int):
-            return self._items[index]
-        return self._gather(index.tolist())
+        slots = _get_index(index, self._len)
+        if isinstance(slots, int):
+            return self._items[slots]
+        return self._gather(slots.tolist())
 
     def _gather(self, positions: list[Any]) -> Any:
         return self._collect(

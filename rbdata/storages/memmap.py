@@ -80,7 +80,7 @@ class LazyMemmapStorage(LazyTensorStorage):
         self._auto_cleanup = self._scratch_dir_is_temp if auto_cleanup is None else auto_cleanup
         self._cleaned_up = False
         self._mmap: MemoryMappedTensor | None = None
-        self._cleanup: weakref.finalize | None = None
+        self._cleanup: weakref.finalize[..., LazyMemmapStorage] | None = None
 
     @property
     def filename(self) -> str | None:
@@ -140,4 +140,6 @@ class LazyMemmapStorage(LazyTensorStorage):
         return True
 
     def _packed_from_pickle(self, obj: Any) -> torch.Tensor:
+        if self._mmap is None:
+            raise RuntimeError("the storage was pickled after cleanup(): its rows file is gone.")
         return self._mmap.as_subclass(torch.Tensor)

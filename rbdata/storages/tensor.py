@@ -185,7 +185,7 @@ class TensorStorage(Storage):
 
     def get_leaf(self, key: Any) -> torch.Tensor:
         """A writable view ``[capacity, *shape]`` of one leaf over the whole storage."""
-        if self._rows is None:
+        if self._rows is None or self._structure is None:
             raise RuntimeError("get_leaf needs an initialized storage (write data first).")
         return self._rows.views[self._structure.leaf_index(key)]
 
@@ -246,9 +246,16 @@ class TensorStorage(Storage):
         n = _check_leaves(structure, leaves, layout.dtypes, _tails(layout, lead), batched)
         return _Plan(structure, layout, lead, leaves, n)
 
+    def _allocated(self) -> tuple[_Structure, _PackedLayout, _PackedRows]:
+        """The structure, row layout and rows of an initialized storage."""
+        if self._rows is None or self._structure is None or self._layout is None:
+            raise RuntimeError("the storage is not initialized: nothing to read.")
+        return self._structure, self._layout, self._rows
+
     def _leaves(self, data: Any, batched: bool) -> tuple[list[torch.Tensor], int]:
-        leaves = self._structure.flatten(data)
-        if [t.dtype for t in leaves] == self._layout.dtypes:
+        structure, layout, _ = self._allocated()
+        leaves = structure.flatten(data)
+        if [t.dtype for t in leaves] == layout.dtypes:
             shapes = [t.shape for t in leaves]
             if not batched:
                 if shapes == self._tails:
@@ -263,13 +270,11 @@ class TensorStorage(Storage):
                     self._batch_shapes[n] = expected
                 if shapes == expected:
                     return leaves, n
-        return leaves, _check_leaves(
-            self._structure, leaves, self._layout.dtypes, self._tails, batched
-        )
+        return leaves, _check_leaves(structure, leaves, layout.dtypes, self._tails, batched)
 
     # ---------------------------------------------------------------- write
     def _reads_own_memory(self, data: Any) -> bool:
-        if self._rows is None:
+        if self._rows is None or self._structure is None:
             return False
         try:
             leaves = self._structure.flatten(data)
@@ -279,7 +284,9 @@ class TensorStorage(Storage):
 
     def _set(self, index: Index, data: Any) -> int:
         if type(index) is slice and self._cells == 1 and self._rows is not None:
-            start, stop = index.start, index.stop  # the writers' hot path: items in range
+            # the writers' hot path: items in range (``plain`` checks that the bounds are ints)
+            start: int = index.start
+            stop: int = index.stop
             plain = index.step is None and type(start) is type(stop) is int
             if plain and 0 <= start <= stop <= self._capacity:
                 leaves, n = self._leaves(data, True)
@@ -304,13 +311,13 @@ class TensorStorage(Storage):
         else:
             leaves, n = self._leaves(data, batched)
             capacity = self._capacity
-        index, stop = _set_index(index, self._len, capacity)
-        count = _count(index)
+        slots, stop = _set_index(index, self._len, capacity)
+        count = _count(slots)
         if count != n:
             raise ValueError(f"index selects {count} item(s) but data holds {n}.")
         if plan is not None:
             self._allocate(plan.structure, plan.layout, plan.lead)
-        self._write(index, leaves, batched)
+        self._write(slots, leaves, batched)
         return stop
 
     def _write(
@@ -319,12 +326,11 @@ class TensorStorage(Storage):
         leaves: list[torch.Tensor],
         batched: bool,
     ) -> None:
-        rows, cells = self._rows, self._cells
+        _, layout, rows = self._allocated()
+        cells = self._cells
         leaves = rows.unaliased(leaves)
         if cells != 1:
-            leaves = [
-                t.reshape(-1, *shape) for t, shape in zip(leaves, self._layout.shapes, strict=True)
-            ]
+            leaves = [t.reshape(-1, *shape) for t, shape in zip(leaves, layout.shapes, strict=True)]
         elif not batched:
             leaves = [t.unsqueeze(0) for t in leaves]
         if isinstance(index, int):
@@ -351,33 +357,37 @@ class TensorStorage(Storage):
 
     # ----------------------------------------------------------------- read
     def _get(self, index: Index) -> Any:
-        rows, filled = self._rows, len(self)
-        flat = type(index) is torch.Tensor and index.ndim == 1
-        if flat and filled and index.dtype is torch.int64:
+        filled = len(self)
+        if (
+            type(index) is torch.Tensor
+            and index.ndim == 1
+            and filled
+            and index.dtype is torch.int64
+        ):
+            structure, _, rows = self._allocated()
             try:  # the gather rejects what lies outside the filled part (negatives included)
                 packed = rows.read_index(index, filled)
             except IndexError:
                 pass  # the checked path resolves negative entries or names the bad one
             else:
                 batch = index.shape
-                return self._structure.build(rows.split(packed, batch), batch, self._out_device)
+                return structure.build(rows.split(packed, batch), batch, self._out_device)
         index = _as_index(index)
         if isinstance(index, slice):
             return self._get_items(range(*index.indices(self._len)))
-        index = _get_index(index, len(self))
-        rows = self._rows
-        if isinstance(index, int):
-            leaves = rows.split(rows.read_range(index, index + 1), _SCALAR)
-            return self._structure.build(leaves, _SCALAR, self._out_device)
-        batch = index.shape
-        flat = index if index.ndim == 1 else index.reshape(-1)
+        slots = _get_index(index, len(self))
+        structure, _, rows = self._allocated()
+        if isinstance(slots, int):
+            leaves = rows.split(rows.read_range(slots, slots + 1), _SCALAR)
+            return structure.build(leaves, _SCALAR, self._out_device)
+        batch = slots.shape
+        flat = slots if slots.ndim == 1 else slots.reshape(-1)
         leaves = rows.split(rows.read_index(flat), batch)
-        return self._structure.build(leaves, batch, self._out_device)
+        return structure.build(leaves, batch, self._out_device)
 
     def _get_items(self, items: range) -> Any:
-        if self._rows is None:
-            raise RuntimeError("the storage is not initialized: nothing to read.")
-        rows, cells, n = self._rows, self._cells, len(items)
+        structure, _, rows = self._allocated()
+        cells, n = self._cells, len(items)
         if items.step == 1 or n <= 1:
             start = items.start * cells if n else 0
             packed = rows.read_range(start, start + n * cells)
@@ -387,10 +397,10 @@ class TensorStorage(Storage):
             )
         if cells == 1:
             batch = torch.Size([n])
-            return self._structure.build(rows.split(packed, batch), batch, self._out_device)
+            return structure.build(rows.split(packed, batch), batch, self._out_device)
         lead = self._lead
         leaves = [t.movedim(0, len(lead)) for t in rows.split(packed, torch.Size([n, *lead]))]
-        return self._structure.build(leaves, torch.Size([*lead, n]), self._out_device)
+        return structure.build(leaves, torch.Size([*lead, n]), self._out_device)
 
     # ------------------------------------------------------------ lifecycle
     def _allocate(
@@ -409,7 +419,7 @@ class TensorStorage(Storage):
         self._cells, self._capacity = cells, capacity
         self._tails = _tails(layout, lead)
         self._batch_shapes = {}
-        self._set_rows(packed)
+        self._set_rows(layout, packed)
 
     def _new_packed(self, rows: int, row_bytes: int) -> torch.Tensor:
         packed = torch.zeros((rows, row_bytes), dtype=torch.uint8, device=self._device)
@@ -417,9 +427,9 @@ class TensorStorage(Storage):
             packed.share_memory_()
         return packed
 
-    def _set_rows(self, packed: torch.Tensor) -> None:
+    def _set_rows(self, layout: _PackedLayout, packed: torch.Tensor) -> None:
         out_device = None if packed.device == self._device else self._device
-        self._rows = _PackedRows(self._layout, packed, out_device)
+        self._rows = _PackedRows(layout, packed, out_device)
         self._out_device = self._device
 
     def _empty(self) -> None:
@@ -444,9 +454,10 @@ class TensorStorage(Storage):
         return self
 
     def _share_rows(self) -> None:
-        packed = self._rows.packed
+        _, layout, rows = self._allocated()
+        packed = rows.packed
         if packed.device.type == "cpu" and not packed.is_shared():
-            self._set_rows(packed.share_memory_())
+            self._set_rows(layout, packed.share_memory_())
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -462,13 +473,13 @@ class TensorStorage(Storage):
         self._rows = None
         if self._structure is not None:
             self._structure = _Structure.from_state(self._structure)
-        if packed is not None:
-            self._set_rows(self._packed_from_pickle(packed))
+        if packed is not None and self._layout is not None:
+            self._set_rows(self._layout, self._packed_from_pickle(packed))
 
     def _packed_to_pickle(self, packed: torch.Tensor) -> Any:
         return packed
 
-    def _packed_from_pickle(self, obj: Any) -> torch.Tensor:
+    def _packed_from_pickle(self, obj: torch.Tensor) -> torch.Tensor:
         return obj
 
     # ----------------------------------------------------------------- state
@@ -482,15 +493,14 @@ class TensorStorage(Storage):
         """
         if self._rows is None:
             return {"len": 0, "content": {}, "spec": {}, "structure": None, "lead": []}
+        structure, layout, rows = self._allocated()
         filled = len(self)
-        names = self._structure.names
+        names = structure.names
         return {
             "len": filled,
-            "content": {
-                n: v[:filled].clone() for n, v in zip(names, self._rows.views, strict=True)
-            },
-            "spec": _spec(names, self._layout),
-            "structure": self._structure.state(),
+            "content": {n: v[:filled].clone() for n, v in zip(names, rows.views, strict=True)},
+            "spec": _spec(names, layout),
+            "structure": structure.state(),
             "lead": list(self._lead),
         }
 
@@ -504,7 +514,7 @@ class TensorStorage(Storage):
         if self._rows is None:
             self._allocate(structure, layout, lead)
         if filled:
-            self._rows.write_range(0, leaves)
+            self._allocated()[2].write_range(0, leaves)
         self._len = filled // self._cells
 
 

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import abc
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 from torch.utils._pytree import tree_leaves, tree_map
 
+from rbdata._state_file import read_state, write_state
 from rbdata._validation import check_bool
 from rbdata.storages import Storage
 
 __all__ = ["Writer", "batch_len", "slice_batch"]
-
-_STATE_FILE = "writer_state.pt"
 
 
 def batch_len(data: Any) -> int:
@@ -45,7 +43,7 @@ def batch_len(data: Any) -> int:
 
 
 def slice_batch(data: Any, rows: slice) -> Any:
-    """``rows`` of a batch: tensors, TensorDicts, tensorclasses and lists sliced; PyTrees leafwise."""
+    """``rows`` of a batch: tensors, TensorDicts, tensorclasses, lists sliced; PyTrees leafwise."""
     if isinstance(data, torch.Tensor | TensorDictBase | list) or hasattr(data, "_tensordict"):
         return data[rows]
     return tree_map(lambda leaf: leaf[rows], data)
@@ -263,13 +261,11 @@ class Writer(abc.ABC):
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
         """Save :meth:`state_dict` in the directory ``path``."""
-        folder = Path(path)
-        folder.mkdir(parents=True, exist_ok=True)
-        torch.save(self.state_dict(), folder / _STATE_FILE)
+        write_state(self.state_dict(), path, "writer")
 
     def loads(self, path: str | os.PathLike[str]) -> None:
         """Load a state saved with :meth:`dumps` (read with ``weights_only=True``)."""
-        self.load_state_dict(torch.load(Path(path) / _STATE_FILE, weights_only=True))
+        self.load_state_dict(read_state(path, "writer"))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(cursor={self._cursor}, write_count={self._write_count})"

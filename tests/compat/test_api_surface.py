@@ -24,9 +24,6 @@ MISSING_PARAMS = {
     "PrioritizedReplayBuffer": {"sampler_device", "sync"},
     "TensorDictPrioritizedReplayBuffer": {"sampler_device", "sync"},
     "Storage": {"checkpointer"},
-    "SliceSampler": {"end_keys", "step_key", "fragmented", "init_key", "pad_output"},
-    "SliceSamplerWithoutReplacement": {"end_keys", "init_key"},
-    "PrioritizedSliceSampler": {"end_keys", "init_key"},
     "ConditionalUpdateResult": {"batch_size", "device", "names"},
     "Transform": {"in_keys_inv", "out_keys_inv"},
     "Compose": {"in_keys", "out_keys", "in_keys_inv", "out_keys_inv"},
@@ -39,7 +36,7 @@ _STORAGE = {
     "supports_conditional_update",
 }  # fmt: skip
 _SAMPLER = {"can_sample", "default_priority"}
-_SLICE = _SAMPLER | {"fragmented", "step_key"}
+_SLICE = _SAMPLER
 
 #: public members of torchrl that rbdata lacks (class -> members)
 MISSING_MEMBERS = {

@@ -124,11 +124,6 @@ def test_rbdata_refuses_consumption_with_slice_samplers():
     assert err == ("raises", "ValueError")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rbdata bug: iterating a consuming buffer with prefetch drops the batches sampled "
-    "ahead when the pass ends (their items count as consumed but are never returned)",
-)
 def test_rbdata_consumes_with_prefetch():
     from ._libs import load
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ._describe import outcome
-from ._libs import load, parity_gap
+from ._libs import load
 
 N = 8
 ALPHA, BETA, EPS = 0.7, 0.5, 1e-8
@@ -96,12 +96,6 @@ def test_negative_alpha_or_beta_is_a_value_error(prio_lib, alpha, beta):
 
 
 def test_prefilled_storage_samples_before_any_write(prio_lib, request):
-    parity_gap(
-        request,
-        prio_lib,
-        "a prioritized sampler over a pre-filled TensorStorage never written through the "
-        "buffer returns empty batches (torchrl gives every slot the default priority)",
-    )
     rb = prio_lib.ReplayBuffer(
         storage=prio_lib.TensorStorage(torch.arange(N)),
         sampler=prio_lib.PrioritizedSampler(N, ALPHA, BETA),

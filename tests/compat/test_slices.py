@@ -46,7 +46,6 @@ def test_slice_sample_shape_and_keys(lib, kind):
 
 def test_span_truncates_slices_at_the_edges(lib, request):
     """span=True: slices may start before/end after a trajectory, truncated there (<= 8 rows)."""
-    parity_gap(request, lib, "span=True samples carry an extra 'slice_id' entry")
     torch.manual_seed(0)
     rb = _buffer(lib, lib.SliceSampler(slice_len=4, traj_key="episode", span=True))
     sizes = []
@@ -59,13 +58,6 @@ def test_span_truncates_slices_at_the_edges(lib, request):
 
 @pytest.mark.parametrize("kind", SAMPLERS)
 def test_slice_sample_info_keys(lib, request, kind):
-    parity_gap(
-        request,
-        lib,
-        "TensorDictReplayBuffer + slice sampler: sample(return_info=True) raises TypeError under "
-        "tensordict 0.14 (`tuple in td.keys()`) and, under 0.15, drops the ('next', 'done' | "
-        "'terminated' | 'truncated') info entries torchrl returns",
-    )
     _, info = _buffer(lib, SAMPLERS[kind](lib)).sample(return_info=True)
     assert sorted(map(str, info)) == SLICE_INFO
 
@@ -89,9 +81,6 @@ def test_slice_in_a_plain_replay_buffer(lib):
 
 
 def test_prioritized_slice_sample(prio_lib, request):
-    parity_gap(
-        request, prio_lib, "TensorDictReplayBuffer + slice sampler: sample(return_info=True) fails"
-    )
     sampler = prio_lib.PrioritizedSliceSampler(24, 0.7, 0.5, slice_len=4, traj_key="episode")
     data, info = _buffer(prio_lib, sampler).sample(return_info=True)
     assert keys_of(data) == sorted([*SAMPLE_KEYS, "priority_weight"])
@@ -113,11 +102,6 @@ def test_slice_without_replacement_pass():
     ids=["batch-not-multiple-of-slice_len", "batch-6-slice_len-4"],
 )
 def test_batch_not_divisible_by_slice_len(lib, request, kwargs, batch):
-    parity_gap(
-        request,
-        lib,
-        "batch size not a multiple of slice_len raises ValueError; torchrl RuntimeError",
-    )
     rb = _buffer(lib, lib.SliceSampler(traj_key="episode", **kwargs))
     assert outcome(lambda: rb.sample(batch)) == ("raises", "RuntimeError")
 
@@ -128,11 +112,6 @@ def test_batch_not_divisible_by_slice_len(lib, request, kwargs, batch):
     ids=["both", "neither"],
 )
 def test_slice_len_xor_num_slices(lib, request, kwargs):
-    parity_gap(
-        request,
-        lib,
-        "SliceSampler with both/neither of slice_len, num_slices: ValueError; torchrl TypeError",
-    )
     assert outcome(lambda: lib.SliceSampler(traj_key="episode", **kwargs)) == (
         "raises",
         "TypeError",
@@ -140,7 +119,6 @@ def test_slice_len_xor_num_slices(lib, request, kwargs):
 
 
 def test_pad_output(lib, request):
-    parity_gap(request, lib, "SliceSampler(pad_output=...) missing")
     sampler = lib.SliceSampler(
         slice_len=6, traj_key="episode", pad_output=True, strict_length=False
     )

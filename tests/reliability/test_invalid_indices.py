@@ -64,7 +64,7 @@ BAD_INDICES = {
 
 def cases() -> list[Any]:
     out = []
-    for entry in ("update_priority", "update_if_present"):
+    for entry in ("update_priority", "update_if_present", "set_at_"):
         for sampler in ("prioritized", "random"):
             for case in BAD_INDICES:
                 if entry == "update_if_present" and case == "never written slot":
@@ -94,6 +94,8 @@ def test_a_bad_index_raises_and_changes_nothing(entry, sampler, case):
     with pytest.raises((ValueError, TypeError, IndexError)):
         if entry == "update_priority":
             rb.update_priority(index, 2.0, generation=generation)
+        elif entry == "set_at_":
+            rb.set_at_("x", torch.full((2,), 9.0), index)
         else:
             n = len(index) if isinstance(index, torch.Tensor) else 1
             rb.update_if_present(

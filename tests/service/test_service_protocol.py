@@ -225,3 +225,26 @@ def test_bad_transport_options_are_refused(ray_cluster: Any) -> None:
             transport="distributed",
             transport_options={"backend": "mpi"},
         )
+
+
+def test_the_client_passes_the_conformance_checks(
+    ray_cluster: Any, check_servable: Any, tmp_path: Any
+) -> None:
+    owners: list[Any] = []
+
+    def make() -> Any:
+        owner = TensorDictReplayBuffer(
+            storage=LazyTensorStorage(64),
+            writer=TensorDictRoundRobinWriter(track_generations=True),
+            batch_size=4,
+            service_backend="ray",
+            service_backend_options=OPTIONS,
+        )
+        owners.append(owner)
+        return owner.client()
+
+    try:
+        check_servable(make, tmp_path)
+    finally:
+        for owner in owners:
+            owner.shutdown()
