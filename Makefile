@@ -18,5 +18,5 @@ lint: setup
 bench-venv:
 	bash scripts/bench_venv.sh
 
-docs: setup
+docs:
 	bash scripts/docs.sh

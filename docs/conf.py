@@ -48,12 +48,15 @@ myst_heading_anchors = 3  # `[text](page.md#a-heading)` links
 # API reference
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"  # signatures stay short; types go into the parameter list
-autodoc_typehints_description_target = "documented"
+autodoc_typehints_description_target = "all"  # every parameter and return type
 # defaults as written in the source (``LazyTensorStorage(1000)``, ``("next", "done")``)
 autodoc_preserve_defaults = True
 autodoc_inherit_docstrings = True
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
+# "Keyword Args" read as "Args": keyword-only parameters get their types from the hints too
+# (the signature's ``*`` shows which are keyword-only)
+napoleon_custom_sections = [("Keyword Args", "Args")]
 napoleon_use_rtype = False
 napoleon_attr_annotations = True
 
@@ -204,6 +207,15 @@ def _sentence_as_written(
             return
 
 
+def _protocol_without_signature(
+    app: Any, what: str, name: str, obj: Any, options: Any, signature: Any, return_annotation: Any
+) -> tuple[str, Any] | None:
+    """Show a Protocol (``ServableBuffer``) without the ``(*args, **kwargs)`` of its signature."""
+    if what == "class" and getattr(obj, "_is_protocol", False):
+        return "", return_annotation
+    return None
+
+
 def _check_api_coverage(app: Any, env: Any) -> None:
     """Warn (an error under ``-W``) for a name of ``rbdata.__all__`` the API reference lacks."""
     documented = set(env.get_domain("py").objects)
@@ -217,5 +229,6 @@ def setup(app: Any) -> dict[str, Any]:
     app.connect("missing-reference", _resolve_public_alias)
     app.connect("autodoc-process-docstring", _attribute_docstring)
     app.connect("autodoc-process-docstring", _sentence_as_written, priority=600)  # after napoleon
+    app.connect("autodoc-process-signature", _protocol_without_signature)
     app.connect("env-check-consistency", _check_api_coverage)
     return {"parallel_read_safe": True}
