@@ -1,4 +1,4 @@
-.PHONY: setup test main bench lint bench-venv
+.PHONY: setup test main bench lint bench-venv docs
 
 setup:
 	bash scripts/setup.sh
@@ -17,3 +17,6 @@ lint: setup
 
 bench-venv:
 	bash scripts/bench_venv.sh
+
+docs:
+	bash scripts/docs.sh

@@ -1,0 +1,234 @@
+"""Sphinx configuration of rbdata's documentation site.
+
+Build with ``bash scripts/docs.sh`` (or ``make docs``): it runs the code of the
+pages (``-b doctest``), then builds the HTML (``-b html``), both with warnings
+as errors. Markdown pages are read by myst-parser; the API reference comes from
+the package's Google-style docstrings (autodoc + napoleon).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from sphinx.pycode import ModuleAnalyzer
+from sphinx.util import logging
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+sys.path.insert(0, str(ROOT))  # document this checkout's rbdata, not an installed copy
+
+import rbdata  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+project = "rbdata"
+author = "rbdata contributors"
+copyright = "rbdata contributors"  # noqa: A001 - Sphinx's name
+release = version = rbdata.__version__
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.doctest",
+    "sphinx.ext.viewcode",
+]
+source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
+root_doc = "index"
+exclude_patterns = ["_build", "_generated", ".gitignore"]  # _generated: included by pages
+
+# Markdown
+myst_enable_extensions = ["colon_fence", "deflist"]
+myst_heading_anchors = 3  # `[text](page.md#a-heading)` links
+
+# API reference
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"  # signatures stay short; types go into the parameter list
+autodoc_typehints_description_target = "all"  # every parameter and return type
+# defaults as written in the source (``LazyTensorStorage(1000)``, ``("next", "done")``)
+autodoc_preserve_defaults = True
+autodoc_inherit_docstrings = True
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+# "Keyword Args" read as "Args": keyword-only parameters get their types from the hints too
+# (the signature's ``*`` shows which are keyword-only)
+napoleon_custom_sections = [("Keyword Args", "Args")]
+napoleon_use_rtype = False
+napoleon_attr_annotations = True
+
+# Only the pages' own {doctest}/{testcode} blocks run in `-b doctest`: the docstring
+# examples the API reference shows already run in the test suite (pytest --doctest-modules).
+doctest_test_doctest_blocks = ""
+# Keep the build log readable: Lightning's banners and known deprecation notices of the
+# pinned dependencies say nothing about the examples.
+doctest_global_setup = """
+import logging
+import warnings
+
+logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+warnings.filterwarnings("ignore", message=".*set_vital.*")
+warnings.filterwarnings("ignore", message=".*IterableDataset.*has `__len__` defined.*")
+warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated.*")
+warnings.filterwarnings("ignore", message=".*exists and is not empty.*")
+"""
+
+# HTML
+html_theme = "furo"
+html_title = f"rbdata {release}"
+html_static_path = ["_static"]
+html_css_files = ["rbdata.css"]
+html_theme_options = {"navigation_with_keys": True}
+pygments_style = "friendly"
+pygments_dark_style = "monokai"
+
+# --------------------------------------------------------------------------- benchmark plot
+BENCH_JSON = DOCS / "_data" / "bench-run.json"  # written by benchmarks/run.py --json OUT
+GENERATED = DOCS / "_generated"
+
+
+def _load_benchmark(name: str) -> Any:
+    """Import ``benchmarks/<name>.py`` (the benchmarks are scripts, not a package)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location(
+            f"_rbdata_bench_{name}", ROOT / "benchmarks" / f"{name}.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return module
+
+
+def _benchmark_table(run: dict[str, Any], rows: dict[str, Any]) -> str:
+    """The run's rows as a Markdown table: throughput, the plain-torch limit, torchrl."""
+    units = {row["unit"] for row in run["rows"].values() if "unit" in row}
+    unit = f" ({units.pop()})" if len(units) == 1 else ""
+    lines = [
+        f"| row | what | rbdata{unit} | limit{unit} | rbdata / limit "
+        f"| torchrl{unit} | torchrl / limit |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, row in run["rows"].items():
+        what = (rows[name].__doc__ or "").strip().splitlines()[0] if name in rows else ""
+        if "error" in row:
+            lines.append(f"| `{name}` | {what} | {row['error']} | | | | |")
+            continue
+        theirs = run.get("torchrl", {}).get(name, {}).get("lib")
+        limit = row.get("limit")
+        cells = [
+            f"{row['lib']:,.0f}" + ("" if unit else f" {row['unit']}"),
+            f"{limit:,.0f}" if limit else "-",
+            f"{row['lib'] / limit:.2f}" if limit else "-",
+            f"{theirs:,.0f}" if theirs else "-",
+            f"{theirs / limit:.2f}" if theirs and limit else "-",
+        ]
+        lines.append(f"| `{name}` | {what} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _generate_benchmark_page_parts(app: Any) -> None:
+    """Draw the committed run with ``benchmarks/plot.py`` and tabulate it (the page embeds both)."""
+    run = json.loads(BENCH_JSON.read_text())
+    GENERATED.mkdir(exist_ok=True)
+    _load_benchmark("plot").plot(
+        run,
+        GENERATED / "benchmark-ratios.png",
+        title="rbdata and torchrl throughput / plain-torch limit",
+    )
+    table = _benchmark_table(run, _load_benchmark("run").ROWS)
+    (GENERATED / "benchmark-table.md").write_text(table)
+
+
+# --------------------------------------------------------------------------- cross-references
+def _resolve_public_alias(app: Any, env: Any, node: Any, contnode: Any) -> Any:
+    """Resolve ``rbdata.<package>.<Name>`` to ``rbdata.<Name>`` where the API documents it.
+
+    Docstrings name objects by where they are defined (``rbdata.loader.ReplayDataset``,
+    ``rbdata.transforms.PolicyAgeFilter``); the reference documents the public names of
+    ``rbdata.__all__`` as ``rbdata.<Name>``, which is how they are imported.
+    """
+    if node.get("refdomain") != "py":
+        return None
+    target = node.get("reftarget", "")
+    name = target.rsplit(".", 1)[-1]
+    if not target.startswith("rbdata.") or name not in rbdata.__all__:
+        return None
+    alias = f"rbdata.{name}"
+    if alias == target:
+        return None
+    domain = env.get_domain("py")
+    return domain.resolve_xref(
+        env, node["refdoc"], app.builder, node["reftype"], alias, node, contnode
+    )
+
+
+def _attribute_docstring(
+    app: Any, what: str, name: str, obj: Any, options: Any, lines: list
+) -> None:
+    """Give a public module attribute (``rbdata.traj``) the docstring written beside its definition.
+
+    autodoc looks for an attribute's docstring in the module it documents it from
+    (``rbdata``), not where it is defined, and would show its class's docstring instead.
+    """
+    if what != "data" or not name.startswith("rbdata."):
+        return
+    module = getattr(type(obj), "__module__", "")
+    docs = ModuleAnalyzer.for_module(module).find_attr_docs() if module.startswith("rbdata") else {}
+    written = docs.get(("", name.rsplit(".", 1)[-1]))
+    if written:
+        lines[:] = list(written)
+
+
+def _sentence_as_written(
+    app: Any, what: str, name: str, obj: Any, options: Any, lines: list
+) -> None:
+    """Undo napoleon's reading of a property docstring's first clause as its type.
+
+    Google style lets a property docstring start with ``type: description``; napoleon then
+    splits the first line at its first colon. rbdata's properties start with a sentence
+    (``Always True: a list needs no allocation.``), whose first clause is no type: put it back.
+    """
+    if what not in {"property", "attribute"}:
+        return
+    for i, line in enumerate(lines):
+        if line.startswith(":type: "):
+            clause = line[len(":type: ") :]
+            if any(" " in part.strip() for part in clause.replace(",", "|").split("|")):
+                del lines[i]
+                first = next(j for j, text in enumerate(lines) if text.strip())
+                lines[first] = f"{clause}: {lines[first]}"
+            return
+
+
+def _protocol_without_signature(
+    app: Any, what: str, name: str, obj: Any, options: Any, signature: Any, return_annotation: Any
+) -> tuple[str, Any] | None:
+    """Show a Protocol (``ServableBuffer``) without the ``(*args, **kwargs)`` of its signature."""
+    if what == "class" and getattr(obj, "_is_protocol", False):
+        return "", return_annotation
+    return None
+
+
+def _check_api_coverage(app: Any, env: Any) -> None:
+    """Warn (an error under ``-W``) for a name of ``rbdata.__all__`` the API reference lacks."""
+    documented = set(env.get_domain("py").objects)
+    missing = sorted(n for n in rbdata.__all__ if f"rbdata.{n}" not in documented)
+    if missing:
+        logger.warning("the API reference does not document rbdata.%s", ", rbdata.".join(missing))
+
+
+def setup(app: Any) -> dict[str, Any]:
+    app.connect("builder-inited", _generate_benchmark_page_parts)
+    app.connect("missing-reference", _resolve_public_alias)
+    app.connect("autodoc-process-docstring", _attribute_docstring)
+    app.connect("autodoc-process-docstring", _sentence_as_written, priority=600)  # after napoleon
+    app.connect("autodoc-process-signature", _protocol_without_signature)
+    app.connect("env-check-consistency", _check_api_coverage)
+    return {"parallel_read_safe": True}
