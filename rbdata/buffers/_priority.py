@@ -37,11 +37,16 @@ def check_priority_update(
         priority: one value per slot, or one for all.
         written: the number of written slots (valid slots are ``[0, written)``).
 
+    An index on a device (a CUDA buffer's sampled ``info["index"]``) stays
+    there, with the priorities moved to it: see :func:`_check_on_device`.
+
     Raises:
         TypeError: for an index that does not hold integers.
         ValueError: for a slot outside the written ones, a priority that is negative,
             NaN or infinite, or lengths that differ.
     """
+    if isinstance(index, torch.Tensor) and not index.is_cpu:
+        return _check_on_device(index, priority, written)
     index = check_indices(index, written)
     priority = check_priorities(priority)
     if priority.numel() == 1 and index.numel() != 1:
@@ -50,4 +55,44 @@ def check_priority_update(
         raise ValueError(
             f"priority has {priority.numel()} entries, expected one per index ({index.numel()})."
         )
+    return index, priority
+
+
+def _check_on_device(
+    index: torch.Tensor, priority: torch.Tensor | float, written: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`check_priority_update` for an index on a device, keeping both tensors there.
+
+    The bounds of the slots and of the priorities come back in one fused read
+    (one sync: a bad update must raise before anything changes); the errors are
+    those of the CPU checks.
+    """
+    if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
+        raise TypeError(
+            f"index must hold integers, got dtype {index.dtype} (a bool mask or float "
+            "positions are not slots)."
+        )
+    index = index.to(torch.long).reshape(-1)
+    priority = torch.as_tensor(priority, device=index.device).detach()
+    if not priority.is_floating_point():
+        priority = priority.double()
+    priority = priority.reshape(-1)
+    if priority.numel() == 1 and index.numel() != 1:
+        priority = priority.expand(index.numel())
+    if priority.numel() != index.numel():
+        raise ValueError(
+            f"priority has {priority.numel()} entries, expected one per index ({index.numel()})."
+        )
+    if index.numel():
+        slots, values = torch.aminmax(index), torch.aminmax(priority)
+        bounds = torch.stack([v.double() for v in (*slots, *values)]).tolist()  # one sync
+        low_slot, high_slot, low, high = bounds
+        if low_slot < 0 or high_slot >= written:
+            bad = int(low_slot if low_slot < 0 else high_slot)
+            raise ValueError(
+                f"index holds slot {bad}, outside the {written} written slot(s) [0, {written})."
+            )
+        if not (low >= 0 and high < float("inf")):  # NaN fails both
+            bad_values = priority[~torch.isfinite(priority) | (priority < 0)][:5].tolist()
+            raise ValueError(f"priority values must be finite and >= 0, got {bad_values}.")
     return index, priority
