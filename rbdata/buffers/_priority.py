@@ -77,22 +77,25 @@ def _check_on_device(
     if not priority.is_floating_point():
         priority = priority.double()
     priority = priority.reshape(-1)
+    checked = [t for t in (index, priority) if t.numel()]
+    bounds = [v.double() for t in checked for v in torch.aminmax(t)]
+    read = torch.stack(bounds).tolist() if bounds else []  # the one sync
+    if index.numel():
+        low_slot, high_slot = read[0], read[1]
+        if low_slot < 0 or high_slot >= written:
+            bad = int(low_slot if low_slot < 0 else high_slot)
+            raise ValueError(
+                f"index holds slot {bad}, outside the {written} written slot(s) [0, {written})."
+            )
+    if priority.numel():
+        low, high = read[-2], read[-1]
+        if not (low >= 0 and high < float("inf")):  # NaN fails both
+            bad_values = priority[~torch.isfinite(priority) | (priority < 0)][:5].tolist()
+            raise ValueError(f"priority values must be finite and >= 0, got {bad_values}.")
     if priority.numel() == 1 and index.numel() != 1:
         priority = priority.expand(index.numel())
     if priority.numel() != index.numel():
         raise ValueError(
             f"priority has {priority.numel()} entries, expected one per index ({index.numel()})."
         )
-    if index.numel():
-        slots, values = torch.aminmax(index), torch.aminmax(priority)
-        bounds = torch.stack([v.double() for v in (*slots, *values)]).tolist()  # one sync
-        low_slot, high_slot, low, high = bounds
-        if low_slot < 0 or high_slot >= written:
-            bad = int(low_slot if low_slot < 0 else high_slot)
-            raise ValueError(
-                f"index holds slot {bad}, outside the {written} written slot(s) [0, {written})."
-            )
-        if not (low >= 0 and high < float("inf")):  # NaN fails both
-            bad_values = priority[~torch.isfinite(priority) | (priority < 0)][:5].tolist()
-            raise ValueError(f"priority values must be finite and >= 0, got {bad_values}.")
     return index, priority
