@@ -103,6 +103,7 @@ def row_prioritized(device: torch.device, capacity: int, batch: int) -> Row:
     """Prioritized sample + update_priority through a buffer vs the device sum tree alone."""
     rb = rbdata.ReplayBuffer(
         storage=rbdata.LazyTensorStorage(capacity, device=device),
+        # device=None: the priorities follow a CUDA storage onto its device (torchrl's rule)
         sampler=rbdata.PrioritizedSampler(capacity, alpha=0.7, beta=0.5),
     )
     fill(rb, capacity, lambda n: transitions(n, obs=4).select("observation").to(device))

@@ -12,14 +12,15 @@ def first_unique(values: torch.Tensor) -> torch.Tensor:
     """Return the distinct values of a 1-D tensor in the order of their first occurrence.
 
     Args:
-        values: a 1-D integer tensor.
+        values: a 1-D integer tensor (on any device; the result stays there).
 
     Returns:
         The distinct entries of ``values``, ordered by where each first appears.
     """
     uniq, inverse = torch.unique(values, return_inverse=True)
-    first = torch.full((uniq.numel(),), values.numel(), dtype=torch.long)
-    first.scatter_reduce_(0, inverse, torch.arange(values.numel()), "amin")
+    first = torch.full((uniq.numel(),), values.numel(), dtype=torch.long, device=values.device)
+    positions = torch.arange(values.numel(), device=values.device)
+    first.scatter_reduce_(0, inverse, positions, "amin")
     ordered: torch.Tensor = uniq[first.argsort()]
     return ordered
 

@@ -5,13 +5,20 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-import numpy as np
 import torch
 
 from rbdata._validation import check_int, check_number
 from rbdata.samplers._base import Sampler
+from rbdata.samplers._device_sumtree import _canonical
 from rbdata.samplers._live import _LiveSet, first_unique
-from rbdata.samplers._sumtree import _SumTree
+from rbdata.samplers._priority_store import (
+    _NumpyStore,
+    _TorchStore,
+    index_top,
+    priority_bounds,
+    priority_store,
+    update_bounds,
+)
 
 _REDUCTIONS = {"max": "amax", "min": "amin", "sum": "sum", "mean": "mean", "median": "median"}
 # Reductions that commute with the increasing (p + eps) ** alpha: the tree's leaves merge
@@ -24,14 +31,20 @@ def _describe_bad(values: torch.Tensor, bad: torch.Tensor, limit: int = 5) -> st
     return ", ".join(f"[{int(i)}]={values[i].item()}" for i in where)
 
 
-def _checked_values(priority: torch.Tensor) -> tuple[np.ndarray, float, float]:
-    """A numpy view of 1-D CPU priorities and their bounds; ValueError unless finite and >= 0."""
-    values = priority.numpy()
-    low, high = float(np.minimum.reduce(values)), float(np.maximum.reduce(values))
+def _check_values(priority: torch.Tensor, low: float, high: float) -> None:
+    """ValueError unless ``priority`` (bounds ``low``, ``high``) is finite and >= 0."""
     if not (low >= 0 and high < float("inf")):  # NaN fails both comparisons
         bad = ~torch.isfinite(priority) | (priority < 0)
         raise ValueError(f"priority must be finite and >= 0, got {_describe_bad(priority, bad)}.")
-    return values, low, high
+
+
+def _check_slots(index: torch.Tensor, top: int, bound: int) -> None:
+    """ValueError unless ``index`` (its :func:`index_top` is ``top``) lies in ``[0, bound)``."""
+    if top >= bound:
+        bad = (index < 0) | (index >= bound)
+        raise ValueError(
+            f"index must lie in [0, {bound}), got out-of-range entries {_describe_bad(index, bad)}."
+        )
 
 
 class PrioritizedSampler(Sampler):
@@ -58,7 +71,13 @@ class PrioritizedSampler(Sampler):
             merged: ``"max"``, ``"min"``, ``"sum"``, ``"mean"`` or ``"median"``.
         max_priority_within_buffer: the default priority of new items is the
             maximum over the items in the buffer (else: the maximum ever seen).
-        device: where the priorities live (None: the CPU).
+        device: where the priorities, the tree, sampled indices and weights live.
+            None (as torchrl's): the CPU, until the sampler meets a storage on a
+            CUDA device (at ``sample`` or ``update_priority(..., storage=...)``),
+            where the priorities move, kept. On a device every per-batch step is
+            a torch op there, with no host round trip but the one fused check of
+            an update's arguments (see ``_priority_store``); on the CPU the
+            bookkeeping runs in numpy.
 
     Examples:
         >>> import torch
@@ -98,8 +117,10 @@ class PrioritizedSampler(Sampler):
         self.dtype = dtype
         self.reduction = reduction
         self._max_priority_within_buffer = bool(max_priority_within_buffer)
-        self._device = torch.device("cpu") if device is None else torch.device(device)
-        self._tree = _SumTree(max_capacity, dtype, track_max=self._max_priority_within_buffer)
+        self._requested_device = None if device is None else _canonical(device)
+        self._store: _NumpyStore | _TorchStore = priority_store(
+            max_capacity, dtype, self._max_priority_within_buffer, self._requested_device
+        )
         self._initial_priority: float = (1.0 + self._eps) ** self._alpha
         self._max_seen: float = self._initial_priority
         self._max_raw = 1.0  # the largest raw priority written (alpha = 0 cannot recover it)
@@ -114,8 +135,41 @@ class PrioritizedSampler(Sampler):
 
     @property
     def device(self) -> torch.device:
-        """Where the priorities live."""
-        return self._device
+        """Where the priorities live (with ``device=None``, the CPU until a CUDA storage is met)."""
+        return self._store.device
+
+    @property
+    def _tree(self) -> Any:
+        """The sum tree of ``(priority + eps) ** alpha`` values (the torch API of both trees)."""
+        return self._store.tree
+
+    #: whether ``device=None`` follows a CUDA storage (subclasses with CPU-side state opt out)
+    _follows_storage_device = True
+
+    def _move_to(self, device: torch.device | str, *, torch_tree: bool = False) -> None:
+        """Keep the priorities on ``device`` from now on (the values are kept).
+
+        Args:
+            device: where the tree goes.
+            torch_tree: use the pure-torch store even on the CPU: the hook the
+                tests use to run the device path on a machine without an accelerator.
+        """
+        store = priority_store(
+            self._max_capacity, self.dtype, self._max_priority_within_buffer, device, torch_tree
+        )
+        store.set_leaves(self._store.tree.leaves)
+        self._store = store
+
+    def _follow_storage(self, storage: Any) -> None:
+        """With ``device=None``, move the priorities to a CUDA storage's device (as torchrl)."""
+        if self._requested_device is not None or not self._follows_storage_device:
+            return
+        device = getattr(storage, "device", None)
+        if device is None or device == "auto":
+            return
+        device = torch.device(device)
+        if device.type == "cuda" and _canonical(device) != self.device:
+            self._move_to(device)
 
     @property
     def eps(self) -> float:
@@ -147,7 +201,7 @@ class PrioritizedSampler(Sampler):
             )
         else:
             leaves = self._tree.leaves.clone()
-            self._tree.set_leaves(leaves.pow_(value / old))
+            self._store.set_leaves(leaves.pow_(value / old))
             self._max_seen = self._max_seen ** (value / old)
         self._initial_priority = (1.0 + self._eps) ** value
 
@@ -164,9 +218,12 @@ class PrioritizedSampler(Sampler):
     @property
     def default_priority(self) -> float:
         """The tree value given to new items: ``(max_priority + eps) ** alpha``."""
+        return float(self._default_value())
+
+    def _default_value(self) -> float | torch.Tensor:
+        """:attr:`default_priority`, as a 0-d tensor on a device where reading it would sync."""
         if self._max_priority_within_buffer:
-            top = self._tree.max
-            return top if top > 0 else self._initial_priority
+            return self._store.top_or(self._initial_priority)
         return self._max_seen
 
     @property
@@ -188,9 +245,7 @@ class PrioritizedSampler(Sampler):
         if self._live is not None:
             consumed = (self._live.counts >= self._live.n).nonzero().reshape(-1)
         super().set_consume_after_n(n)
-        if consumed.numel():
-            values = torch.full(consumed.shape, self.default_priority, dtype=self.dtype)
-            self._tree.update(consumed, values, positive=True)
+        self._store.fill(consumed, self._default_value())
 
     def mark_update(self, index: torch.Tensor | int, *, storage: Any = None) -> None:
         """Give the slots ``index`` the default priority (torchrl's writers call it on writes)."""
@@ -199,19 +254,12 @@ class PrioritizedSampler(Sampler):
     def _on_write(self, index: torch.Tensor) -> None:
         """Give the (re)written slots ``index`` the default priority."""
         self._check_index(index, self._max_capacity)
-        values = torch.full(index.shape, self.default_priority, dtype=self.dtype)
-        self._tree.update(index, values, positive=True)
+        self._store.fill(index, self._default_value())
 
     def _check_index(self, index: torch.Tensor, bound: int) -> None:
-        if not index.numel():
-            return
-        # Viewed as unsigned, a negative index is huge: one reduction checks both ends.
-        if int(np.maximum.reduce(index.numpy().view(np.uint64))) >= bound:
-            bad = (index < 0) | (index >= bound)
-            raise ValueError(
-                f"index must lie in [0, {bound}), got out-of-range entries "
-                f"{_describe_bad(index, bad)}."
-            )
+        """ValueError unless the 1-D int64 ``index`` lies in ``[0, bound)`` (a sync off the CPU)."""
+        if index.numel():
+            _check_slots(index, index_top(index), bound)
 
     def update_priority(
         self, index: int | torch.Tensor, priority: float | torch.Tensor, *, storage: Any = None
@@ -224,16 +272,15 @@ class PrioritizedSampler(Sampler):
         Args:
             index: an int or a 1-D integer tensor of slots.
             priority: a scalar or one value per index (finite, >= 0).
-            storage: when given, indices must be below ``len(storage)``.
+            storage: when given, indices must be below ``len(storage)`` (and, with
+                ``device=None``, a CUDA storage moves the priorities to its device).
         """
+        if storage is not None:
+            self._follow_storage(storage)
         index = torch.as_tensor(index)
         if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
             raise ValueError(f"index must hold integers, got dtype {index.dtype}.")
-        if not index.is_cpu or index.dtype != torch.long:
-            index = index.to(device="cpu", dtype=torch.long)
         priority = torch.as_tensor(priority).detach()
-        if not priority.is_cpu or priority.dtype != self._tree.dtype:
-            priority = priority.to(device="cpu", dtype=self._tree.dtype)
         n = index.numel()
         if priority.numel() == 1 and n != 1:
             priority = priority.reshape(()).expand(n)
@@ -244,13 +291,28 @@ class PrioritizedSampler(Sampler):
             )
         if n == 0:
             return
-        if index.dim() != 1:
-            index = index.reshape(-1)
-        if priority.dim() != 1:
-            priority = priority.reshape(-1)
-        values, low, high = _checked_values(priority)
-        self._check_index(index, self._max_capacity if storage is None else len(storage))
-        self._set_priorities(index.numpy(), values, low, high)
+        index, priority = self._aligned(index.reshape(-1), priority.reshape(-1))
+        top, low, high = update_bounds(index, priority)
+        _check_values(priority, low, high)
+        _check_slots(index, top, self._max_capacity if storage is None else len(storage))
+        self._set_priorities(index, priority, low, high)
+
+    def _aligned(
+        self, index: torch.Tensor, priority: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """1-D int64 slots and priorities in the tree's dtype, on one device.
+
+        They stay where they are when both are on the CPU or both on the
+        tree's device (checked there, then moved once); else both go to the
+        tree's device. The dtype conversion comes first, so a value that
+        overflows the tree's dtype is caught as infinite.
+        """
+        device = index.device if index.device == priority.device else self.device
+        if index.device != device or index.dtype != torch.long:
+            index = index.to(device=device, dtype=torch.long)
+        if priority.device != device or priority.dtype != self._store.tree.dtype:
+            priority = priority.to(device=device, dtype=self._store.tree.dtype)
+        return index, priority
 
     def _update_priority_validated(self, index: torch.Tensor, priority: torch.Tensor) -> None:
         """``update_priority`` for a caller that already normalized the arguments.
@@ -258,11 +320,12 @@ class PrioritizedSampler(Sampler):
         The buffer's fast path: ``index`` is a 1-D integer tensor and
         ``priority`` a 1-D floating tensor of the same length (no scalar
         broadcasting, no shape checks here). Values and indices are still
-        checked, at almost no cost (the bounds are needed anyway): a priority
-        that is not finite or < 0 (also after conversion to the tree's dtype)
-        or an index outside ``[0, max_capacity)`` raises ``ValueError`` before
-        anything changes. A subclass that overrides :meth:`update_priority`
-        gets its own method called, so its extra work is never skipped.
+        checked, at almost no cost (the bounds are needed anyway; on a device,
+        one fused read): a priority that is not finite or < 0 (also after
+        conversion to the tree's dtype) or an index outside
+        ``[0, max_capacity)`` raises ``ValueError`` before anything changes. A
+        subclass that overrides :meth:`update_priority` gets its own method
+        called, so its extra work is never skipped.
 
         Args:
             index: 1-D integer tensor of slots.
@@ -273,47 +336,42 @@ class PrioritizedSampler(Sampler):
             return
         if not index.numel():
             return
-        if not index.is_cpu or index.dtype != torch.long:
-            index = index.to(device="cpu", dtype=torch.long)
-        self._check_index(index, self._max_capacity)
-        if priority.requires_grad:
-            priority = priority.detach()
-        if not priority.is_cpu or priority.dtype != self._tree.dtype:
-            priority = priority.to(device="cpu", dtype=self._tree.dtype)
-        values, low, high = _checked_values(priority)
-        self._set_priorities(index.numpy(), values, low, high)
+        index, priority = self._aligned(index, priority.detach())
+        top, low, high = update_bounds(index, priority)
+        _check_slots(index, top, self._max_capacity)
+        _check_values(priority, low, high)
+        self._set_priorities(index, priority, low, high)
 
     def _set_priorities(
-        self, index: np.ndarray, priority: np.ndarray, low: float, high: float
+        self, index: torch.Tensor, priority: torch.Tensor, low: float, high: float
     ) -> None:
-        """Store validated priorities (``low``/``high``: their smallest and largest value)."""
+        """Store validated priorities (``low``/``high``: their smallest and largest value).
+
+        With ``reduction="max"`` and no consume-after-n this reads nothing back
+        from a device; other reductions read the largest merged value, and
+        consume-after-n the consumed mask (its counts live on the CPU).
+        """
+        store: Any = self._store  # its array type (numpy or torch) is the store's own
+        slots, raw = store.index_array(index), store.value_array(priority)
         reduce = _LEAF_REDUCTIONS.get(self.reduction)
+        raw_top = high
         if reduce is None:
-            merged_index, merged = self._merge_duplicates(
-                torch.from_numpy(index), torch.from_numpy(priority)
-            )
-            index, priority = merged_index.numpy(), merged.numpy()
-        raw_top = high if reduce is not None else float(priority.max())
-        if raw_top > self._max_raw:
-            self._max_raw = raw_top
-        values = priority + self._eps  # a new array: the caller's priorities stay untouched
-        if self._alpha != 1.0:
-            np.power(values, self._alpha, out=values)
+            merged_index, merged = self._merge_duplicates(store.tensor(slots), store.tensor(raw))
+            slots, raw = store.index_array(merged_index), store.value_array(merged)
+            raw_top = store.largest(raw)
+        self._max_raw = max(self._max_raw, raw_top)
+        values = store.powered(raw, self._eps, self._alpha)  # the caller's priorities stay as given
         positive = (low + self._eps) ** self._alpha > 0
-        if self._live is not None:
-            consumed = self._consumed(torch.from_numpy(index)).numpy()
-            if consumed.any():
-                values[consumed] = 0
-                positive = False
-        self._tree.update_np(index, values, reduce, positive)
+        if self._live is not None and store.zero_where(values, self._consumed(store.tensor(slots))):
+            positive = False
+        store.write(slots, values, reduce, positive)
         if self._max_priority_within_buffer:
             return
         if self._live is None and self.reduction == "max":
             top = (high + self._eps) ** self._alpha  # the largest stored value, without a reduction
         else:
-            top = float(self._tree.leaves.numpy().take(index).max())
-        if top > self._max_seen:
-            self._max_seen = top
+            top = store.max_at(slots)
+        self._max_seen = max(self._max_seen, top)
 
     def _merge_duplicates(
         self, index: torch.Tensor, priority: torch.Tensor
@@ -328,14 +386,19 @@ class PrioritizedSampler(Sampler):
             counts = torch.bincount(inverse, minlength=uniq.numel())
             starts = torch.cumsum(counts, 0) - counts
             return uniq, priority[order[starts + (counts - 1) // 2]]
-        merged = torch.zeros(uniq.numel(), dtype=priority.dtype)
+        merged = torch.zeros(uniq.numel(), dtype=priority.dtype, device=priority.device)
         reduce = _REDUCTIONS[self.reduction]
         return uniq, merged.scatter_reduce_(0, inverse, priority, reduce, include_self=False)
 
     def _consumed(self, index: torch.Tensor) -> torch.Tensor:
-        """Mask of the slots of ``index`` that were returned n times since their last write."""
+        """Mask of the slots of ``index`` that were returned n times since their last write.
+
+        The counts live on the CPU (the live set is host-side bookkeeping, shared by
+        every sampler): a device ``index`` is read back here, and the mask is a CPU tensor.
+        """
         assert self._live is not None
         counts = self._live.counts
+        index = index.cpu()
         inside = index < counts.numel()
         consumed = torch.zeros(index.shape, dtype=torch.bool)
         consumed[inside] = counts[index[inside]] >= self._live.n
@@ -346,60 +409,66 @@ class PrioritizedSampler(Sampler):
         self, storage: Any, batch_size: int, live: _LiveSet | None
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Draw slots proportionally to their priority (IS weights in ``"priority_weight"``)."""
-        if not self._tree.total > 0:
+        self._follow_storage(storage)
+        store: Any = self._store  # its array type (numpy or torch) is the store's own
+        if not store.has_mass():
             raise RuntimeError(
                 "Cannot sample: every priority is 0 (nothing has a positive probability); "
                 "update priorities or write new items first."
             )
         if live is None:
-            slots, values = self._tree.sample_np(batch_size, self._rng)
+            index, values = store.draw(batch_size, self._rng)
         else:
-            drawn, drawn_values = self._sample_distinct(batch_size)
-            slots, values = drawn.numpy(), drawn_values.numpy()
+            index, drawn = self._sample_distinct(batch_size)
+            values = store.value_array(drawn)
         # Importance weights (P(i) / P_min) ** -beta, i.e. (value / min) ** -beta.
-        weight = values / self._tree.min
-        np.power(weight, -self._beta, out=weight)
-        index = torch.from_numpy(slots)
+        weight = store.weights(values, self._beta)
         if live is not None:
-            done = live.consume(index)
-            self._tree.update(done, torch.zeros(done.shape, dtype=self.dtype))
-        return index, {"priority_weight": torch.from_numpy(weight)}
+            done = live.consume(index.cpu())  # the live set's counts live on the CPU
+            store.update(done, torch.zeros(done.shape, dtype=self._tree.dtype))
+        return index, {"priority_weight": weight}
 
     def _sample_distinct(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Draw up to ``k`` distinct slots, removing drawn ones from the tree between rounds."""
-        index = first_unique(self._tree.sample(k, self._rng))
+        """Draw up to ``k`` distinct slots, removing drawn ones from the tree between rounds.
+
+        On a device each round reads back how many distinct slots it drew.
+        """
+        store, leaves = self._store, self._tree.leaves
+        generator = store.generator(self._rng)
+        index = first_unique(self._tree.sample(k, generator))
         if index.numel() == k:
-            return index, self._tree.leaves.index_select(0, index)
+            return index, leaves.index_select(0, index)
         parts = [index]
-        saved = [self._tree.leaves.index_select(0, index)]
+        saved = [leaves.index_select(0, index)]
         taken = index.numel()
         try:
-            self._tree.update(index, torch.zeros_like(saved[0]))
-            while taken < k and self._tree.total > 0:
-                more = first_unique(self._tree.sample(k - taken, self._rng))
+            store.update(index, torch.zeros_like(saved[0]))
+            while taken < k and store.has_mass():
+                more = first_unique(self._tree.sample(k - taken, store.generator(self._rng)))
                 parts.append(more)
-                saved.append(self._tree.leaves.index_select(0, more))
-                self._tree.update(more, torch.zeros_like(saved[-1]))
+                saved.append(leaves.index_select(0, more))
+                store.update(more, torch.zeros_like(saved[-1]))
                 taken += more.numel()
         finally:
             index, values = torch.cat(parts), torch.cat(saved)
-            self._tree.update(index, values)
+            store.update(index, values)
         return index, values
 
     def exhausted(self, storage: Any) -> bool:
         """Whether nothing is sampleable: empty storage, all consumed or all priorities 0."""
-        return super().exhausted(storage) or not self._tree.total > 0
+        self._follow_storage(storage)
+        return super().exhausted(storage) or not self._store.has_mass()
 
     def _on_empty(self) -> None:
-        self._tree.set_leaves(torch.zeros(self._max_capacity, dtype=self.dtype))
+        self._store.set_leaves(torch.zeros(self._max_capacity, dtype=self._tree.dtype))
         self._max_seen = self._initial_priority
         self._max_raw = 1.0
 
     # ------------------------------------------------------------ state
     def _extra_state(self) -> dict[str, Any]:
-        """The tree leaves and the max priority."""
+        """The tree leaves (a CPU copy, loadable on any device) and the max priority."""
         return {
-            "leaves": self._tree.leaves.clone(),
+            "leaves": self._store.leaves_on_cpu(),
             "max_priority": self._max_seen,
             "max_raw_priority": self._max_raw,
         }
@@ -413,8 +482,10 @@ class PrioritizedSampler(Sampler):
                 f"({self._max_capacity},) (max_capacity)."
             )
         if leaves is not None:
-            _checked_values(torch.as_tensor(leaves).to(self._tree.dtype))  # finite and >= 0
-            self._tree.set_leaves(leaves)
+            values = torch.as_tensor(leaves).to(self._tree.dtype).reshape(-1)
+            if values.numel():
+                _check_values(values, *priority_bounds(values))  # finite and >= 0
+            self._store.set_leaves(values)
         self._max_seen = float(state_dict.get("max_priority", self._max_seen))
         self._max_raw = float(state_dict.get("max_raw_priority", self._max_raw))
 

@@ -75,6 +75,8 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
     """
 
     _fragments_ok = False
+    # The per-transition priorities and validity (``_raw``, ``_valid``) live on the CPU.
+    _follows_storage_device = False
 
     def __init__(
         self,

@@ -176,9 +176,10 @@ class Writer(abc.ABC):
         index = torch.as_tensor(index, dtype=torch.long)
         generation = self._generation
         if generation is None or not generation.numel():
-            return torch.full(index.shape, -1, dtype=torch.long)
+            return torch.full(index.shape, -1, dtype=torch.long, device=index.device)
         n = generation.numel()
-        stamps = generation[index.clamp(0, n - 1)]
+        # the stamps live on the CPU; a device index (a CUDA buffer's sample) gets them there
+        stamps = generation[index.clamp(0, n - 1).to(generation.device)].to(index.device)
         return torch.where((index >= 0) & (index < n), stamps, torch.full_like(stamps, -1))
 
     def _stamp(self, index: torch.Tensor | int) -> None:
