@@ -24,6 +24,7 @@ from rbdata.storages import (
     Storage,
     TensorStorage,
 )
+from rbdata.storages._recycle import _MAX_BUFFERS
 
 # ------------------------------------------------------------------ helpers
 
@@ -923,3 +924,20 @@ def test_batches_a_user_keeps_never_change(reads):
         del batch
         for batch, copy in kept:
             assert (batch == copy).all()
+
+
+def test_batches_kept_for_good_leave_the_pool_after_one_miss():
+    """A pool full of batches the user keeps forgets the oldest: reuse resumes after one miss."""
+    storage = _filled_storage()
+    kept = [storage.get(torch.arange(3) + i) for i in range(_MAX_BUFFERS)]
+    copies = [batch.clone() for batch in kept]
+    batch = storage.get(torch.tensor([1, 2, 3]))  # every pooled buffer is in use: a miss
+    ptr, nbytes = _ptr(batch), batch["obs"].untyped_storage().nbytes()
+    del batch
+    blocker = torch.empty(nbytes, dtype=torch.uint8)  # memory freed now would go to this
+    again = storage.get(torch.tensor([4, 5, 6]))
+    assert _ptr(again) == ptr
+    assert again["obs"][:, 0].tolist() == [4.0, 5.0, 6.0]
+    assert blocker.data_ptr() != ptr
+    for batch, copy in zip(kept, copies, strict=True):
+        assert (batch == copy).all()

@@ -12,6 +12,13 @@ count says so: the batch, its leaves, views and numpy arrays made from them
 all hold a reference). A batch a user keeps is therefore never overwritten;
 it is simply not reused, and a new buffer is allocated instead. Memory that
 was sent to another process (moved to shared memory) is never reused.
+
+The pool keeps its buffers in the order they were last handed out. When it
+is full and every buffer is in use, it forgets the one handed out longest ago
+(whoever holds it keeps it) and keeps the new one: a batch kept for good
+(a reference batch, the last batch of a log) thus leaves the pool after one
+miss instead of shrinking it for the rest of the run, which would make
+every batch of a prefetching loop a fresh allocation.
 """
 
 from __future__ import annotations
@@ -56,23 +63,25 @@ class _GatherPool:
         if _use_count is None:
             return torch.empty(shape, dtype=self._dtype, device=self._device)
         with self._lock:  # the alias returned holds the memory before another thread looks
-            for buffer in self._buffers:
+            buffers = self._buffers
+            for i in range(len(buffers) - 1, -1, -1):  # the most recent first: cache-warm
+                buffer = buffers[i]
                 if buffer.shape == shape and _unused(buffer):
+                    buffers.append(buffers.pop(i))  # the most recently handed out last
                     return buffer.detach()  # an alias: cheaper than a view, holds the memory
             fresh = torch.empty(shape, dtype=self._dtype, device=self._device)
             self._keep(fresh)
             return fresh.detach()
 
     def _keep(self, fresh: torch.Tensor) -> None:
-        """Pool ``fresh``, dropping unused buffers (of other shapes) to make room."""
+        """Pool ``fresh``, dropping buffers to make room: unused ones first, else the oldest."""
         buffers, size = self._buffers, fresh.untyped_storage().nbytes()
-        while buffers and (
+        if size > _MAX_BYTES:
+            return
+        while (
             len(buffers) >= _MAX_BUFFERS
             or size + sum(b.untyped_storage().nbytes() for b in buffers) > _MAX_BYTES
         ):
-            unused = next((i for i, b in enumerate(buffers) if _unused(b)), None)
-            if unused is None:
-                return
-            del buffers[unused]
-        if size <= _MAX_BYTES:
-            buffers.append(fresh)
+            unused = next((i for i, b in enumerate(buffers) if _unused(b)), 0)
+            del buffers[unused]  # an in-use one is only forgotten: its holder keeps it
+        buffers.append(fresh)
