@@ -49,13 +49,18 @@ def check_priority_update(
         return _check_on_device(index, priority, written)
     index = check_indices(index, written)
     priority = check_priorities(priority)
+    return index, _one_per_index(priority, index)
+
+
+def _one_per_index(priority: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``priority`` with one entry per index (a single value is broadcast)."""
     if priority.numel() == 1 and index.numel() != 1:
-        priority = priority.expand(index.numel())
+        return priority.expand(index.numel())
     if priority.numel() != index.numel():
         raise ValueError(
             f"priority has {priority.numel()} entries, expected one per index ({index.numel()})."
         )
-    return index, priority
+    return priority
 
 
 def _check_on_device(
@@ -92,10 +97,4 @@ def _check_on_device(
         if not (low >= 0 and high < float("inf")):  # NaN fails both
             bad_values = priority[~torch.isfinite(priority) | (priority < 0)][:5].tolist()
             raise ValueError(f"priority values must be finite and >= 0, got {bad_values}.")
-    if priority.numel() == 1 and index.numel() != 1:
-        priority = priority.expand(index.numel())
-    if priority.numel() != index.numel():
-        raise ValueError(
-            f"priority has {priority.numel()} entries, expected one per index ({index.numel()})."
-        )
-    return index, priority
+    return index, _one_per_index(priority, index)
