@@ -432,8 +432,14 @@ class _BufferCore:
         if self._writer.tracks_generations:
             info["index_generation"] = self._writer.generations_of(index)
         # ndim > 1: the coordinates [..., ndim] (a TensorDict batch carries them as is)
-        storage = self._storage
-        info["index"] = index if storage.ndim == 1 else to_coordinates(index, self._storage_shape())
+        if self._storage.ndim == 1:
+            info["index"] = index
+            return index, info
+        shape = self._storage_shape()
+        info["index"] = to_coordinates(index, shape)
+        anchor = info.get("anchor_index")
+        if isinstance(anchor, torch.Tensor) and anchor.shape == index.shape:  # flat anchors
+            info["anchor_index"] = to_coordinates(anchor, shape)
         return index, info
 
     def draw(self, batch_size: int) -> Draw:

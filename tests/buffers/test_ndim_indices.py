@@ -11,6 +11,7 @@ from rbdata import (
     LazyTensorStorage,
     PrioritizedSampler,
     ReplayBuffer,
+    Sequence,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
     TensorStorage,
@@ -178,3 +179,20 @@ def test_one_dimensional_storages_are_unchanged():
     assert isinstance(info["index"], torch.Tensor) and tuple(info["index"].shape) == (3,)
     assert tuple(batch["index"].shape) == (3,)
     assert ReplayBuffer(storage=LazyTensorStorage(4)).add(torch.tensor(1)) == 0
+
+
+def test_sequence_batches_carry_anchor_coordinates():
+    done = torch.zeros(5, 2, 1, dtype=torch.bool)
+    done[-1] = True
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(10, ndim=2),
+        dim_extend=0,
+        batch_size=2,
+        sample_unit=Sequence(length=3, done_key="done"),
+    )
+    rb.extend(TensorDict({"obs": torch.arange(10).reshape(5, 2), "done": done}, [5, 2]))
+    batch, info = rb.sample(return_info=True)
+    assert tuple(batch["index"].shape) == tuple(batch["anchor_index"].shape) == (6, 2)
+    assert len(info["index"]) == 2
+    lanes = batch["index"].reshape(2, 3, 2)[..., 1]
+    assert (lanes == lanes[:, :1]).all()  # a window stays in its lane
