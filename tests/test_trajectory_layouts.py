@@ -48,7 +48,7 @@ class Grid:
         n = ids.shape[0]
         step = torch.arange(self.steps, self.steps + n).expand(self.cells, n)
         data = TensorDict({"episode": ids.T, "step": step}, [self.cells, n])
-        items = self.rb.extend(data)
+        items = self.rb.extend(data)[:: self.cells, 0]  # the rows of the written cells' coordinates
         for listener in self.listeners:
             listener.extend(items)
         self.cursor = (self.cursor + n) % self.capacity
@@ -184,7 +184,8 @@ def test_in_place_edits_keep_the_write_position(ndim):
     torch.manual_seed(0)
     batch = rb.sample()
     assert (batch["episode"].view(100, 3) == batch["episode"].view(100, 3)[:, :1]).all()
-    starts = batch["index"].view(100, 3)[:, 0].div(ndim, rounding_mode="floor")
+    rows = batch["index"] if ndim == 1 else batch["index"][:, 0]  # ndim=2: [step, lane] coordinates
+    starts = rows.reshape(100, 3)[:, 0]
     assert set(starts.tolist()) == {5, 6, 7, 0, 1, 2}
 
 

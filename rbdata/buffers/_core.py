@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -12,6 +13,7 @@ from torch.utils.hooks import RemovableHandle
 
 from rbdata._validation import normalize_key
 from rbdata.buffers import _persistence
+from rbdata.buffers._coordinates import cells_of_rows, to_coordinates, to_flat
 from rbdata.buffers._gather import finish_batch
 from rbdata.buffers._init_args import (
     build_component,
@@ -301,8 +303,11 @@ class _BufferCore:
         """What the buffer does to data before its transforms (TensorDict buffers strip info)."""
         return data
 
-    def add(self, data: Any) -> int:
+    def add(self, data: Any) -> int | torch.Tensor:
         """Add a single element and return the index where it lives.
+
+        With a storage of ``ndim > 1`` the element is one item along dim 0 and
+        the coordinates of its cells come back (``[cells, ndim]``, as from :meth:`extend`).
 
         Raises:
             KeyError, TypeError, ValueError: if ``data`` does not fit the storage;
@@ -313,6 +318,8 @@ class _BufferCore:
         batch = self._storage.item_as_batch(data)
         if batch is not None:
             index = self._extend(batch, None)
+            if self._storage.ndim > 1:
+                return index
             return int(index[0]) if index.numel() else -1
         with self._sync.cond:
             if len(self._transform):
@@ -329,8 +336,11 @@ class _BufferCore:
     def extend(self, data: Any, *, update_priority: bool | None = None) -> torch.Tensor:
         """Extend the buffer with a batch of elements; return their indices.
 
-        A list at the root is a stack of items; a tuple is a PyTree. Inverse
-        transforms run first; bad data raises before anything is written.
+        With a storage of ``ndim > 1`` the indices are the coordinates of every
+        written cell, ``[n_cells, ndim]`` (written items along dim 0, then the
+        cells of each), as torchrl returns them. A list at the root is a stack
+        of items; a tuple is a PyTree. Inverse transforms run first; bad data
+        raises before anything is written.
 
         Raises:
             KeyError, TypeError, ValueError: if ``data`` does not fit the storage;
@@ -346,13 +356,37 @@ class _BufferCore:
             if len(self._transform):
                 data = self._transform.inv(data)
             if _is_empty(data):
-                return torch.empty(0, dtype=torch.long)
+                ndim = self._storage.ndim
+                return torch.empty((0, ndim) if ndim > 1 else 0, dtype=torch.long)
             self._validate_extend(data, update_priority)
             index = self._write(data)
             self._note_written(index[index >= 0] if self._writer.drops_items else index)
-            self._after_extend(data, index, update_priority)
+            if self._storage.ndim == 1:
+                self._after_extend(data, index, update_priority)
+                self._sync.cond.notify_all()
+                return index
+            cells = cells_of_rows(index, self._cells_per_item())
+            self._after_extend(data, cells, update_priority)
             self._sync.cond.notify_all()
-        return index
+        return to_coordinates(cells, self._storage_shape())
+
+    def _storage_shape(self) -> tuple[int, ...]:
+        """The shape of a tensor storage (``[capacity, *lead]``; ndim > 1 storages have one)."""
+        return tuple(cast(Any, self._storage).shape)
+
+    def _cells_per_item(self) -> int:
+        """The cells of one item along dim 0 (1 for ``ndim == 1``)."""
+        return math.prod(self._storage_shape()[1:])
+
+    def _flat_index(self, index: Any, name: str = "index") -> Any:
+        """``index`` as flat cells (coordinates of an ``ndim > 1`` storage converted).
+
+        Raises:
+            ValueError: for coordinates of the wrong width or outside the storage.
+        """
+        if self._storage.ndim == 1 or not self._storage.initialized:
+            return index
+        return to_flat(index, self._storage_shape(), name)
 
     def _write(self, data: Any) -> torch.Tensor:
         """Write a batch: into consumed slots first (consume-after-n), then at the cursor."""
@@ -378,7 +412,11 @@ class _BufferCore:
         return torch.cat([head, writer.extend(slice_batch(data, slice(k, None)))])
 
     def _note_written(self, index: torch.Tensor) -> None:
-        self._sampler.extend(index)
+        """Tell the sampler and sample unit which items were written (their cells when asked)."""
+        if self._sampler.per_cell_writes and self._storage.ndim > 1:
+            self._sampler.extend(cells_of_rows(index, self._cells_per_item()))
+        else:
+            self._sampler.extend(index)
         self._sample_unit.extend(index)
 
     def _validate_extend(self, data: Any, update_priority: bool | None) -> None:
@@ -394,7 +432,15 @@ class _BufferCore:
         info = dict(info)
         if self._writer.tracks_generations:
             info["index_generation"] = self._writer.generations_of(index)
-        info["index"] = index
+        # ndim > 1: the coordinates [..., ndim] (a TensorDict batch carries them as is)
+        if self._storage.ndim == 1:
+            info["index"] = index
+            return index, info
+        shape = self._storage_shape()
+        info["index"] = to_coordinates(index, shape)
+        anchor = info.get("anchor_index")
+        if isinstance(anchor, torch.Tensor) and anchor.shape == index.shape:  # flat anchors
+            info["anchor_index"] = to_coordinates(anchor, shape)
         return index, info
 
     def draw(self, batch_size: int) -> Draw:
@@ -449,7 +495,12 @@ class _BufferCore:
             data, info = self._next_prefetched()
         else:
             data, info = self._sample_once(resolve_batch_size(batch_size, self._batch_size))
-        return (data, aligned_info(data, info)) if return_info else data
+        if not return_info:
+            return data
+        info = aligned_info(data, info)
+        if self._storage.ndim > 1:  # torchrl's info holds one coordinate tensor per dim
+            info["index"] = tuple(info["index"].unbind(-1))
+        return data, info
 
     def _sample_once(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
         with self._sync.lock:

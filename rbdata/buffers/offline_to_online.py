@@ -350,7 +350,7 @@ class OfflineToOnlineReplayBuffer:
         data = check_online_data(self._offline.storage, data, batched=True)
         return self._online.extend(data, update_priority=update_priority)
 
-    def add(self, data: TensorDictBase) -> int:
+    def add(self, data: TensorDictBase) -> int | torch.Tensor:
         """Write one transition (a TensorDict with no batch dimension) to the online part.
 
         Args:

@@ -158,32 +158,45 @@ class ReplayBuffer(_BufferCore):
 
     def update_priority(
         self,
-        index: torch.Tensor | int,
+        index: torch.Tensor | tuple[torch.Tensor, ...] | int,
         priority: torch.Tensor | float,
         *,
         generation: torch.Tensor | None = None,
     ) -> None:
         """Update the priorities of ``index`` (skipping slots rewritten since ``generation``).
 
+        With a storage of ``ndim > 1``, ``index`` may hold coordinates, as
+        :meth:`extend` and ``info["index"]`` give them (``[N, ndim]`` or a tuple
+        of ``ndim`` tensors), or flat cells (1-D). A priority of several dims is
+        laid out like the data given to ``extend``: its dim ``dim_extend`` is
+        moved first, as ``extend`` does with the data, before it is flattened.
+
         Raises:
             TypeError: for an index that does not hold integers.
             ValueError: if a priority is negative, NaN or infinite, the lengths
-                differ, or an index is outside the written slots; nothing changes then.
+                differ, coordinates have the wrong width or lie outside the
+                storage, or an index is outside the written slots; nothing
+                changes then.
         """
         self._init()
         with self._sync.lock:
-            index, priority = check_priority_update(index, priority, len(self._storage))
+            flat = self._flat_index(index)
+            if self._storage.ndim > 1:
+                priority = torch.as_tensor(priority)
+                if priority.ndim > 1 and self.dim_extend > 0:
+                    priority = priority.movedim(self.dim_extend, 0)
+            flat, priority = check_priority_update(flat, priority, len(self._storage))
             if generation is not None and self._writer.tracks_generations:
                 generation = torch.as_tensor(generation, dtype=torch.long).reshape(-1)
-                if generation.numel() != index.numel():
+                if generation.numel() != flat.numel():
                     raise ValueError(
                         f"generation has {generation.numel()} entries, expected one per index "
-                        f"({index.numel()})."
+                        f"({flat.numel()})."
                     )
-                live = self._writer.generations_of(index) == generation
+                live = self._writer.generations_of(flat) == generation
                 self._stats.count_skipped_priority_updates(int((~live).sum()))
-                index, priority = index[live], priority[live]
-            self._sampler.update_priority(index, priority, storage=self._storage)
+                flat, priority = flat[live], priority[live]
+            self._sampler.update_priority(flat, priority, storage=self._storage)
 
     def update_batch_priority(self, batch: Any, priority: torch.Tensor) -> None:
         """Apply new priorities to a batch this buffer handed out (skipping rewritten rows).
@@ -193,7 +206,7 @@ class ReplayBuffer(_BufferCore):
         """
         if not self.prioritized:
             return
-        index = batch["index"]
+        index = self._flat_index(batch["index"], 'batch["index"]')
         generation = (
             batch.get("index_generation", None)
             if isinstance(batch, Mapping | TensorDictBase)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -84,7 +85,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 f"priority_key {self.priority_key!r} not found in the batch; keys are "
                 f"{sorted(map(str, data.keys(True, True)))}."
             )
-        index = data.get("index")
+        index = self._flat_index(data.get("index"), 'data["index"]')
         if priority.ndim > index.ndim:
             priority = priority.reshape(*index.shape, -1).amax(-1)
         self._update_record_priority(data, index, priority, data.get("index_generation", None))
@@ -146,7 +147,8 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         priority = data.get(self.priority_key, None)
         if priority is None:
             return None
-        n = data.shape[0] if data.batch_dims else 1
+        # one per written cell: the storage dims lead (``extend`` moved dim_extend first)
+        n = math.prod(data.shape[: self.storage.ndim]) if data.batch_dims else 1
         return check_priorities(priority.reshape(n, -1).amax(-1), self.priority_key)
 
     def _validate_extend(self, data: Any, update_priority: bool | None) -> None:

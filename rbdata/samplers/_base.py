@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -55,6 +55,10 @@ class Sampler:
         >>> sampler.exhausted(Slots())
         False
     """
+
+    #: ``extend`` receives flat cells rather than items along dim 0 for a storage with
+    #: ``ndim > 1`` (a sampler keeping per-cell state, such as a priority tree, sets it).
+    per_cell_writes: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self._rng: torch.Generator | None = None

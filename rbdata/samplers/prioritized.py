@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -95,6 +95,8 @@ class PrioritizedSampler(Sampler):
         >>> info["priority_weight"].shape
         torch.Size([8])
     """
+
+    per_cell_writes: ClassVar[bool] = True  # the priority tree holds one leaf per cell
 
     def __init__(
         self,

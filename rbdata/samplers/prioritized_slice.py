@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from typing_extensions import Unpack
@@ -77,6 +77,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
     _fragments_ok = False
     # The per-transition priorities and validity (``_raw``, ``_valid``) live on the CPU.
     _follows_storage_device = False
+    per_cell_writes: ClassVar[bool] = False  # trajectories follow items along dim 0
 
     def __init__(
         self,

@@ -91,7 +91,7 @@ def _parse_state(
             raise ValueError(f"saved storage does not match this storage: {problem}.")
         capacity = storage._capacity
     else:
-        capacity = storage.max_size // cells
+        capacity = -(-storage.max_size // cells)  # ceil, as the storage allocates
     if not isinstance(filled, int) or filled < 0 or filled % cells or filled // cells > capacity:
         raise ValueError(
             f"saved len {filled!r} does not fit: expected a multiple of {cells} up to "

@@ -303,7 +303,7 @@ class TensorStorage(Storage):
             plan = self._plan(data, batched)
             leaves, n = plan.leaves, plan.n
             cells = math.prod(plan.lead)
-            capacity = self.max_size // cells if cells else 0
+            capacity = -(-self.max_size // cells) if cells else 0  # ceil, as torchrl
             if capacity == 0:
                 raise ValueError(
                     f"max_size={self.max_size} cannot hold one item of {list(plan.lead)} cells."
@@ -413,7 +413,7 @@ class TensorStorage(Storage):
                 "before sharing it."
             )
         cells = math.prod(lead)
-        capacity = self.max_size // cells
+        capacity = -(-self.max_size // cells)  # ceil: the last item along dim 0 may overshoot
         packed = self._new_packed(capacity * cells, layout.row_bytes)
         self._structure, self._layout, self._lead = structure, layout, lead
         self._cells, self._capacity = cells, capacity
@@ -526,7 +526,7 @@ class LazyTensorStorage(TensorStorage):
     leading shape ``lead`` of each item (e.g. ``data[n, 3, ...]`` with
     ``ndim=2`` gives ``lead=[3]``): cells are stored flat (``len`` counts
     cells, ``get(LongTensor)`` takes flat cell indices, the capacity is
-    ``max_size // prod(lead)`` items) and ``storage[:]`` returns the items
+    ``ceil(max_size / prod(lead))`` items, as in torchrl) and ``storage[:]`` returns the items
     shaped ``[*lead, n_items]``.
 
     Args:

@@ -144,23 +144,13 @@ def test_dim_extend_add_and_extend_are_equivalent(lib):
     assert len(added) == len(extended) == 12
 
 
-def test_ndim2_extend_returns_coordinates(lib, request):
-    parity_gap(
-        request,
-        lib,
-        "ndim=2 storages: extend returns flat time indices; torchrl (N, 2) coordinates",
-    )
+def test_ndim2_extend_returns_coordinates(lib):
     rb = lib.ReplayBuffer(storage=lib.LazyTensorStorage(12, ndim=2), dim_extend=1)
     index = rb.extend(torch.arange(12.0).reshape(3, 4))
     assert tuple(index.shape) == (12, 2)
 
 
-def test_ndim2_sample_info_index_is_a_coordinate_tuple(lib, request):
-    parity_gap(
-        request,
-        lib,
-        "ndim=2 storages: info['index'] is a flat Tensor; torchrl a tuple of coordinates",
-    )
+def test_ndim2_sample_info_index_is_a_coordinate_tuple(lib):
     rb = lib.ReplayBuffer(storage=lib.LazyTensorStorage(12, ndim=2), batch_size=4)
     rb.extend(torch.arange(12).reshape(3, 4))
     _, info = rb.sample(return_info=True)
