@@ -543,3 +543,18 @@ def test_extend_with_no_batch_dim_names_the_problem(data):
     with pytest.raises(ValueError, match=r"leading batch dim.*shape \[\].*add\(\)"):
         rb.extend(data)
     assert len(rb) == 0 and rb.write_count == 0
+
+
+@pytest.mark.parametrize("ndim", [1, 2])
+def test_a_sampler_smaller_than_the_storage_is_refused_before_anything_is_written(ndim):
+    from rbdata import LazyTensorStorage, PrioritizedSampler, TensorDictReplayBuffer
+
+    shape = [149] if ndim == 1 else [75, 2]  # ndim=2: ceil(149 / 2) = 75 items of 2 cells
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(150 if ndim == 1 else 149, ndim=ndim),
+        sampler=PrioritizedSampler(149, 1.0, 1.0),
+    )
+    data = TensorDict({"a": torch.zeros(shape)}, shape)
+    with pytest.raises(ValueError, match=r"max_capacity=149\) has fewer slots .* \(150"):
+        rb.extend(data)
+    assert len(rb) == 0 and rb.writer.cursor == 0

@@ -359,6 +359,7 @@ class _BufferCore:
                 ndim = self._storage.ndim
                 return torch.empty((0, ndim) if ndim > 1 else 0, dtype=torch.long)
             self._validate_extend(data, update_priority)
+            self._check_sampler_fits(data)
             index = self._write(data)
             self._note_written(index[index >= 0] if self._writer.drops_items else index)
             if self._storage.ndim == 1:
@@ -369,6 +370,38 @@ class _BufferCore:
             self._after_extend(data, cells, update_priority)
             self._sync.cond.notify_all()
         return to_coordinates(cells, self._storage_shape())
+
+    def _check_sampler_fits(self, data: Any) -> None:
+        """ValueError, before anything is written, if the sampler has fewer slots than the storage.
+
+        A prioritized sampler keeps one priority per stored cell: the storage's
+        cells past its ``max_capacity`` could be written but never given a
+        priority.
+        """
+        slots = getattr(self._sampler, "max_capacity", None)
+        if not isinstance(slots, int):
+            return
+        cells = self._storage_cells(data)
+        if cells > slots:
+            raise ValueError(
+                f"sampler={type(self._sampler).__name__}(max_capacity={slots}) has fewer slots "
+                f"than the storage has cells ({cells}: {type(self._storage).__name__}("
+                f"max_size={self._storage.max_size}, ndim={self._storage.ndim})); pass "
+                f"max_capacity={cells}. Nothing was written."
+            )
+
+    def _storage_cells(self, data: Any) -> int:
+        """The cells the storage holds when full (for ``ndim > 1``, whole items of ``data``'s)."""
+        storage = self._storage
+        if storage.ndim == 1:
+            return int(storage.max_size)
+        if storage.initialized:
+            return math.prod(self._storage_shape())
+        shape = getattr(data, "shape", None)
+        if shape is None:  # a PyTree: the storage learns its cells at the write
+            return int(storage.max_size)
+        lead = math.prod(tuple(shape)[1 : storage.ndim])
+        return -(-int(storage.max_size) // lead) * lead
 
     def _storage_shape(self) -> tuple[int, ...]:
         """The shape of a tensor storage (``[capacity, *lead]``; ndim > 1 storages have one)."""
