@@ -400,7 +400,7 @@ class _BufferCore:
         shape = getattr(data, "shape", None)
         if shape is None:  # a PyTree: the storage learns its cells at the write
             return int(storage.max_size)
-        lead = math.prod(tuple(shape)[1 : storage.ndim])
+        lead = int(math.prod(tuple(shape)[1 : storage.ndim]))
         return -(-int(storage.max_size) // lead) * lead
 
     def _storage_shape(self) -> tuple[int, ...]:
