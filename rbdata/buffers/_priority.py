@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from rbdata._validation import check_indices
+
+_NUMPY_FLOATS = (torch.float32, torch.float64)
 
 __all__ = ["check_priority_update", "check_priorities"]
 
@@ -18,10 +21,15 @@ def check_priorities(priority: torch.Tensor | float, name: str = "priority") -> 
     priority = torch.as_tensor(priority).detach()
     if not priority.is_floating_point():
         priority = priority.double()
-    priority = priority.reshape(-1)
+    if priority.ndim != 1:
+        priority = priority.reshape(-1)
     if priority.numel():
-        low, high = torch.aminmax(priority)
-        if not (low.item() >= 0 and high.item() < float("inf")):  # NaN fails both
+        if priority.is_cpu and priority.dtype in _NUMPY_FLOATS:  # two numpy reductions
+            values = priority.numpy()
+            low, high = float(np.minimum.reduce(values)), float(np.maximum.reduce(values))
+        else:
+            low, high = (float(v) for v in torch.stack(torch.aminmax(priority)).tolist())
+        if not (low >= 0 and high < float("inf")):  # NaN fails both
             bad = priority[~torch.isfinite(priority) | (priority < 0)][:5].tolist()
             raise ValueError(f"{name} values must be finite and >= 0, got {bad}.")
     return priority
