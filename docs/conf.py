@@ -112,22 +112,24 @@ def _benchmark_table(run: dict[str, Any], rows: dict[str, Any]) -> str:
     unit = f" ({units.pop()})" if len(units) == 1 else ""
     lines = [
         f"| row | what | rbdata{unit} | limit{unit} | rbdata / limit "
-        f"| torchrl{unit} | torchrl / limit |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        f"| torchrl{unit} | torchrl / limit | packed{unit} | rbdata / packed |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, row in run["rows"].items():
         what = (rows[name].__doc__ or "").strip().splitlines()[0] if name in rows else ""
         if "error" in row:
-            lines.append(f"| `{name}` | {what} | {row['error']} | | | | |")
+            lines.append(f"| `{name}` | {what} | {row['error']} | | | | | | |")
             continue
         theirs = run.get("torchrl", {}).get(name, {}).get("lib")
-        limit = row.get("limit")
+        limit, packed = row.get("limit"), row.get("packed")
         cells = [
             f"{row['lib']:,.0f}" + ("" if unit else f" {row['unit']}"),
             f"{limit:,.0f}" if limit else "-",
             f"{row['lib'] / limit:.2f}" if limit else "-",
             f"{theirs:,.0f}" if theirs else "-",
             f"{theirs / limit:.2f}" if theirs and limit else "-",
+            f"{packed:,.0f}" if packed else "-",
+            f"{row['lib'] / packed:.2f}" if packed else "-",
         ]
         lines.append(f"| `{name}` | {what} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
