@@ -546,15 +546,27 @@ def test_extend_with_no_batch_dim_names_the_problem(data):
 
 
 @pytest.mark.parametrize("ndim", [1, 2])
-def test_a_sampler_smaller_than_the_storage_is_refused_before_anything_is_written(ndim):
+def test_a_write_past_the_samplers_slots_is_refused_before_anything_is_written(ndim):
     from rbdata import LazyTensorStorage, PrioritizedSampler, TensorDictReplayBuffer
 
-    shape = [149] if ndim == 1 else [75, 2]  # ndim=2: ceil(149 / 2) = 75 items of 2 cells
+    shape = [150] if ndim == 1 else [75, 2]  # ndim=2: ceil(149 / 2) = 75 items of 2 cells
     rb = TensorDictReplayBuffer(
         storage=LazyTensorStorage(150 if ndim == 1 else 149, ndim=ndim),
         sampler=PrioritizedSampler(149, 1.0, 1.0),
     )
     data = TensorDict({"a": torch.zeros(shape)}, shape)
-    with pytest.raises(ValueError, match=r"max_capacity=149\) has fewer slots .* \(150"):
+    with pytest.raises(ValueError, match=r"max_capacity=149\) has fewer slots .* up to 150"):
         rb.extend(data)
     assert len(rb) == 0 and rb.writer.cursor == 0
+
+
+def test_a_small_sampler_on_a_large_storage_works_while_the_writes_fit():
+    from rbdata import ListStorage, PrioritizedSampler, TensorDictReplayBuffer
+
+    rb = TensorDictReplayBuffer(storage=ListStorage(1000), sampler=PrioritizedSampler(5, 0.7, 0.9))
+    rb.extend(TensorDict({"a": torch.arange(3.0)}, [3]))
+    rb.extend(TensorDict({"a": torch.arange(2.0)}, [2]))
+    assert len(rb) == 5 and rb.sample(4).shape == torch.Size([4])
+    with pytest.raises(ValueError, match=r"max_capacity=5\) has fewer slots .* up to 6"):
+        rb.extend(TensorDict({"a": torch.zeros(1)}, [1]))
+    assert len(rb) == 5

@@ -372,36 +372,42 @@ class _BufferCore:
         return to_coordinates(cells, self._storage_shape())
 
     def _check_sampler_fits(self, data: Any) -> None:
-        """ValueError, before anything is written, if the sampler has fewer slots than the storage.
+        """ValueError, before anything is written, if the write would pass the sampler's slots.
 
-        A prioritized sampler keeps one priority per stored cell: the storage's
-        cells past its ``max_capacity`` could be written but never given a
-        priority.
+        A prioritized sampler keeps one priority per stored cell, for the
+        cells ``[0, max_capacity)``; a storage may be larger (torchrl lets a
+        small sampler sit on the default ``ListStorage(1000)``) as long as the
+        writes stay below it. Writes go from the writer's cursor, wrapping at
+        the storage's capacity.
         """
         slots = getattr(self._sampler, "max_capacity", None)
         if not isinstance(slots, int):
             return
-        cells = self._storage_cells(data)
+        lead, rows = self._storage_rows(data)
+        top_row = min(self._writer.cursor + batch_len(data), rows) - 1
+        cells = (top_row + 1) * lead
         if cells > slots:
             raise ValueError(
                 f"sampler={type(self._sampler).__name__}(max_capacity={slots}) has fewer slots "
-                f"than the storage has cells ({cells}: {type(self._storage).__name__}("
-                f"max_size={self._storage.max_size}, ndim={self._storage.ndim})); pass "
-                f"max_capacity={cells}. Nothing was written."
+                f"than this write needs: it would fill cells up to {cells} of "
+                f"{type(self._storage).__name__}(max_size={self._storage.max_size}, "
+                f"ndim={self._storage.ndim}), which holds {rows * lead}; pass "
+                f"max_capacity={rows * lead}. Nothing was written."
             )
 
-    def _storage_cells(self, data: Any) -> int:
-        """The cells the storage holds when full (for ``ndim > 1``, whole items of ``data``'s)."""
+    def _storage_rows(self, data: Any) -> tuple[int, int]:
+        """``(cells per item, items)`` of the storage when full (``ndim > 1``: from ``data``)."""
         storage = self._storage
         if storage.ndim == 1:
-            return int(storage.max_size)
+            return 1, int(storage.max_size)
         if storage.initialized:
-            return math.prod(self._storage_shape())
-        shape = getattr(data, "shape", None)
-        if shape is None:  # a PyTree: the storage learns its cells at the write
-            return int(storage.max_size)
-        lead = int(math.prod(tuple(shape)[1 : storage.ndim]))
-        return -(-int(storage.max_size) // lead) * lead
+            shape = self._storage_shape()
+            return math.prod(shape[1:]), shape[0]
+        data_shape = getattr(data, "shape", None)
+        if data_shape is None:  # a PyTree: the storage learns its cells at the write
+            return 1, int(storage.max_size)
+        lead = int(math.prod(tuple(data_shape)[1 : storage.ndim]))
+        return lead, -(-int(storage.max_size) // lead)
 
     def _storage_shape(self) -> tuple[int, ...]:
         """The shape of a tensor storage (``[capacity, *lead]``; ndim > 1 storages have one)."""
