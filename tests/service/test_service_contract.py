@@ -120,9 +120,11 @@ def test_writes_reads_counters_and_the_lifecycle_through_the_actor(ray_cluster: 
     try:
         assert rb.service_backend == "ray"
         assert rb.add("a") == 0
-        assert rb.extend(["b", "c", 4]).tolist() == [1, 2, 3]
+        # strings only: a batch mixing strings and ints has no collation (random draws of it
+        # fail or not by chance, in torchrl too)
+        assert rb.extend(["b", "c", "d"]).tolist() == [1, 2, 3]
         assert len(rb) == 4 and rb.write_count == 4 and rb.batch_size == 3
-        assert rb[1] == "b" and rb[3] == 4
+        assert rb[1] == "b" and rb[3] == "d"
         assert len(rb.sample()) == 3
         stats = rb.stats()
         assert stats["size"] == 4 and stats["write_count"] == 4 and stats["capacity"] == 100
