@@ -142,6 +142,17 @@ def file_alloc(directory: str) -> Alloc:
     return alloc
 
 
+def _ring_copy(dst: torch.Tensor, start: int, src: torch.Tensor) -> None:
+    """Copy ``src`` into the rows of ``dst`` from ``start``, wrapping at ``len(dst)``."""
+    stop, capacity = start + src.shape[0], dst.shape[0]
+    if stop <= capacity:
+        dst[start:stop].copy_(src)
+    else:
+        cut = capacity - start
+        dst[start:].copy_(src[:cut])
+        dst[: stop - capacity].copy_(src[cut:])
+
+
 class Limit:
     """The irreducible work in plain torch: preallocated per-key tensors.
 
@@ -172,13 +183,7 @@ class Limit:
         s = self.cursor
         e = s + n
         for k in self.keys:
-            src = data.get(k)
-            if e <= self.capacity:
-                self.bufs[k][s:e].copy_(src)
-            else:
-                cut = self.capacity - s
-                self.bufs[k][s:].copy_(src[:cut])
-                self.bufs[k][: e - self.capacity].copy_(src[cut:])
+            _ring_copy(self.bufs[k], s, data.get(k))
         self.cursor = e % self.capacity
 
     def sample(self, size: int | None = None) -> None:
@@ -228,12 +233,7 @@ class PackedLimit:
         e = s + n
         for k, off, w in zip(self.keys, self.offsets, self.widths, strict=True):
             src = data.get(k).reshape(n, -1).contiguous().view(torch.uint8)
-            if e <= self.capacity:
-                self.rows[s:e, off : off + w].copy_(src)
-            else:
-                cut = self.capacity - s
-                self.rows[s:, off : off + w].copy_(src[:cut])
-                self.rows[: e - self.capacity, off : off + w].copy_(src[cut:])
+            _ring_copy(self.rows[:, off : off + w], s, src)
         self.cursor = e % self.capacity
 
     def sample(self, size: int | None = None) -> None:

@@ -401,8 +401,7 @@ class _BufferCore:
         if storage.ndim == 1:
             return 1, int(storage.max_size)
         if storage.initialized:
-            shape = self._storage_shape()
-            return math.prod(shape[1:]), shape[0]
+            return self._cells_per_item(), self._storage_shape()[0]
         data_shape = getattr(data, "shape", None)
         if data_shape is None:  # a PyTree: the storage learns its cells at the write
             return 1, int(storage.max_size)
