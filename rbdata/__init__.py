@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from rbdata._updates import ConditionalUpdateResult
 from rbdata.boundaries import find_start_stop_traj
 from rbdata.buffers import (
     PrioritizedReplayBuffer,
@@ -18,7 +17,8 @@ from rbdata.buffers import (
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
 )
-from rbdata.checkpoint import CheckpointError
+from rbdata.buffers._conditional_update import ConditionalUpdateResult
+from rbdata.errors import CheckpointError, ServiceUnavailableError
 from rbdata.policy_version import PolicyVersion
 from rbdata.query import TrajectoryPredicate, filter_trajectories, iter_trajectories, traj
 from rbdata.sample_units import SampleUnit, Sequence, Transition
@@ -31,7 +31,7 @@ from rbdata.samplers import (
     SliceSampler,
     SliceSamplerWithoutReplacement,
 )
-from rbdata.schedulers import (
+from rbdata.samplers.schedulers import (
     LambdaScheduler,
     LinearScheduler,
     ParameterScheduler,
@@ -71,7 +71,6 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "MinariReader": ("rbdata.datasets", "minari"),
     "OfflineToOnlineReplayBuffer": ("rbdata.buffers.offline_to_online", None),
     "RayBufferClient": ("rbdata.service.client", None),
-    "ServiceUnavailableError": ("rbdata.service._runtime", None),
 }
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
+from rbdata._component.checks import NestedKey
 from rbdata._trajectories import read_leaf
-from rbdata._validation import NestedKey
 
 __all__ = ["RingLayout", "scan_edges"]
 

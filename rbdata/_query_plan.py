@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rbdata._validation import NestedKey, normalize_key
+from rbdata._component.checks import NestedKey, normalize_key
 from rbdata.transforms import Compose
 
 __all__ = ["evaluation_plan", "transform_steps"]

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from rbdata._validation import NestedKey, normalize_key
+from rbdata._component.checks import NestedKey, normalize_key
 
 SLICE_TRAJ_KEYS: tuple[NestedKey, ...] = ("episode", ("collector", "traj_ids"), "traj_ids")
 QUERY_TRAJ_KEYS: tuple[NestedKey, ...] = (("collector", "traj_ids"), "traj_ids", "episode")

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rbdata._component.checks import NestedKey
 from rbdata._trajectories import (
     Markers,
     TrajectoryIndex,
@@ -33,25 +34,13 @@ from rbdata._trajectories import (
     segment_lengths,
     storage_keys,
 )
-from rbdata._validation import NestedKey
+from rbdata.errors import DuplicateStepError
 
 #: Position stride between the cells of a multi-dim storage (more than any write count).
 COLUMN = 1 << 40
 
 #: Trajectory-id entries a fragmented index looks for when none is given (torchrl's order).
 FRAGMENT_ID_KEYS: tuple[NestedKey, ...] = (("collector", "traj_ids"), "episode")
-
-
-class DuplicateStepError(RuntimeError, ValueError):
-    """Two live transitions share a (trajectory id, step) pair in a fragmented index.
-
-    A ``ValueError`` by rbdata's rule (bad data) and a ``RuntimeError`` as
-    torchrl raises it.
-
-    Examples:
-        >>> [issubclass(DuplicateStepError, kind) for kind in (RuntimeError, ValueError)]
-        [True, True]
-    """
 
 
 class _Rebuilt(TrajectoryIndex):

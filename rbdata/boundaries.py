@@ -12,15 +12,9 @@ import operator
 
 import torch
 
+from rbdata.errors import _BoundaryTypeError, _BoundaryValueError
+
 __all__ = ["find_start_stop_traj"]
-
-
-class _BoundaryValueError(ValueError, RuntimeError):
-    """A bad value (a ``ValueError`` by rbdata's rule, a ``RuntimeError`` as torchrl raises)."""
-
-
-class _BoundaryTypeError(TypeError, RuntimeError):
-    """A bad type (a ``TypeError`` by rbdata's rule, a ``RuntimeError`` as torchrl raises)."""
 
 
 def _last_written(cursor: int | torch.Tensor | range, length: int) -> int:

@@ -16,6 +16,7 @@ from typing import Any, cast
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rbdata._component.checks import NestedKey, normalize_key
 from rbdata._query_expr import (
     EvalContext,
     Expr,
@@ -39,7 +40,6 @@ from rbdata._trajectories import (
     split_storage,
     storage_keys,
 )
-from rbdata._validation import NestedKey, normalize_key
 from rbdata.trajectory import Trajectory
 
 __all__ = [

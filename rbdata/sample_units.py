@@ -9,9 +9,9 @@ from typing import Any, overload
 import torch
 from tensordict import TensorDictBase
 
+from rbdata._component.checks import NestedKey, normalize_key
 from rbdata._episode_edges import RingLayout, scan_edges
 from rbdata._trajectories import TrajectoryIndex, storage_keys
-from rbdata._validation import NestedKey, normalize_key
 from rbdata.storages import TensorStorage
 
 __all__ = ["SampleUnit", "Sequence", "Transition"]

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from tensordict import LazyStackedTensorDict, TensorClass, TensorDict, TensorDictBase
 
-from rbdata._validation import NestedKey
+from rbdata._component.checks import NestedKey
 
 __all__ = ["Trajectory"]
 

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rbdata._validation import NestedKey, normalize_key
+from rbdata._component.checks import NestedKey, normalize_key
 
 __all__ = ["Compose", "PolicyAgeFilter", "Transform"]
 

@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch.utils.hooks import RemovableHandle
 
-from rbdata._validation import normalize_key
+from rbdata._component.checks import normalize_key
 from rbdata.buffers import _persistence
 from rbdata.buffers._coordinates import cells_of_rows, to_coordinates, to_flat
 from rbdata.buffers._gather import finish_batch

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from rbdata._validation import check_int, check_optional_int
+from rbdata._component.checks import check_int, check_optional_int
 
 T = TypeVar("T")
 

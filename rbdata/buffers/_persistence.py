@@ -11,8 +11,9 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
-from rbdata._validation import transaction
-from rbdata.checkpoint import CheckpointError, read_dump, write_dump
+from rbdata._component.stateful import transaction
+from rbdata.checkpoint import read_dump, write_dump
+from rbdata.errors import CheckpointError
 from rbdata.sample_units import SampleUnit
 from rbdata.samplers import Sampler
 from rbdata.storages import ListStorage, Storage

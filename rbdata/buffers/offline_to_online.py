@@ -11,7 +11,8 @@ import torch
 from tensordict import TensorDictBase
 from torch.utils.hooks import RemovableHandle
 
-from rbdata._validation import check_number, check_optional_int, transaction
+from rbdata._component.checks import check_number, check_optional_int
+from rbdata._component.stateful import transaction
 from rbdata.buffers._init_args import resolve_batch_size
 from rbdata.buffers._mixture import (
     SOURCE_KEY,

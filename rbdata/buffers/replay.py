@@ -9,14 +9,15 @@ from typing import Any, cast
 import torch
 from tensordict import TensorDictBase
 
-from rbdata._updates import ConditionalUpdateResult, conditional_update
-from rbdata._validation import IncompatibleValueError, NestedKey, check_indices, normalize_key
+from rbdata._component.checks import NestedKey, check_indices, normalize_key
 from rbdata.buffers import _persistence
 from rbdata.buffers._anchor_priority import reduce_to_anchors
+from rbdata.buffers._conditional_update import ConditionalUpdateResult, conditional_update
 from rbdata.buffers._core import _BufferCore
 from rbdata.buffers._prefetch import _BatchPrefetcher
 from rbdata.buffers._priority import check_priority_update
 from rbdata.buffers._sync import _BufferSync
+from rbdata.errors import IncompatibleValueError
 from rbdata.samplers import Sampler
 from rbdata.storages import Storage
 from rbdata.transforms import Transform, as_transform

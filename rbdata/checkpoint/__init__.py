@@ -19,7 +19,8 @@ unless ``allow_pickle=True``. Every problem is one :class:`CheckpointError`
 naming the file.
 """
 
-from ._errors import CheckpointError
+from rbdata.errors import CheckpointError
+
 from ._layout import FORMAT_VERSION, MANIFEST
 from ._verify import read_dump, verify_dump
 from ._write import write_dump

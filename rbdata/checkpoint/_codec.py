@@ -21,13 +21,9 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from ._errors import CheckpointError
+from rbdata.errors import CheckpointError, Unencodable
 
 _PLAIN = (bool, int, float, str)
-
-
-class Unencodable(TypeError):
-    """A value the JSON state tree cannot describe (``where`` names its place)."""
 
 
 def encode(value: Any, leaves: list[torch.Tensor], where: str = "") -> Any:

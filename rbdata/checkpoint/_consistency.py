@@ -6,7 +6,8 @@ from typing import Any
 
 import torch
 
-from ._errors import CheckpointError
+from rbdata.errors import CheckpointError
+
 from ._files import dtype_name
 
 

@@ -7,7 +7,8 @@ import math
 import re
 from typing import Any
 
-from ._errors import CheckpointError
+from rbdata.errors import CheckpointError
+
 from ._files import BYTEORDER, parse_dtype
 from ._layout import FORMAT_VERSION, OBJECTS, is_data_dir_name, is_leaf_name
 

@@ -18,9 +18,10 @@ from typing import Any
 
 import torch
 
+from rbdata.errors import CheckpointError
+
 from ._codec import decode
 from ._consistency import check_consistency
-from ._errors import CheckpointError
 from ._files import open_entry, read_bytes, read_tensor
 from ._layout import MANIFEST, MAX_MANIFEST_BYTES, OBJECTS, is_data_dir_name, leaf_name
 from ._manifest import parse_manifest

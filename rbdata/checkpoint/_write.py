@@ -13,8 +13,9 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from ._codec import Unencodable, encode
-from ._errors import CheckpointError
+from rbdata.errors import CheckpointError, Unencodable
+
+from ._codec import encode
 from ._files import BYTEORDER, fsync_dir, write_file, write_tensor
 from ._layout import (
     FORMAT_VERSION,

@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from rbdata._state_file import read_state, write_state
-from rbdata._validation import check_int
+from rbdata._component.checks import check_int
+from rbdata._component.state_file import read_state, write_state
 from rbdata.samplers._live import _LiveSet
 
 __all__ = ["Sampler"]

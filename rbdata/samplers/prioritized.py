@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from rbdata._validation import check_int, check_number
+from rbdata._component.checks import check_int, check_number
 from rbdata.samplers._base import Sampler
 from rbdata.samplers._device_sumtree import _canonical
 from rbdata.samplers._live import _LiveSet, first_unique

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from rbdata.errors import ServiceUnavailableError
+
 __all__ = ["RayBufferClient", "RayService", "ServiceUnavailableError", "attach_ray_service"]
 
 _NAMES = {

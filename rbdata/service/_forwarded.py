@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rbdata._updates import ConditionalUpdateResult
+from rbdata.buffers._conditional_update import ConditionalUpdateResult
 
 
 class _ForwardedMethods:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from rbdata.errors import ServiceUnavailableError
+
 NAMESPACE = "rbdata"
 
 
@@ -19,10 +21,6 @@ class Raised:
     """
 
     error: Exception
-
-
-class ServiceUnavailableError(RuntimeError):
-    """The Ray actor hosting a replay buffer is gone (shut down, or its process died)."""
 
 
 def ray_module() -> ModuleType:

@@ -37,6 +37,7 @@ from tensordict import TensorDictBase
 from torch.utils.hooks import RemovableHandle
 
 from rbdata.buffers.protocol import INFO_KEYS, Draw, StatsSource
+from rbdata.errors import ServiceUnavailableError
 from rbdata.service import _runtime
 from rbdata.service._forwarded import _ForwardedMethods
 from rbdata.service._runtime import Raised
@@ -141,7 +142,7 @@ class RayBufferClient(_ForwardedMethods):
             try:
                 self._handle = ray.get_actor(self._address.actor_name, namespace=_runtime.NAMESPACE)
             except ValueError as err:
-                raise _runtime.ServiceUnavailableError(
+                raise ServiceUnavailableError(
                     f"no Ray actor named {self._address.actor_name!r}: the replay buffer it hosted "
                     "was shut down, or its process died; build a new Ray-backed buffer."
                 ) from err

@@ -16,6 +16,7 @@ import logging
 import uuid
 from typing import Any
 
+from rbdata.errors import ServiceUnavailableError
 from rbdata.service import _runtime
 from rbdata.service.client import OwnerAddress, RayBufferClient
 from rbdata.service.distributed import BACKENDS
@@ -168,7 +169,7 @@ class RayService:
             return False
         try:
             _runtime.get(self._actor.node_id.remote(), "is_alive")
-        except _runtime.ServiceUnavailableError:
+        except ServiceUnavailableError:
             return False
         return True
 

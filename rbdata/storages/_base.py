@@ -10,8 +10,8 @@ from typing import Any, overload
 
 import torch
 
-from rbdata._state_file import read_state, write_state
-from rbdata._validation import check_bool, check_int
+from rbdata._component.checks import check_bool, check_int
+from rbdata._component.state_file import read_state, write_state
 
 Index = int | slice | torch.Tensor
 

@@ -9,7 +9,7 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 from torch.utils.data._utils.collate import default_collate
 
-from rbdata._validation import check_int
+from rbdata._component.checks import check_int
 
 from ._base import Index, Storage, _as_index, _get_index, _identity, _set_index
 

@@ -10,8 +10,8 @@ import torch
 from tensordict import TensorDictBase
 from torch.utils._pytree import tree_leaves, tree_map
 
-from rbdata._state_file import read_state, write_state
-from rbdata._validation import check_bool
+from rbdata._component.checks import check_bool
+from rbdata._component.state_file import read_state, write_state
 from rbdata.storages import Storage
 
 __all__ = ["Writer", "batch_len", "slice_batch"]

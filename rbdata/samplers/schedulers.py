@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from rbdata._validation import check_int
-from rbdata.samplers import Sampler
+from rbdata._component.checks import check_int
+from rbdata.samplers._base import Sampler
 
 __all__ = [
     "LambdaScheduler",
@@ -53,7 +53,7 @@ class ParameterScheduler(abc.ABC):
 
     Examples:
         >>> from rbdata import PrioritizedSampler
-        >>> from rbdata.schedulers import LinearScheduler
+        >>> from rbdata.samplers.schedulers import LinearScheduler
         >>> sampler = PrioritizedSampler(10, alpha=0.7, beta=0.4)
         >>> scheduler = LinearScheduler(sampler, "beta", final_value=1.0, num_steps=3)
         >>> for _ in range(4):
@@ -117,7 +117,7 @@ class LambdaScheduler(ParameterScheduler):
 
     Examples:
         >>> from rbdata import PrioritizedSampler
-        >>> from rbdata.schedulers import LambdaScheduler
+        >>> from rbdata.samplers.schedulers import LambdaScheduler
         >>> sampler = PrioritizedSampler(10, alpha=0.8, beta=0.5)
         >>> LambdaScheduler(sampler, "alpha", lambda n: 0.5**n).step()
         >>> sampler.alpha
@@ -146,7 +146,7 @@ class LinearScheduler(ParameterScheduler):
 
     Examples:
         >>> from rbdata import PrioritizedSampler
-        >>> from rbdata.schedulers import LinearScheduler
+        >>> from rbdata.samplers.schedulers import LinearScheduler
         >>> sampler = PrioritizedSampler(10, alpha=0.7, beta=0.6)
         >>> scheduler = LinearScheduler(sampler, "beta", final_value=1.0, num_steps=4)
         >>> scheduler.step(); round(sampler.beta, 6)
@@ -173,7 +173,7 @@ class StepScheduler(ParameterScheduler):
 
     Examples:
         >>> from rbdata import PrioritizedSampler
-        >>> from rbdata.schedulers import StepScheduler
+        >>> from rbdata.samplers.schedulers import StepScheduler
         >>> sampler = PrioritizedSampler(10, alpha=0.7, beta=0.6)
         >>> scheduler = StepScheduler(sampler, "beta", gamma=0.1, mode="additive", max_value=0.8)
         >>> for _ in range(3):
@@ -211,7 +211,7 @@ class SchedulerList:
 
     Examples:
         >>> from rbdata import PrioritizedSampler
-        >>> from rbdata.schedulers import LinearScheduler, SchedulerList, StepScheduler
+        >>> from rbdata.samplers.schedulers import LinearScheduler, SchedulerList, StepScheduler
         >>> sampler = PrioritizedSampler(10, alpha=0.7, beta=0.6)
         >>> both = SchedulerList([LinearScheduler(sampler, "beta", 1.0, 2),
         ...                       StepScheduler(sampler, "alpha", gamma=0.5)])

@@ -3,60 +3,30 @@
 The rule: a value of the wrong *type* raises ``TypeError``, a value of the
 right type but out of range raises ``ValueError``; both name the argument,
 say what was given and what was expected. Checks run before anything is
-changed; :func:`transaction` rolls stateful components back when a
-multi-step change fails half-way.
+changed (:func:`rbdata._component.stateful.transaction` rolls components back
+when a multi-step change fails half-way).
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import numbers
-from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 
 __all__ = [
-    "IncompatibleValueError",
     "NestedKey",
-    "UnsupportedDataError",
     "check_bool",
     "check_indices",
     "check_int",
     "check_number",
     "check_optional_int",
     "normalize_key",
-    "transaction",
 ]
 
 #: A TensorDict key: a str for a top-level entry, a tuple of str for a nested one.
 NestedKey = str | tuple[str, ...]
-
-
-class IncompatibleValueError(RuntimeError, ValueError):
-    """A value that does not fit where it goes (a shape that does not broadcast, ...).
-
-    A ``ValueError`` by rbdata's rule, and a ``RuntimeError`` first, as torch and
-    torchrl raise in the same situations.
-
-    Examples:
-        >>> [issubclass(IncompatibleValueError, kind) for kind in (ValueError, RuntimeError)]
-        [True, True]
-    """
-
-
-class UnsupportedDataError(TypeError, RuntimeError):
-    """Data of a kind a component cannot hold (e.g. a plain tensor given to a TensorDict writer).
-
-    A ``TypeError`` by rbdata's rule, and a ``RuntimeError`` as torchrl raises
-    in the same situations, so code written for either catches it.
-
-    Examples:
-        >>> [issubclass(UnsupportedDataError, kind) for kind in (TypeError, RuntimeError)]
-        [True, True]
-    """
 
 
 def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
@@ -182,56 +152,3 @@ def normalize_key(key: Any, name: str = "key", *, dotted: bool = True) -> Nested
     if isinstance(key, tuple) and key and all(isinstance(k, str) for k in key):
         return key[0] if len(key) == 1 else key
     raise TypeError(f"{name} must be a str or a non-empty tuple of str, got {key!r}.")
-
-
-class _Stateful(Protocol):
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
-
-
-def _snapshot(component: _Stateful) -> dict[str, Any]:
-    """A state of ``component`` that later changes to the component cannot alter."""
-    state = component.state_dict()
-    return copy.deepcopy(state) if _aliases_tensors(state) else state
-
-
-def _aliases_tensors(state: Any) -> bool:
-    if isinstance(state, torch.Tensor):
-        return True
-    if isinstance(state, dict):
-        return any(_aliases_tensors(v) for v in state.values())
-    if isinstance(state, list | tuple):
-        return any(_aliases_tensors(v) for v in state)
-    return False
-
-
-@contextlib.contextmanager
-def transaction(*components: _Stateful) -> Iterator[None]:
-    """Validate, apply, roll back on error: restore ``components`` if the block raises.
-
-    The state of each component is copied on entry (tensors cloned, so that
-    the copy never aliases live state); if the block raises, every component
-    gets its copy back and the exception propagates.
-
-    Examples:
-        >>> import torch
-        >>> from rbdata import RandomSampler
-        >>> sampler = RandomSampler()
-        >>> sampler.set_consume_after_n(2)
-        >>> try:
-        ...     with transaction(sampler):
-        ...         sampler.set_consume_after_n(None)
-        ...         raise ValueError("bad input")
-        ... except ValueError:
-        ...     pass
-        >>> sampler.consume_after_n
-        2
-    """
-    saved = [_snapshot(component) for component in components]
-    try:
-        yield
-    except BaseException:  # also KeyboardInterrupt: never leave a half-applied change behind
-        for component, state in zip(components, saved, strict=True):
-            component.load_state_dict(state)
-        raise

@@ -5,7 +5,7 @@ directory given to their ``dumps``; this module is the one place that knows how.
 
 Example:
     >>> import tempfile
-    >>> from rbdata._state_file import read_state, write_state
+    >>> from rbdata._component.state_file import read_state, write_state
     >>> folder = tempfile.mkdtemp()
     >>> write_state({"cursor": 3}, folder, "writer")
     >>> read_state(folder, "writer")

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from rbdata._validation import NestedKey, check_indices, normalize_key
+from rbdata._component.checks import NestedKey, check_indices, normalize_key
 
 __all__ = ["ConditionalUpdateResult", "conditional_update"]
 
