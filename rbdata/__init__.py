@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+import rbdata.service  # registers service_backend="ray" (Ray itself is imported on use)
 from rbdata.boundaries import find_start_stop_traj
 from rbdata.buffers import (
     PrioritizedReplayBuffer,

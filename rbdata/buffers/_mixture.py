@@ -19,6 +19,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rbdata.buffers.protocol import INFO_KEYS
+from rbdata.storages import Storage, TensorStorage
 
 SOURCE_KEY = "is_offline"
 """The batch entry (bool ``[B]``) that is True for the rows drawn from the offline data."""
@@ -104,7 +105,7 @@ def concat(offline: TensorDictBase, online: TensorDictBase) -> TensorDictBase:
     return cast(TensorDictBase, torch.cat([offline, online], 0))
 
 
-def check_online_data(storage: Any, data: Any, *, batched: bool) -> TensorDictBase:
+def check_online_data(storage: Storage, data: Any, *, batched: bool) -> TensorDictBase:
     """``data`` without sample entries, checked against the offline ``storage``'s layout.
 
     Raises:
@@ -116,7 +117,7 @@ def check_online_data(storage: Any, data: Any, *, batched: bool) -> TensorDictBa
         raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
     extra = [key for key in (*INFO_KEYS, SOURCE_KEY) if key in data.keys()]
     batch: TensorDictBase = data.exclude(*extra) if extra else data
-    if not (getattr(storage, "initialized", False) and hasattr(storage, "leaf_keys")):
+    if not (isinstance(storage, TensorStorage) and storage.initialized):
         return batch
     expected = {as_tuple(key) for key in storage.leaf_keys()}
     given = {as_tuple(key) for key in batch.keys(True, True)}

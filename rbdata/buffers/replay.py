@@ -1,32 +1,27 @@
-"""ReplayBuffer: torchrl's replay-buffer API around the buffer engine (``_core``)."""
+"""ReplayBuffer: torchrl's replay-buffer API, put together from the buffer's parts.
+
+Each part is one concept in its own module: components and their lifecycle
+(``_components``), the write path (``_write_path``), the read path
+(``_read_path``), indexing and in-place edits (``_indexing``), priority
+updates (``_priority_updates``) and state (``_state``). The buffer holds no
+data logic: the storage, sampler, writer, sample unit and transforms do.
+"""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, cast
-
-import torch
-from tensordict import TensorDictBase
-
-from rbdata._component.checks import NestedKey, check_indices, normalize_key
-from rbdata.buffers import _persistence
-from rbdata.buffers._anchor_priority import reduce_to_anchors
-from rbdata.buffers._conditional_update import ConditionalUpdateResult, conditional_update
-from rbdata.buffers._core import _BufferCore
+from rbdata.buffers._indexing import _Indexing
 from rbdata.buffers._prefetch import _BatchPrefetcher
-from rbdata.buffers._priority import check_priority_update
+from rbdata.buffers._priority_updates import _PriorityUpdates
+from rbdata.buffers._read_path import _ReadPath
+from rbdata.buffers._state import _BufferState
 from rbdata.buffers._sync import _BufferSync
-from rbdata.errors import IncompatibleValueError
+from rbdata.buffers._write_path import _WritePath
 from rbdata.samplers import Sampler
-from rbdata.storages import Storage
-from rbdata.transforms import Transform, as_transform
-from rbdata.writers import Writer
 
 __all__ = ["ReplayBuffer"]
 
 
-class ReplayBuffer(_BufferCore):
+class ReplayBuffer(_WritePath, _ReadPath, _Indexing, _PriorityUpdates, _BufferState):
     """A generic, composable replay buffer (torchrl's ``ReplayBuffer`` API).
 
     The buffer owns its components and the lock they are used under, and
@@ -76,291 +71,6 @@ class ReplayBuffer(_BufferCore):
         tensor([4, 9, 3, 0, 3])
     """
 
-    def set_storage(
-        self, storage: Storage, collate_fn: Callable[[Any], Any] | None = None
-    ) -> Storage:
-        """Set a new storage and return the previous one."""
-        with self._sync.lock:
-            self._init()
-            prev, self._storage = self._storage, storage
-            self._writer.register_storage(storage)
-            self._collate_arg = collate_fn
-            self._collate_fn = collate_fn or storage.default_collate_fn()
-            return prev
-
-    def set_sampler(self, sampler: Sampler) -> Sampler:
-        """Set a new sampler and return the previous one."""
-        with self._sync.lock:
-            self._init()
-            prev, self._sampler = self._sampler, sampler
-            sampler.set_rng(self._generator)
-            sampler.set_consume_after_n(self._consume_after_n)
-            return prev
-
-    def set_writer(self, writer: Writer) -> Writer:
-        """Set a new writer and return the previous one."""
-        with self._sync.lock:
-            self._init()
-            prev, self._writer = self._writer, writer
-            writer.register_storage(self._storage)
-            return prev
-
-    def set_rng(self, generator: torch.Generator | None) -> None:
-        """Use ``generator`` for sampling from now on (None: torch's global RNG)."""
-        if generator is not None and not isinstance(generator, torch.Generator):
-            raise TypeError(
-                f"generator must be a torch.Generator or None, got {type(generator).__name__}."
-            )
-        with self._sync.lock:
-            self._generator = generator
-            if self._initialized:
-                self._sampler.set_rng(generator)
-
-    def append_transform(
-        self, transform: Transform | Callable[[Any], Any], *, invert: bool = False
-    ) -> ReplayBuffer:
-        """Append a transform (``invert=True``: run it on writes, its inverse on reads)."""
-        self.transform.append(as_transform(transform, invert=invert))
-        return self
-
-    def insert_transform(
-        self, index: int, transform: Transform | Callable[[Any], Any], *, invert: bool = False
-    ) -> ReplayBuffer:
-        """Insert a transform at ``index`` (``invert`` as in :meth:`append_transform`)."""
-        self.transform.insert(index, as_transform(transform, invert=invert))
-        return self
-
-    def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
-        """Register a hook applied to the storage content before ``dumps``."""
-        self.storage.register_save_hook(hook)
-
-    def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
-        """Register a hook applied to the storage content after ``loads``."""
-        self.storage.register_load_hook(hook)
-
-    def __setitem__(self, index: Any, data: Any) -> None:
-        if self._remote is not None:
-            self._remote.setitem(index, data)
-            return
-        with self._sync.cond:
-            self.storage.set(index, data)
-            self._mark_update(index)
-            self._sync.cond.notify_all()
-
-    def read_all_in_order(self, end: int | None = None) -> Any:
-        """Read storage contents in physical order (``rb[:end]``)."""
-        return self.storage[: len(self.storage) if end is None else end]
-
-    def write_all(self, data: Any, end: int | None = None) -> None:
-        """Write ``data`` back to storage in physical order (``rb[:end] = data``)."""
-        if end is None:
-            end = data.shape[0] if isinstance(data, torch.Tensor | TensorDictBase) else len(data)
-        self[:end] = data
-
-    def update_priority(
-        self,
-        index: torch.Tensor | tuple[torch.Tensor, ...] | int,
-        priority: torch.Tensor | float,
-        *,
-        generation: torch.Tensor | None = None,
-    ) -> None:
-        """Update the priorities of ``index`` (skipping slots rewritten since ``generation``).
-
-        With a storage of ``ndim > 1``, ``index`` may hold coordinates, as
-        :meth:`extend` and ``info["index"]`` give them (``[N, ndim]`` or a tuple
-        of ``ndim`` tensors), or flat cells (1-D). A priority of several dims is
-        laid out like the data given to ``extend``: its dim ``dim_extend`` is
-        moved first, as ``extend`` does with the data, before it is flattened.
-
-        Raises:
-            TypeError: for an index that does not hold integers.
-            ValueError: if a priority is negative, NaN or infinite, the lengths
-                differ, coordinates have the wrong width or lie outside the
-                storage, or an index is outside the written slots; nothing
-                changes then.
-        """
-        self._init()
-        with self._sync.lock:
-            flat = self._flat_index(index)
-            if self._storage.ndim > 1:
-                priority = torch.as_tensor(priority)
-                if priority.ndim > 1 and self.dim_extend > 0:
-                    priority = priority.movedim(self.dim_extend, 0)
-            flat, priority = check_priority_update(flat, priority, len(self._storage))
-            if generation is not None and self._writer.tracks_generations:
-                generation = torch.as_tensor(generation, dtype=torch.long).reshape(-1)
-                if generation.numel() != flat.numel():
-                    raise ValueError(
-                        f"generation has {generation.numel()} entries, expected one per index "
-                        f"({flat.numel()})."
-                    )
-                live = self._writer.generations_of(flat) == generation
-                self._stats.count_skipped_priority_updates(int((~live).sum()))
-                flat, priority = flat[live], priority[live]
-            self._sampler.update_priority(flat, priority, storage=self._storage)
-
-    def update_batch_priority(self, batch: Any, priority: torch.Tensor) -> None:
-        """Apply new priorities to a batch this buffer handed out (skipping rewritten rows).
-
-        With a :class:`~rbdata.Sequence` unit the records' priorities go to
-        their anchors (the max over each window's valid records).
-        """
-        if not self.prioritized:
-            return
-        index = self._flat_index(batch["index"], 'batch["index"]')
-        generation = (
-            batch.get("index_generation", None)
-            if isinstance(batch, Mapping | TensorDictBase)
-            else None
-        )
-        priority = torch.as_tensor(priority).detach()
-        if priority.numel() == index.numel():
-            priority = priority.reshape(index.shape)
-        self._update_record_priority(batch, index, priority, generation)
-
-    def _update_record_priority(
-        self, batch: Any, index: torch.Tensor, priority: torch.Tensor, generation: Any
-    ) -> None:
-        """Priorities of a sampled batch's records: to the records, or to their anchors."""
-        anchors = self._sample_unit.anchors_of(batch, self.storage)
-        if anchors is None:
-            self.update_priority(index, priority, generation=generation)
-            return
-        with self._sync.lock:
-            live = None
-            if generation is not None and self._writer.tracks_generations:
-                generation = torch.as_tensor(generation, dtype=torch.long).reshape(-1)
-                live = self._writer.generations_of(index.reshape(-1)) == generation
-            anchors, priority, skipped = reduce_to_anchors(
-                anchors, priority, batch.get("validity_mask", None), live
-            )
-            self._stats.count_skipped_priority_updates(skipped)
-            self.update_priority(anchors, priority)
-
-    def update_if_present(
-        self,
-        *,
-        index: torch.Tensor,
-        generation: torch.Tensor,
-        patch: Mapping[Any, torch.Tensor] | TensorDictBase,
-        version_key: Any = None,
-        version: int | torch.Tensor | None = None,
-        require_newer: bool = False,
-    ) -> ConditionalUpdateResult:
-        """Patch the records whose ``(index, generation)`` is still live (see the reference doc)."""
-        self._init()
-        with self._sync.lock:
-            result = conditional_update(
-                self._storage,
-                self._writer,
-                index=index,
-                generation=generation,
-                patch=patch,
-                version_key=version_key,
-                version=version,
-                require_newer=require_newer,
-            )
-            self._mark_update(torch.as_tensor(index).reshape(-1)[result.updated])
-            return result
-
-    def set_(self, key: NestedKey, value: torch.Tensor) -> ReplayBuffer:
-        """Set the value of ``key`` across the whole buffer in place.
-
-        Raises:
-            KeyError: if ``key`` is not stored.
-            ValueError: if ``value`` does not broadcast to the stored entries
-                (nothing is written then).
-        """
-        with self._sync.lock:
-            leaf = self._leaf(key)[: len(self._storage)]
-            leaf.copy_(_fitting(value, leaf, key))
-            self._mark_update(slice(0, len(self._storage)))
-        return self
-
-    def set_at_(self, key: NestedKey, value: torch.Tensor, index: Any) -> ReplayBuffer:
-        """Set the value of ``key`` at ``index`` (ints or an integer tensor of written slots).
-
-        Raises:
-            KeyError: if ``key`` is not stored.
-            TypeError: for an index that does not hold integers.
-            ValueError: for a slot outside the written ones, or a ``value`` that
-                does not broadcast to the entries (nothing is written then).
-        """
-        with self._sync.lock:
-            leaf = self._leaf(key)
-            slots = check_indices(index, len(self._storage))
-            leaf[slots] = _fitting(value, leaf[slots], key)
-            self._mark_update(slots)
-        return self
-
-    def update_(
-        self,
-        input_dict_or_td: Mapping[Any, torch.Tensor] | TensorDictBase,
-        clone: bool = False,
-        *,
-        keys_to_update: Any = None,
-    ) -> ReplayBuffer:
-        """Update stored entries in place from a dict or TensorDict covering the buffer."""
-        src = input_dict_or_td
-        # leaves_only: the values are leaf tensors (tensordict types them Tensor | TensorCollection)
-        items = cast(
-            Iterable[tuple[Any, torch.Tensor]],
-            src.items(True, True) if isinstance(src, TensorDictBase) else src.items(),
-        )
-        wanted = None
-        if keys_to_update is not None:
-            wanted = {normalize_key(k, "keys_to_update") for k in keys_to_update}
-        for key, value in items:
-            if wanted is None or normalize_key(key) in wanted:
-                self.set_(key, value.clone() if clone else value)
-        return self
-
-    def query(
-        self, predicate: Callable[..., bool] | None = None, *, trajectory_key: Any = None
-    ) -> list[Any]:
-        """Return the stored trajectories matching ``predicate``, oldest first."""
-        from rbdata.query import run_query
-
-        with self._sync.lock:
-            self._init()
-            return run_query(
-                self._storage,
-                transform=self._transform,
-                cursor=int(getattr(self._writer, "cursor", 0)),
-                predicate=predicate,
-                trajectory_key=trajectory_key,
-            )
-
-    def dumps(self, path: str | os.PathLike[str]) -> None:
-        """Save the buffer atomically in the directory ``path``."""
-        self._init()
-        _persistence._dumps(self, path)
-
-    def loads(self, path: str | os.PathLike[str], *, allow_pickle: bool = False) -> None:
-        """Load a buffer saved with :meth:`dumps` (checked first; unchanged on error).
-
-        ``allow_pickle=True`` lets a list storage's pickled objects be unpickled
-        (which runs code from the file: only for dumps you trust).
-
-        Raises:
-            CheckpointError: naming the file and the problem, for a missing,
-                damaged or mismatched dump.
-        """
-        self._init()
-        _persistence._loads(self, path, allow_pickle)
-
-    def dump(self, path: str | os.PathLike[str]) -> None:
-        """Alias for :meth:`dumps`."""
-        self.dumps(path)
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Alias for :meth:`dumps`."""
-        self.dumps(path)
-
-    def load(self, path: str | os.PathLike[str], *, allow_pickle: bool = False) -> None:
-        """Alias for :meth:`loads`."""
-        self.loads(path, allow_pickle=allow_pickle)
-
     def reader(self, sampler: Sampler) -> ReplayBuffer:
         """A buffer sharing this one's storage, writer and transforms that draws with ``sampler``.
 
@@ -376,42 +86,3 @@ class ReplayBuffer(_BufferCore):
         copy._sampler = sampler
         sampler.set_consume_after_n(None)
         return copy
-
-    def start(self) -> ReplayBuffer:
-        """Return this already-started direct replay buffer."""
-        return self
-
-    def client(self) -> ReplayBuffer:
-        """Return self for the zero-overhead direct backend."""
-        return self
-
-    def close(self, timeout: float | None = None) -> None:
-        """Alias for :meth:`shutdown`."""
-        self.shutdown(timeout)
-
-    def __enter__(self) -> ReplayBuffer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
-    @classmethod
-    def as_remote(cls, remote_config: dict[str, Any] | None = None) -> Any:
-        """Create a Ray remote class of this buffer (needs the ``ray`` extra)."""
-        try:
-            import ray
-        except ImportError as err:
-            raise ImportError("as_remote needs Ray: pip install 'rbdata[ray]'.") from err
-        return ray.remote(**(remote_config or {"num_cpus": 1}))(cls)
-
-
-def _fitting(value: Any, target: torch.Tensor, key: Any) -> torch.Tensor:
-    """``value`` as a tensor of ``target``'s dtype that broadcasts to it (ValueError if not)."""
-    tensor = torch.as_tensor(value).to(target.dtype)
-    try:
-        return tensor.expand_as(target)
-    except RuntimeError:
-        raise IncompatibleValueError(
-            f"value for {key!r} has shape {list(tensor.shape)}, which does not fit the "
-            f"{list(target.shape)} entries it should replace."
-        ) from None

@@ -60,6 +60,19 @@ class Sampler:
     #: ``ndim > 1`` (a sampler keeping per-cell state, such as a priority tree, sets it).
     per_cell_writes: ClassVar[bool] = False
 
+    #: whether a pass leaves out a last, short batch (samplers without replacement)
+    drop_last: bool = False
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether priority updates change what this sampler draws (False here)."""
+        return False
+
+    @property
+    def max_capacity(self) -> int | None:
+        """The number of cells this sampler keeps state for (None: as many as the storage)."""
+        return None
+
     def __init__(self) -> None:
         self._rng: torch.Generator | None = None
         self._live: _LiveSet | None = None

@@ -129,6 +129,11 @@ class PrioritizedSampler(Sampler):
 
     # ------------------------------------------------------------ settings
     @property
+    def prioritized(self) -> bool:
+        """True: priority updates change what this sampler draws."""
+        return True
+
+    @property
     def max_capacity(self) -> int:
         """Number of slots."""
         return self._max_capacity

@@ -1,6 +1,8 @@
 """The Ray service backend: a buffer hosted by a Ray actor, served to any process of the cluster.
 
-``ReplayBuffer(..., service_backend="ray")`` calls :func:`attach_ray_service`;
+Importing this package registers it as the buffers' ``"ray"`` backend
+(:mod:`rbdata.buffers.backends`): ``ReplayBuffer(..., service_backend="ray")``
+then calls :func:`attach_ray_service`;
 ``rb.client()`` returns a picklable :class:`RayBufferClient`. Importing this
 package does not import Ray; starting a service needs the ``ray`` extra.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from rbdata.buffers.backends import register_service_backend
 from rbdata.errors import ServiceUnavailableError
 
 __all__ = ["RayBufferClient", "RayService", "ServiceUnavailableError", "attach_ray_service"]
@@ -26,3 +29,13 @@ def __getattr__(name: str) -> Any:
     if name not in _NAMES:
         raise AttributeError(f"module 'rbdata.service' has no attribute {name!r}")
     return getattr(importlib.import_module(_NAMES[name]), name)
+
+
+def _attach_ray_service(*args: Any, **kwargs: Any) -> Any:
+    """:func:`attach_ray_service`, imported when a Ray-backed buffer is first built."""
+    from rbdata.service.service import attach_ray_service
+
+    return attach_ray_service(*args, **kwargs)
+
+
+register_service_backend("ray", _attach_ray_service)

@@ -108,6 +108,32 @@ class Storage(abc.ABC):
     def initialized(self) -> bool:
         """Whether the storage has allocated its slots (lazy storages: after the first write)."""
 
+    @property
+    def max_size_along_dim0(self) -> int:
+        """Capacity in items along dim 0, where writers wrap around (``max_size`` here)."""
+        return self.max_size
+
+    def validate(self, data: Any, batched: bool) -> None:  # noqa: B027 (a hook: accepts all)
+        """Check ``data`` before a write; raise KeyError/TypeError/ValueError if it cannot go in.
+
+        This storage accepts everything; storages with a fixed layout override it.
+
+        Args:
+            data: a batch (``batched=True``: leading dim = number of items) or one item.
+            batched: whether ``data`` is a batch.
+        """
+
+    def share_memory_(self) -> Storage:
+        """Move the items to shared memory, for ``torch.multiprocessing`` (``shared=True``).
+
+        Raises:
+            ValueError: this storage cannot be shared (tensor storages can).
+        """
+        raise ValueError(
+            f"shared=True needs a storage with share_memory_() (LazyTensorStorage, "
+            f"LazyMemmapStorage, TensorStorage); got {type(self).__name__}."
+        )
+
     def set(self, index: Index, data: Any) -> None:
         """Write ``data`` at ``index`` (an int, a slice or a 1-D LongTensor).
 

@@ -155,8 +155,13 @@ class TensorStorage(Storage):
         return self._structure is not None and self._structure.is_tensordict
 
     @property
-    def _max_size_along_dim0(self) -> int:
+    def max_size_along_dim0(self) -> int:
         """Capacity in items (along the first storage dim); writers wrap around at it."""
+        return self._capacity
+
+    @property
+    def _max_size_along_dim0(self) -> int:
+        """:attr:`max_size_along_dim0` under torchrl's private name (code in the wild reads it)."""
         return self._capacity
 
     @property

@@ -154,7 +154,7 @@ class Writer(abc.ABC):
     def _capacity(self) -> int:
         """Slots along the storage's first dim (items, for multi-dim storages)."""
         storage = self.storage
-        return int(getattr(storage, "_max_size_along_dim0", storage.max_size))
+        return storage.max_size_along_dim0
 
     def share_memory_(self) -> Writer:
         """Move the cursor, counters and generations to shared memory (for child processes)."""
