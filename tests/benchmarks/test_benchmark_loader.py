@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 from rbdata import LazyTensorStorage, ReplayDataset, TensorDictReplayBuffer
 from rbdata.loader import ReplayBatch
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture(scope="module")

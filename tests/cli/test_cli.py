@@ -23,7 +23,7 @@ from rbdata.cli import main
 from rbdata.cli.inspect import summarize
 from rbdata.datasets import load_minari, load_offline_data
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = ("inspect", "verify", "convert", "bench")
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import torch
 
-EXAMPLE = Path(__file__).parents[1] / "examples" / "dqn_cartpole.py"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "dqn_cartpole.py"
 
 
 def load_example():

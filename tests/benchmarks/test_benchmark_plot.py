@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-PLOT = Path(__file__).resolve().parent.parent / "benchmarks" / "plot.py"
+PLOT = Path(__file__).resolve().parents[2] / "benchmarks" / "plot.py"
 
 
 def load_plot():
