@@ -21,7 +21,7 @@ naming the file.
 
 from rbdata.errors import CheckpointError
 
-from ._layout import FORMAT_VERSION, MANIFEST
+from ._dump_paths import FORMAT_VERSION, MANIFEST
 from ._verify import read_dump, verify_dump
 from ._write import write_dump
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from ._assemble import _RowAssembler
-from ._layout import _WORD, _PackedLayout
 from ._recycle import _GatherPool
+from ._row_layout import _WORD, _PackedLayout
 
 _SHAPE_CACHE_SIZE = 64
 

@@ -15,7 +15,7 @@ from typing import Any, cast
 import torch
 
 from ._base import Index, Storage, _as_index, _get_index, _set_index
-from ._codecs import _Codec, _default_codec
+from ._compression import _Codec, _default_codec
 from ._pytree import _Structure
 from ._recycle import _GatherPool
 

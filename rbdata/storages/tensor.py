@@ -16,9 +16,9 @@ from tensordict import TensorDictBase
 from torch.utils._pytree import tree_map
 
 from ._base import Index, Storage, _as_index, _get_index, _set_index
-from ._layout import _PackedLayout
 from ._packed import _PackedRows
 from ._pytree import _Structure
+from ._row_layout import _PackedLayout
 from ._state import _parse_state
 from ._validate import _check_leaves, _check_ndim, _tails
 
