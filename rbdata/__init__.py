@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from rbdata.boundaries import find_start_stop_traj
 from rbdata.buffers import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
@@ -47,7 +46,7 @@ from rbdata.storages import (
     Storage,
     TensorStorage,
 )
-from rbdata.trajectory import Trajectory
+from rbdata.trajectories import Trajectory, find_start_stop_traj
 from rbdata.transforms import Compose, PolicyAgeFilter, Transform
 from rbdata.writers import (
     ImmutableDatasetWriter,

@@ -14,9 +14,12 @@
 - :mod:`~rbdata.trajectories.edges`: :class:`~rbdata.Sequence`'s episode
   edges around sampled anchors;
 - :mod:`~rbdata.trajectories.boundaries`: :func:`find_start_stop_traj`
-  (torchrl's format).
+  (torchrl's format);
+- :mod:`~rbdata.trajectories.view`: :class:`Trajectory`, one trajectory's
+  transitions (what queries return).
 """
 
 from rbdata.trajectories.boundaries import find_start_stop_traj
+from rbdata.trajectories.view import Trajectory
 
-__all__ = ["find_start_stop_traj"]
+__all__ = ["Trajectory", "find_start_stop_traj"]

@@ -11,8 +11,8 @@ several shapes, trajectory ids, fragmented ids, cursor positions).
 
 from __future__ import annotations
 
-import importlib
 import itertools
+import warnings
 from typing import Any
 
 import pytest
@@ -21,42 +21,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from rbdata import LazyTensorStorage
+from rbdata import LazyTensorStorage, find_start_stop_traj
 from rbdata.errors import DuplicateStepError
+from rbdata.query.split import markers_of, split_data, split_storage
+from rbdata.trajectories.edges import scan_edges
+from rbdata.trajectories.index import TrajectoryIndex
+from rbdata.trajectories.layouts import FragmentedTrajectoryIndex, GridTrajectoryIndex
+from rbdata.trajectories.ring import RingLayout
 
 END_KEYS = [("next", "done"), ("next", "terminated"), ("next", "truncated")]
-
-#: (module, name) of each implementation, old (before the merge) and new
-IMPLS: dict[str, dict[str, tuple[str, str]]] = {
-    "ring": {
-        "old": ("rbdata._trajectories", "TrajectoryIndex"),
-        "new": ("rbdata.trajectories.index", "TrajectoryIndex"),
-    },
-    "grid": {
-        "old": ("rbdata._trajectory_layouts", "GridTrajectoryIndex"),
-        "new": ("rbdata.trajectories.layouts", "GridTrajectoryIndex"),
-    },
-    "fragmented": {
-        "old": ("rbdata._trajectory_layouts", "FragmentedTrajectoryIndex"),
-        "new": ("rbdata.trajectories.layouts", "FragmentedTrajectoryIndex"),
-    },
-    "edges": {
-        "old": ("rbdata._episode_edges", "scan_edges"),
-        "new": ("rbdata.trajectories.edges", "scan_edges"),
-    },
-    "boundaries": {
-        "old": ("rbdata.boundaries", "find_start_stop_traj"),
-        "new": ("rbdata.trajectories.boundaries", "find_start_stop_traj"),
-    },
-}
-
-
-def impl(kind: str, version: str) -> Any:
-    module, name = IMPLS[kind][version]
-    return getattr(importlib.import_module(module), name)
-
-
-VERSIONS = sorted(IMPLS["ring"])
 
 
 # ------------------------------------------------------------------ the reference
@@ -137,7 +110,7 @@ writes = st.lists(st.tuples(st.integers(1, 12), st.booleans(), st.booleans()), m
 def test_ring_index(capacity: int, kind: str, plan: list[Any], data: Any) -> None:
     storage = LazyTensorStorage(capacity)
     layout = data.draw(layouts(kind))
-    indexes = {v: impl("ring", v)() for v in VERSIONS}
+    index = TrajectoryIndex()
     cursor = written = 0
     for n, sync, touch in plan:
         n = min(n, capacity)
@@ -145,34 +118,29 @@ def test_ring_index(capacity: int, kind: str, plan: list[Any], data: Any) -> Non
         slots = (torch.arange(n) + cursor) % capacity
         storage.set(slots, items)
         cursor, written = (cursor + n) % capacity, written + n
-        for index in indexes.values():
-            index.extend(slots)
+        index.extend(slots)
         if touch:  # edit an item in place
             slot = torch.tensor([data.draw(st.integers(0, len(storage) - 1))])
             storage.set(slot, TensorDict(data.draw(stored_items(layout, 1)), [1]))
-            for index in indexes.values():
-                index.touch(slot)
+            index.touch(slot)
         if sync:
-            check_ring(storage, indexes, kind, cursor)
+            check_ring(storage, index, kind, cursor)
     if written:
-        check_ring(storage, indexes, kind, cursor)
-        for version, index in list(indexes.items()):  # a restored index rebuilds the same
-            fresh = impl("ring", version)()
-            fresh.load_state_dict(index.state_dict())
-            indexes[version] = fresh
-        check_ring(storage, indexes, kind, cursor)
+        check_ring(storage, index, kind, cursor)
+        fresh = TrajectoryIndex()  # a restored index rebuilds the same
+        fresh.load_state_dict(index.state_dict())
+        check_ring(storage, fresh, kind, cursor)
 
 
-def check_ring(storage: Any, indexes: dict[str, Any], kind: str, cursor: int) -> None:
+def check_ring(storage: Any, index: TrajectoryIndex, kind: str, cursor: int) -> None:
     n, capacity = len(storage), storage.max_size
     order = [(cursor + i) % capacity for i in range(n)] if n == capacity else list(range(n))
     stored = as_lists(storage)
     runs = reference_runs([marker_of(stored, kind, s) for s in order], kind)
     expected = [[order[i] for i in run] for run in runs]
-    for index in indexes.values():
-        index.sync(storage)
-        assert index_slots(index) == expected
-        assert index.v_end % capacity == cursor % capacity
+    index.sync(storage)
+    assert index_slots(index) == expected
+    assert index.v_end % capacity == cursor % capacity
 
 
 # ------------------------------------------------------------------ ndim > 1 lanes
@@ -187,7 +155,7 @@ def check_ring(storage: Any, indexes: dict[str, Any], kind: str, cursor: int) ->
 def test_grid_index(capacity: int, cells: int, kind: str, plan: list[Any], data: Any) -> None:
     storage = LazyTensorStorage(capacity * cells, ndim=2)
     markers = {"traj_key": "episode"} if kind == "ids" else {"end_key": None}
-    indexes = {v: impl("grid", v)(**markers) for v in VERSIONS}
+    index = GridTrajectoryIndex(**markers)
     layout = data.draw(layouts(kind))
     cursor = written = 0
     for n, sync, _ in plan:
@@ -196,24 +164,22 @@ def test_grid_index(capacity: int, cells: int, kind: str, plan: list[Any], data:
         rows = (torch.arange(n) + cursor) % capacity
         storage.set(rows, TensorDict(items, [n * cells]).reshape(n, cells))
         cursor, written = (cursor + n) % capacity, written + n
-        for index in indexes.values():
-            index.extend(rows)
+        index.extend(rows)
         if sync:
-            check_grid(storage, indexes, kind, cursor, cells)
+            check_grid(storage, index, kind, cursor, cells)
     if written:
-        check_grid(storage, indexes, kind, cursor, cells)
+        check_grid(storage, index, kind, cursor, cells)
 
 
-def check_grid(storage: Any, indexes: dict[str, Any], kind: str, cursor: int, cells: int) -> None:
+def check_grid(storage: Any, index: Any, kind: str, cursor: int, cells: int) -> None:
     items, capacity = len(storage) // cells, storage.shape[0]
     order = [(cursor + i) % capacity for i in range(items)] if items == capacity else range(items)
     stored = as_lists(storage)  # leaves are flat: one entry per cell
     slots = [row * cells + cell for cell in range(cells) for row in order]
     runs = reference_runs([marker_of(stored, kind, s) for s in slots], kind, lane=items)
     expected = [[slots[i] for i in run] for run in runs]
-    for index in indexes.values():
-        index.sync(storage)
-        assert index_slots(index) == expected
+    index.sync(storage)
+    assert index_slots(index) == expected
 
 
 # ------------------------------------------------------------------ fragmented ids
@@ -238,15 +204,14 @@ def test_fragmented_index(pairs: list[tuple[int, int]], unique: bool) -> None:
             expected[-1].append(slot)
         else:
             expected.append([slot])
-    for version in VERSIONS:
-        index = impl("fragmented", version)(traj_key=None, step_key="step")
-        index.extend(torch.arange(n))
-        if duplicate:
-            with pytest.raises(DuplicateStepError):
-                index.sync(storage)
-            continue
-        index.sync(storage)
-        assert index_slots(index) == expected
+    index = FragmentedTrajectoryIndex(traj_key=None, step_key="step")
+    index.extend(torch.arange(n))
+    if duplicate:
+        with pytest.raises(DuplicateStepError):
+            index.sync(storage)
+        return
+    index.sync(storage)
+    assert index_slots(index) == expected
 
 
 # ------------------------------------------------------------------ Sequence's edges
@@ -262,7 +227,6 @@ def test_fragmented_index(pairs: list[tuple[int, int]], unique: bool) -> None:
 def test_episode_edges(
     capacity: int, cells: int, fill: float, newest: int, reach: tuple[int, int], data: Any
 ) -> None:
-    ring = importlib.import_module("rbdata.trajectories.ring")
     items = max(1, round(fill * capacity))
     storage = LazyTensorStorage(capacity * cells, ndim=2 if cells > 1 else 1)
     width = data.draw(st.sampled_from([1, 2]))
@@ -271,7 +235,7 @@ def test_episode_edges(
     )
     flags = torch.tensor(done).view(items, *((cells,) if cells > 1 else ()), width)
     storage.set(torch.arange(items), TensorDict({("next", "done"): flags}, flags.shape[:-1]))
-    layout = ring.RingLayout.of(storage, newest)
+    layout = RingLayout.of(storage, newest)
     anchors = data.draw(st.lists(st.integers(0, items - 1), min_size=1, max_size=5))
     lanes = data.draw(
         st.lists(st.integers(0, cells - 1), min_size=len(anchors), max_size=len(anchors))
@@ -298,12 +262,9 @@ def test_episode_edges(
                 break
         expected_lo.append(max(lo, seam_lo))
         expected_hi.append(min(hi, seam_hi))
-    for version in VERSIONS:
-        lo, hi = impl("edges", version)(
-            storage, ("next", "done"), layout, (time, lane), seam, reach
-        )
-        assert (lo.tolist(), hi.tolist()) == (expected_lo, expected_hi)
-        assert lo.dtype == hi.dtype == torch.long
+    lo, hi = scan_edges(storage, ("next", "done"), layout, (time, lane), seam, reach)
+    assert (lo.tolist(), hi.tolist()) == (expected_lo, expected_hi)
+    assert lo.dtype == hi.dtype == torch.long
 
 
 # ------------------------------------------------------------------ find_start_stop_traj
@@ -338,18 +299,14 @@ def test_find_start_stop_traj(
     if isinstance(cursor, range) and not len(cursor):
         usable = not at_capacity
     kwargs = {"trajectory" if kind == "ids" else "end": signal, "at_capacity": at_capacity}
-    for version in VERSIONS:
-        fn = impl("boundaries", version)
-        if not usable:
-            with pytest.raises(ValueError):
-                fn(**kwargs, cursor=cursor)
-            continue
-        start, stop, lengths = fn(**kwargs, cursor=cursor)
-        expected = reference_start_stop(
-            signal, kind, at_capacity, row if cursor is not None else None
-        )
-        assert (start.tolist(), stop.tolist(), lengths.tolist()) == expected
-        assert start.dtype == stop.dtype == lengths.dtype == torch.long
+    if not usable:
+        with pytest.raises(ValueError):
+            find_start_stop_traj(**kwargs, cursor=cursor)
+        return
+    start, stop, lengths = find_start_stop_traj(**kwargs, cursor=cursor)
+    expected = reference_start_stop(signal, kind, at_capacity, row if cursor is not None else None)
+    assert (start.tolist(), stop.tolist(), lengths.tolist()) == expected
+    assert start.dtype == stop.dtype == lengths.dtype == torch.long
 
 
 def reference_start_stop(
@@ -412,60 +369,18 @@ def test_query_split(
     slots = [row * cells + cell for cell in range(cells) for row in rows]
     runs = reference_runs([marker_of(stored, kind, s) for s in slots], kind, lane=items)
     expected = ([run[0] for run in runs], [len(run) for run in runs])
-    for starts, lengths, order in query_splits(storage, cursor, kind):
-        assert order.tolist() == slots
-        assert (starts.tolist(), lengths.tolist()) == expected
-        # iter_trajectories splits a flat TensorDict the same way
-    flat = TensorDict(
-        {
-            k: torch.tensor([marker_of(stored, kind, s) for s in slots])
-            for k in (["episode"] if kind == "ids" else [("next", "done")])
-        },
-        [len(slots)],
-    )
-    flat_runs = reference_runs(
-        flat.get("episode" if kind == "ids" else ("next", "done")).tolist(), kind
-    )
-    for starts, lengths in flat_splits(flat):
-        assert (starts.tolist(), lengths.tolist()) == (
-            [r[0] for r in flat_runs],
-            [len(r) for r in flat_runs],
-        )
-
-
-def query_splits(
-    storage: Any, cursor: int, kind: str
-) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    old = importlib.import_module("rbdata._trajectories")
-    markers_mod = importlib.import_module("rbdata.trajectories.markers")
-    runs = importlib.import_module("rbdata.trajectories.runs")
-    ring = importlib.import_module("rbdata.trajectories.ring")
-    keys = {k for k in storage.leaf_keys()}
-    out = []
-    markers = old.resolve_markers(
-        keys, traj_key=None, end_key=None, traj_candidates=old.QUERY_TRAJ_KEYS
-    )
-    order, group = old.chronological_order(storage, cursor)
-    out.append((*old.split_storage(storage, order, markers, group), order))
-    markers = markers_mod.resolve_markers(
-        keys, traj_key=None, end_key=None, traj_candidates=markers_mod.QUERY_TRAJ_KEYS
-    )
-    order, group = ring.chronological_order(storage, cursor)
-    starts, lengths = runs.split_runs(
-        markers.read(storage, order).numpy(), markers.kind, lane=group
-    )
-    out.append((torch.from_numpy(starts), torch.from_numpy(lengths), order))
-    return out
-
-
-def flat_splits(data: TensorDict) -> list[tuple[Any, Any]]:
-    import warnings
-
-    query = importlib.import_module("rbdata.query")
-    runs = importlib.import_module("rbdata.trajectories.runs")
+    with warnings.catch_warnings():  # splitting on end flags warns
+        warnings.simplefilter("ignore")
+        markers = markers_of(set(storage.leaf_keys()), None)
+    order, starts, lengths = split_storage(storage, markers, cursor)
+    assert order.tolist() == slots
+    assert (starts.tolist(), lengths.tolist()) == expected
+    # iter_trajectories splits a flat TensorDict (one lane) the same way
+    key = "episode" if kind == "ids" else ("next", "done")
+    marks = [marker_of(stored, kind, s) for s in slots]
+    flat = TensorDict({key: torch.tensor(marks)}, [len(slots)])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        old = query._split_data(data, None, "test")
-        markers = query._markers({k for k in data.keys(True, True)}, None)
-    marks = markers.read(query._Rows(data), torch.arange(len(data))).numpy()
-    return [old, runs.split_runs(marks, markers.kind)]
+        starts, lengths = split_data(flat, None, "iter_trajectories")
+    runs = reference_runs(marks, kind)
+    assert (starts.tolist(), lengths.tolist()) == ([r[0] for r in runs], [len(r) for r in runs])
