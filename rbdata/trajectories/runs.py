@@ -58,13 +58,15 @@ def split_runs(
     n = marks.shape[0]
     begins = np.empty(n, dtype=bool)
     if n:
-        if kind == "ids":
-            change = marks[1:] != marks[:-1]
-            begins[1:] = change.any(1) if change.ndim > 1 else change
-            begins[0] = prev is None or bool(np.any(marks[0] != prev))
-        else:
+        if kind != "ids":
             begins[1:] = marks[:-1]
             begins[0] = prev is None or bool(prev)
+        elif marks.ndim == 1:
+            np.not_equal(marks[1:], marks[:-1], out=begins[1:])
+            begins[0] = prev is None or marks[0] != prev
+        else:
+            np.any(marks[1:] != marks[:-1], axis=1, out=begins[1:])
+            begins[0] = prev is None or bool(np.any(marks[0] != prev))
         if lane is not None and lane < n:
             begins[::lane] = True
     starts = np.flatnonzero(begins).astype(np.int64, copy=False)
