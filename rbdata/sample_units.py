@@ -10,9 +10,11 @@ import torch
 from tensordict import TensorDictBase
 
 from rbdata._component.checks import NestedKey, normalize_key
-from rbdata._episode_edges import RingLayout, scan_edges
-from rbdata._trajectories import TrajectoryIndex, storage_keys
 from rbdata.storages import TensorStorage
+from rbdata.trajectories.edges import scan_edges
+from rbdata.trajectories.index import TrajectoryIndex
+from rbdata.trajectories.reading import storage_keys
+from rbdata.trajectories.ring import RingLayout
 
 __all__ = ["SampleUnit", "Sequence", "Transition"]
 

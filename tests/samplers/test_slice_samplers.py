@@ -18,7 +18,7 @@ from rbdata import (
     SliceSamplerWithoutReplacement,
     TensorDictReplayBuffer,
 )
-from rbdata._trajectories import TrajectoryIndex
+from rbdata.trajectories.index import TrajectoryIndex
 
 
 class Ring:

@@ -1,152 +1,30 @@
-"""Trajectory boundaries, shared by slice samplers, :class:`Sequence` and queries.
+"""The trajectories of a one-dimensional ring storage, kept incrementally.
 
-A storage is a ring of ``max_size`` slots written in order by the writer. Each
-write gets a *virtual position* ``v`` (a running count of writes) with
-``slot = v % max_size``; positions ``v_end - len .. v_end - 1`` are the live
-ones, oldest first, so trajectories never cross the write cursor (the newest
-item is not followed by the oldest). A trajectory is a run of consecutive
-virtual positions, split where the per-transition id changes or after an end
-flag. :class:`TrajectoryIndex` keeps the runs in a deque, updated
-incrementally from the slots written since the last look (one read of the
-markers of those slots), and optionally a running prefix sum of per-trajectory
+Positions are virtual write positions (see :mod:`rbdata.trajectories.ring`):
+positions ``v_end - len .. v_end - 1`` are the live ones, oldest first, so
+trajectories never cross the write cursor (the newest item is not followed by
+the oldest). :class:`TrajectoryIndex` keeps the trajectories
+(:func:`~rbdata.trajectories.runs.split_runs` of the markers) in a deque,
+updated from the slots written since the last look (one read of the markers
+of those slots), and optionally a running prefix sum of per-trajectory
 weights so that samplers draw a trajectory with one ``searchsorted``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
 
-from rbdata._component.checks import NestedKey, normalize_key
+from rbdata._component.checks import NestedKey
+from rbdata.trajectories.markers import SLICE_TRAJ_KEYS, Markers, resolve_markers
+from rbdata.trajectories.reading import storage_keys
+from rbdata.trajectories.ring import next_v_end
+from rbdata.trajectories.runs import split_runs
 
-SLICE_TRAJ_KEYS: tuple[NestedKey, ...] = ("episode", ("collector", "traj_ids"), "traj_ids")
-QUERY_TRAJ_KEYS: tuple[NestedKey, ...] = (("collector", "traj_ids"), "traj_ids", "episode")
-_END_KEYS: tuple[tuple[NestedKey, ...], ...] = (
-    (("next", "done"), ("next", "terminated"), ("next", "truncated")),
-    ("done", "terminated", "truncated"),
-)
-
-
-def storage_keys(storage: Any) -> set[NestedKey]:
-    """The nested keys of the items held by ``storage`` (a TensorDict layout is required)."""
-    if hasattr(storage, "leaf_keys") and getattr(storage, "_is_tensordict", True):
-        return {normalize_key(k) for k in storage.leaf_keys()}
-    item = get_items(storage, torch.zeros(1, dtype=torch.long)) if len(storage) else None
-    if isinstance(item, TensorDictBase):
-        return {normalize_key(k) for k in item.keys(True, True)}
-    raise TypeError(
-        f"trajectories need TensorDict items with per-transition entries, but "
-        f"{type(storage).__name__} holds {type(item).__name__}."
-    )
-
-
-def get_items(storage: Any, slots: torch.Tensor) -> Any:
-    """The items at ``slots``, stacked when the storage returns a list of TensorDicts."""
-    data = storage.get(slots)
-    if isinstance(data, list) and data and all(isinstance(d, TensorDictBase) for d in data):
-        return torch.stack(data)
-    return data
-
-
-def read_leaf(storage: Any, key: NestedKey, slots: torch.Tensor) -> torch.Tensor:
-    """Read the entry ``key`` of the items at ``slots`` (a 1-D LongTensor)."""
-    if hasattr(storage, "get_leaf") and getattr(storage, "_is_tensordict", True):
-        leaf: torch.Tensor = storage.get_leaf(key)
-        return leaf.index_select(0, slots.to(leaf.device, non_blocking=True))
-    value: torch.Tensor = get_items(storage, slots).get(key)
-    return value
-
-
-@dataclass(frozen=True)
-class Markers:
-    """What splits transitions into trajectories.
-
-    Attributes:
-        kind: ``"ids"`` (a trajectory id per transition) or ``"ends"`` (end flags).
-        keys: the entries read; end flags from several keys are OR-ed.
-    """
-
-    kind: str
-    keys: tuple[NestedKey, ...]
-
-    def read(self, storage: Any, slots: torch.Tensor) -> torch.Tensor:
-        """One marker per slot: the id (``"ids"``) or the end flag (``"ends"``)."""
-        n = slots.numel()
-        if self.kind == "ids":
-            return read_leaf(storage, self.keys[0], slots).reshape(n, -1)[:, 0].cpu()
-        flags = read_leaf(storage, self.keys[0], slots).reshape(n, -1).any(1)
-        for key in self.keys[1:]:
-            flags |= read_leaf(storage, key, slots).reshape(n, -1).any(1)
-        return flags.cpu()
-
-
-def resolve_markers(
-    keys: set[NestedKey],
-    *,
-    traj_key: NestedKey | None,
-    end_key: NestedKey | None,
-    traj_candidates: Iterable[NestedKey],
-) -> Markers:
-    """Pick the entries that delimit trajectories among the stored ``keys``.
-
-    A given ``traj_key`` is used when it is stored; then a given ``end_key``
-    (so both may be given: ids when the data has them, else end flags). With
-    neither, the first stored candidate id key is used, then the
-    done/terminated/truncated flags under ``"next"`` (TED layout), then at the root.
-
-    Raises:
-        KeyError: when the requested (or any usable) entry is not stored.
-    """
-    stored = sorted(map(str, keys))
-    if traj_key is not None and traj_key in keys:
-        return Markers("ids", (traj_key,))
-    if end_key is not None and end_key in keys:
-        return Markers("ends", (end_key,))
-    for name, key in (("traj_key", traj_key), ("end_key", end_key)):
-        if key is not None:
-            raise KeyError(f"{name}={key!r} is not stored; stored keys are {stored}.")
-    for key in traj_candidates:
-        if key in keys:
-            return Markers("ids", (key,))
-    for group in _END_KEYS:
-        found = tuple(k for k in group if k in keys)
-        if found:
-            return Markers("ends", found)
-    raise KeyError(
-        "cannot split the data into trajectories: no trajectory id entry "
-        f"({list(traj_candidates)}) nor done/terminated/truncated flag is stored "
-        f"(stored keys: {stored}); pass traj_key or end_key."
-    )
-
-
-def break_positions(marks: np.ndarray, kind: str, prev: Any) -> np.ndarray:
-    """Positions in ``marks`` where a new trajectory starts.
-
-    Args:
-        marks: markers of consecutive transitions (see :class:`Markers`).
-        kind: ``"ids"`` or ``"ends"``.
-        prev: the marker of the transition just before ``marks[0]``, or None
-            when ``marks[0]`` cannot continue anything.
-    """
-    if kind == "ids":
-        inner = np.flatnonzero(marks[1:] != marks[:-1])
-        first = prev is None or marks[0] != prev
-    else:
-        inner = np.flatnonzero(marks[:-1])
-        first = prev is None or bool(prev)
-    inner += 1
-    return np.concatenate([np.zeros(1, dtype=inner.dtype), inner]) if first else inner
-
-
-def segment_lengths(starts: np.ndarray, total: int) -> np.ndarray:
-    """Lengths of the runs starting at ``starts`` (sorted) in a sequence of ``total`` items."""
-    return np.diff(starts, append=total)
+__all__ = ["TrajectoryIndex"]
 
 
 class TrajectoryIndex:
@@ -287,12 +165,12 @@ class TrajectoryIndex:
         p, v0 = slots.numel(), self.v_end
         new_size = min(self.modulus, self.size + p)
         self._drop_front(v0 + p - new_size)
-        starts = break_positions(marks, markers.kind, self._prev if self.n else None)
+        starts, lengths = split_runs(marks, markers.kind, prev=self._prev if self.n else None)
         first_new = int(starts[0]) if starts.size else p
         if first_new:
             self._grow_last(first_new)
         if starts.size:
-            self._push(starts + v0, segment_lengths(starts, p))
+            self._push(starts + v0, lengths)
         self.v_end, self.size = v0 + p, new_size
         self._prev = marks[-1].item()
 
@@ -308,8 +186,8 @@ class TrajectoryIndex:
         order = torch.arange(v_begin, v_end) % capacity
         markers = self.markers_for(storage)
         marks = markers.read(storage, order).numpy()
-        starts = break_positions(marks, markers.kind, None)
-        self._push(starts + v_begin, segment_lengths(starts, n))
+        starts, lengths = split_runs(marks, markers.kind)
+        self._push(starts + v_begin, lengths)
         self.v_end, self.size, self._prev = v_end, n, marks[-1].item()
         return True, v_begin
 
@@ -328,9 +206,9 @@ class TrajectoryIndex:
         last = marks.nonzero() if kind == "ends" else (marks != marks.roll(-1)).nonzero()
         oldest = (int(last[-1]) + 1) % n if last.numel() else 0
         order = torch.arange(oldest, oldest + n) % n
-        starts = break_positions(marks[order].numpy(), kind, None)
+        starts, lengths = split_runs(marks[order].numpy(), kind)
         self._reset_deque()
-        self._push(starts + oldest, segment_lengths(starts, n))
+        self._push(starts + oldest, lengths)
         self.modulus, self.v_end, self.size = n, oldest + n, n
         return True, oldest
 
@@ -481,58 +359,3 @@ class TrajectoryIndex:
 
 
 _COLUMNS = ("starts", "lengths", "excl", "shift")
-
-
-def next_v_end(v_end: int, newest: int | None, n: int, capacity: int) -> int:
-    """The write position after the slot ``newest`` was written last (None: unknown).
-
-    The smallest position at or after ``v_end`` whose slot follows ``newest``
-    and that leaves room for the ``n`` live items of a ring of ``capacity``.
-    """
-    if n < capacity:
-        newest = n - 1
-    elif newest is None:
-        newest = (v_end - 1) % capacity if v_end > 0 else capacity - 1
-    out = v_end + (newest + 1 - v_end) % capacity
-    if out < n:
-        out += capacity * -(-(n - out) // capacity)
-    return out
-
-
-def chronological_order(storage: Any, cursor: int) -> tuple[torch.Tensor, int]:
-    """Slots of a ring storage, oldest first (``cursor``: the next item written).
-
-    For a storage with ``ndim > 1`` (items of several cells, e.g. one per
-    environment) the cells are grouped by coordinate, each group in time order.
-
-    Returns:
-        ``(order, group)``: the slots, and the number of slots per coordinate.
-    """
-    n = len(storage)
-    if getattr(storage, "ndim", 1) == 1:
-        capacity, cells = storage.max_size, 1
-    else:
-        capacity, cells = storage.shape[0], math.prod(storage.shape[1:])
-    items = n // cells
-    oldest = cursor % capacity if items >= capacity else 0
-    order = torch.arange(oldest, oldest + items) % capacity
-    if cells > 1:
-        order = (torch.arange(cells).unsqueeze(1) + order * cells).reshape(-1)
-    return order, items
-
-
-def split_storage(
-    storage: Any, order: torch.Tensor, markers: Markers, group: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Split the items at ``order`` (time order, in groups of ``group``) into trajectories.
-
-    Returns:
-        ``(starts, lengths)``: positions in ``order`` where each trajectory
-        starts, and their lengths.
-    """
-    marks = markers.read(storage, order).numpy()
-    starts = break_positions(marks, markers.kind, None)
-    if group < order.numel():
-        starts = np.union1d(starts, np.arange(0, order.numel(), group))
-    lengths = segment_lengths(starts, order.numel())
-    return torch.from_numpy(starts), torch.from_numpy(lengths)

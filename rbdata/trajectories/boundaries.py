@@ -1,18 +1,23 @@
 """Trajectory boundaries of storage-ordered data: :func:`find_start_stop_traj`.
 
 The one-shot, torchrl-format counterpart of the incremental index the slice
-samplers keep (:mod:`rbdata._trajectories`): given per-step trajectory ids or
-end flags laid out as in a ring storage (time along dim 0, one lane per batch
+samplers keep (:mod:`rbdata.trajectories.index`): given per-step trajectory ids
+or end flags laid out as in a ring storage (time along dim 0, one lane per batch
 coordinate after it), it returns the first and last step of every trajectory.
+The torchrl format decides the end flags (:func:`_end_flags`); each lane, read
+in time order from just after its last end, is then split by
+:func:`~rbdata.trajectories.runs.split_runs`.
 """
 
 from __future__ import annotations
 
 import operator
 
+import numpy as np
 import torch
 
 from rbdata.errors import _BoundaryTypeError, _BoundaryValueError
+from rbdata.trajectories.runs import split_runs
 
 __all__ = ["find_start_stop_traj"]
 
@@ -107,7 +112,8 @@ def find_start_stop_traj(
         at_capacity: whether the storage is full and wraps around.
         cursor: the last written row: an int, or a tensor or range whose last
             entry is (used only when ``at_capacity``).
-        device: where to compute; the results come back on the input's device.
+        device: accepted for torchrl compatibility (checked to be a device): the
+            boundaries are computed on the CPU and come back on the input's device.
 
     Returns:
         ``(start, stop, lengths)``: ``start`` and ``stop`` are ``[N, 1 + len(B)]``
@@ -134,23 +140,28 @@ def find_start_stop_traj(
         >>> find_start_stop_traj(trajectory=ids, at_capacity=False)[2].tolist()
         [3, 2, 3, 2]
     """
-    flags = _end_flags(trajectory, end, at_capacity, cursor)
-    home = flags.device
     if device is not None:
-        flags = flags.to(device)
+        torch.device(device)  # a bad device raises here, as moving the flags there would
+    flags = _end_flags(trajectory, end, at_capacity, cursor)
     length = flags.shape[0]
-    # lanes in torchrl's order: nonzero() of the time-last transpose, time moved back first
-    stop = flags.transpose(0, -1).nonzero()
+    # lanes in torchrl's order: those of the time-last transpose, time moved back first
+    lanes = flags.transpose(0, -1)
+    grid = lanes.reshape(-1, length).cpu().numpy()
+    last = length - 1 - np.argmax(grid[:, ::-1], axis=1)  # every lane has an end
+    rows = (last[:, None] + 1 + np.arange(length)) % length  # each lane, oldest first
+    starts, lengths = split_runs(np.take_along_axis(grid, rows, 1).reshape(-1), "ends", lane=length)
+    lane, step = np.divmod(starts, length)
+    begin = rows[lane, step]
+    batch = lanes.shape[:-1]
+    coords = list(np.unravel_index(lane, batch)) if batch else []
+    stop = np.stack([*coords, (begin + lengths - 1) % length], 1)
     if stop.shape[1] > 1:
         stop[:, [0, -1]] = stop[:, [-1, 0]]
-    time = stop[:, 0]
-    lane_change = torch.ones(time.shape[0] + 1, dtype=torch.bool, device=time.device)
-    lane_change[1:-1] = (stop[1:, 1:] != stop[:-1, 1:]).any(1)
-    first, last = lane_change[:-1], lane_change[1:]
-    begin = torch.roll(time, 1) + 1
-    begin[first] = time[last] + 1  # a lane's first trajectory starts after its last one (wrap)
-    begin.remainder_(length)
-    start = stop.clone()
+    start = stop.copy()
     start[:, 0] = begin
-    lengths = (time - begin).remainder_(length) + 1
-    return start.to(home), stop.to(home), lengths.to(home)
+    home = flags.device
+    return (
+        torch.from_numpy(start).to(home),
+        torch.from_numpy(stop).to(home),
+        torch.from_numpy(lengths).to(home),
+    )

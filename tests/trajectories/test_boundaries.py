@@ -135,3 +135,11 @@ def test_full_ring_matches_a_query(episode_lengths, draw):
     )
     queried = [t.length for t in run_query(storage, cursor=written % capacity)]
     assert sorted(lengths.tolist()) == sorted(queried)
+
+
+def test_a_bad_device_is_refused():
+    end = torch.zeros(4, dtype=torch.bool)
+    with pytest.raises(RuntimeError):
+        find_start_stop_traj(end=end, at_capacity=False, device="not-a-device")
+    start, _, _ = find_start_stop_traj(end=end, at_capacity=False, device="cpu")
+    assert start.device.type == "cpu"

@@ -1,6 +1,6 @@
 """Trajectory indexes recomputed from the storage: multi-dim storages and fragmented data.
 
-:class:`~rbdata._trajectories.TrajectoryIndex` follows a one-dimensional ring
+:class:`~rbdata.trajectories.index.TrajectoryIndex` follows a one-dimensional ring
 incrementally. Two layouts do not fit it, and these subclasses recompute their
 trajectories (vectorized, O(len)) whenever the storage changed, so that a
 sample still costs O(batch) between writes:
@@ -25,16 +25,12 @@ import numpy as np
 import torch
 
 from rbdata._component.checks import NestedKey
-from rbdata._trajectories import (
-    Markers,
-    TrajectoryIndex,
-    break_positions,
-    next_v_end,
-    read_leaf,
-    segment_lengths,
-    storage_keys,
-)
 from rbdata.errors import DuplicateStepError
+from rbdata.trajectories.index import TrajectoryIndex
+from rbdata.trajectories.markers import Markers
+from rbdata.trajectories.reading import read_leaf, storage_keys
+from rbdata.trajectories.ring import next_v_end
+from rbdata.trajectories.runs import split_runs
 
 #: Position stride between the cells of a multi-dim storage (more than any write count).
 COLUMN = 1 << 40
@@ -130,11 +126,7 @@ class GridTrajectoryIndex(_Rebuilt):
         order = (slots.unsqueeze(0) + torch.arange(cells).unsqueeze(1)).reshape(-1)
         markers = self.markers_for(storage)
         marks = markers.read(storage, order).numpy() if order.numel() else np.zeros(0)
-        starts = np.zeros(0, dtype=np.int64)
-        if marks.size:
-            starts = break_positions(marks, markers.kind, None)
-            starts = np.union1d(starts, np.arange(0, marks.size, items))
-        lengths = segment_lengths(starts, marks.size)
+        starts, lengths = split_runs(marks, markers.kind, lane=items)
         cell, step = np.divmod(starts, max(items, 1))
         self.assign(cell * COLUMN + v_begin + step, lengths, v_end=v_end, size=items)
         return True, 0
@@ -153,7 +145,7 @@ class FragmentedTrajectoryIndex(_Rebuilt):
         traj_key: entry holding integer trajectory ids (None: the first of
             ``("collector", "traj_ids")`` and ``"episode"`` that is stored).
         step_key: entry holding non-negative integer step numbers.
-        weight: see :class:`~rbdata._trajectories.TrajectoryIndex`.
+        weight: see :class:`~rbdata.trajectories.index.TrajectoryIndex`.
 
     Raises (at :meth:`sync`):
         RuntimeError: no trajectory id entry is stored.
@@ -207,10 +199,11 @@ class FragmentedTrajectoryIndex(_Rebuilt):
         by_id, by_step = ids[order].numpy(), steps[order].numpy()
         same = by_id[1:] == by_id[:-1]
         self._check_unique(same & (by_step[1:] == by_step[:-1]), by_id, by_step, key)
-        inner = np.flatnonzero(~(same & (by_step[1:] == by_step[:-1] + 1))) + 1
-        starts = np.concatenate([np.zeros(min(n, 1), dtype=np.int64), inner])
+        # a run goes on while the id stays and the step grows by one (step - rank stays)
+        runs = np.stack([by_id, by_step - np.arange(n)], 1)
+        starts, lengths = split_runs(runs, "ids")
         self._order, self.modulus = order, max(n, 1)
-        self.assign(starts, segment_lengths(starts, n), v_end=n, size=n)
+        self.assign(starts, lengths, v_end=n, size=n)
         return True, 0
 
     def to_slots(self, v: torch.Tensor | np.ndarray) -> torch.Tensor:

@@ -16,11 +16,8 @@ from rbdata import (
     SliceSamplerWithoutReplacement,
     TensorDictReplayBuffer,
 )
-from rbdata._trajectory_layouts import (
-    DuplicateStepError,
-    FragmentedTrajectoryIndex,
-    GridTrajectoryIndex,
-)
+from rbdata.errors import DuplicateStepError
+from rbdata.trajectories.layouts import FragmentedTrajectoryIndex, GridTrajectoryIndex
 
 
 def slots_of(index) -> list[list[int]]:

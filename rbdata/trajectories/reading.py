@@ -1,0 +1,42 @@
+"""Reading per-transition entries from a storage of TensorDict items."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from rbdata._component.checks import NestedKey, normalize_key
+
+__all__ = ["get_items", "read_leaf", "storage_keys"]
+
+
+def storage_keys(storage: Any) -> set[NestedKey]:
+    """The nested keys of the items held by ``storage`` (a TensorDict layout is required)."""
+    if hasattr(storage, "leaf_keys") and getattr(storage, "_is_tensordict", True):
+        return {normalize_key(k) for k in storage.leaf_keys()}
+    item = get_items(storage, torch.zeros(1, dtype=torch.long)) if len(storage) else None
+    if isinstance(item, TensorDictBase):
+        return {normalize_key(k) for k in item.keys(True, True)}
+    raise TypeError(
+        f"trajectories need TensorDict items with per-transition entries, but "
+        f"{type(storage).__name__} holds {type(item).__name__}."
+    )
+
+
+def get_items(storage: Any, slots: torch.Tensor) -> Any:
+    """The items at ``slots``, stacked when the storage returns a list of TensorDicts."""
+    data = storage.get(slots)
+    if isinstance(data, list) and data and all(isinstance(d, TensorDictBase) for d in data):
+        return torch.stack(data)
+    return data
+
+
+def read_leaf(storage: Any, key: NestedKey, slots: torch.Tensor) -> torch.Tensor:
+    """Read the entry ``key`` of the items at ``slots`` (a 1-D LongTensor)."""
+    if hasattr(storage, "get_leaf") and getattr(storage, "_is_tensordict", True):
+        leaf: torch.Tensor = storage.get_leaf(key)
+        return leaf.index_select(0, slots.to(leaf.device, non_blocking=True))
+    value: torch.Tensor = get_items(storage, slots).get(key)
+    return value
