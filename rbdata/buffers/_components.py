@@ -21,7 +21,7 @@ from rbdata.buffers._sync import _BufferSync
 from rbdata.buffers.backends import get_service_backend
 from rbdata.sample_units import SampleUnit, Transition
 from rbdata.samplers import RandomSampler, Sampler
-from rbdata.storages import ListStorage, Storage, TensorStorage
+from rbdata.storages import ListStorage, Storage, shape_of
 from rbdata.transforms import Compose, Transform, as_transform
 from rbdata.writers import RoundRobinWriter, Writer
 
@@ -367,10 +367,7 @@ class _BufferBase:
 
     def _storage_shape(self) -> tuple[int, ...]:
         """The storage's shape: ``[capacity, *lead]`` (only tensor storages have ``ndim > 1``)."""
-        storage = self._storage
-        if isinstance(storage, TensorStorage):
-            return tuple(storage.shape)
-        return (storage.max_size,)
+        return shape_of(self._storage)
 
     def _cells_per_item(self) -> int:
         """The cells of one item along dim 0 (1 for ``ndim == 1``)."""

@@ -16,6 +16,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rbdata._component.checks import NestedKey, normalize_key
+from rbdata.storages import Storage
 from rbdata.trajectories.markers import QUERY_TRAJ_KEYS, Markers, resolve_markers
 from rbdata.trajectories.reading import get_items, storage_keys
 from rbdata.trajectories.ring import chronological_order
@@ -55,7 +56,7 @@ def markers_of(keys: set[NestedKey], trajectory_key: NestedKey | None) -> Marker
     return markers
 
 
-def tensordict_keys(storage: Any) -> set[NestedKey]:
+def tensordict_keys(storage: Storage) -> set[NestedKey]:
     """The stored entries; a storage of anything but single TensorDict transitions raises."""
     try:
         keys = storage_keys(storage)
@@ -72,7 +73,7 @@ def tensordict_keys(storage: Any) -> set[NestedKey]:
 
 
 def split_storage(
-    storage: Any, markers: Markers, cursor: int
+    storage: Storage, markers: Markers, cursor: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(order, starts, lengths)``: the slots of ``storage`` oldest first, and its trajectories.
 

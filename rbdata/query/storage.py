@@ -20,13 +20,14 @@ from rbdata.query.match import (
 )
 from rbdata.query.plan import evaluation_plan
 from rbdata.query.split import markers_of, split_storage, tensordict_keys
+from rbdata.storages import Storage
 from rbdata.trajectories.reading import get_items, read_leaf
 from rbdata.trajectories.view import Trajectory
 
 __all__ = ["run_query"]
 
 
-def _read(storage: Any, slots: torch.Tensor, keys: set[NestedKey] | None) -> TensorDictBase:
+def _read(storage: Storage, slots: torch.Tensor, keys: set[NestedKey] | None) -> TensorDictBase:
     """The entries ``keys`` (None: all) of the items at ``slots``, as a TensorDict."""
     if keys is None:
         items: TensorDictBase = get_items(storage, slots)
@@ -38,7 +39,7 @@ def _read(storage: Any, slots: torch.Tensor, keys: set[NestedKey] | None) -> Ten
 
 
 def _extract(
-    storage: Any,
+    storage: Storage,
     order: torch.Tensor,
     starts: torch.Tensor,
     lengths: torch.Tensor,
@@ -66,7 +67,7 @@ def _extract(
 
 
 def run_query(
-    storage: Any,
+    storage: Storage,
     *,
     transform: Callable[[TensorDictBase], TensorDictBase] | None = None,
     cursor: int = 0,

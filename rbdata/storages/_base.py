@@ -354,3 +354,17 @@ def _as_runs(index: torch.Tensor, capacity: int) -> range | tuple[range, range] 
     if end <= capacity:
         return range(first, end)
     return range(first, capacity), range(0, end - capacity)
+
+
+def shape_of(storage: Storage) -> tuple[int, ...]:
+    """A storage's shape: ``(capacity, *lead)`` for a tensor storage, ``(max_size,)`` otherwise.
+
+    Only tensor storages have ``ndim > 1`` (items of several cells along the lead dims).
+
+    Examples:
+        >>> from rbdata import LazyTensorStorage, ListStorage
+        >>> shape_of(ListStorage(5)), shape_of(LazyTensorStorage(5))
+        ((5,), (5,))
+    """
+    shape = getattr(storage, "shape", None)  # TensorStorage.shape; a list storage has none
+    return (storage.max_size,) if shape is None else tuple(shape)

@@ -13,12 +13,11 @@ done flags around each anchor with :func:`~rbdata.trajectories.runs.split_runs`.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
 from rbdata._component.checks import NestedKey
+from rbdata.storages import Storage
 from rbdata.trajectories.reading import read_leaf
 from rbdata.trajectories.ring import RingLayout
 from rbdata.trajectories.runs import split_runs
@@ -27,7 +26,7 @@ __all__ = ["scan_edges"]
 
 
 def scan_edges(
-    storage: Any,
+    storage: Storage,
     done_key: NestedKey,
     layout: RingLayout,
     cell: tuple[torch.Tensor, torch.Tensor],
@@ -75,7 +74,7 @@ def scan_edges(
 
 
 def _done_flags(
-    storage: Any,
+    storage: Storage,
     done_key: NestedKey,
     layout: RingLayout,
     time: torch.Tensor,

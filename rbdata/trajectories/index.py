@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from rbdata._component.checks import NestedKey
+from rbdata.storages import Storage
 from rbdata.trajectories.markers import SLICE_TRAJ_KEYS, Markers, resolve_markers
 from rbdata.trajectories.reading import storage_keys
 from rbdata.trajectories.ring import next_v_end
@@ -109,7 +110,7 @@ class TrajectoryIndex:
         return self._static is not None or self.v_end > 0 or bool(self._pending)
 
     # ------------------------------------------------------------ sync
-    def sync(self, storage: Any) -> tuple[bool, int] | None:
+    def sync(self, storage: Storage) -> tuple[bool, int] | None:
         """Bring the trajectories up to date with ``storage``.
 
         Returns:
@@ -145,7 +146,7 @@ class TrajectoryIndex:
             return False, old_end
         return self._rebuild(storage, int(pending[-1]))
 
-    def markers_for(self, storage: Any) -> Markers:
+    def markers_for(self, storage: Storage) -> Markers:
         """The markers splitting ``storage`` into trajectories (resolved at the first call)."""
         if self.markers is None:
             if self._resolve is not None:
@@ -159,7 +160,7 @@ class TrajectoryIndex:
                 )
         return self.markers
 
-    def _append(self, storage: Any, slots: torch.Tensor) -> None:
+    def _append(self, storage: Storage, slots: torch.Tensor) -> None:
         markers = self.markers_for(storage)
         marks = markers.read(storage, slots).numpy()
         p, v0 = slots.numel(), self.v_end
@@ -174,7 +175,7 @@ class TrajectoryIndex:
         self.v_end, self.size = v0 + p, new_size
         self._prev = marks[-1].item()
 
-    def _rebuild(self, storage: Any, newest: int | None) -> tuple[bool, int]:
+    def _rebuild(self, storage: Storage, newest: int | None) -> tuple[bool, int]:
         capacity, n = self.modulus, len(storage)
         self._reset_deque()
         self._dirty, self._newest_hint = False, None
@@ -192,7 +193,7 @@ class TrajectoryIndex:
         return True, v_begin
 
     def _sync_static(
-        self, storage: Any, static: tuple[str, torch.Tensor]
+        self, storage: Storage, static: tuple[str, torch.Tensor]
     ) -> tuple[bool, int] | None:
         kind, marks = static
         n = marks.numel()

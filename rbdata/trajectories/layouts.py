@@ -26,6 +26,7 @@ import torch
 
 from rbdata._component.checks import NestedKey
 from rbdata.errors import DuplicateStepError
+from rbdata.storages import Storage, shape_of
 from rbdata.trajectories.index import TrajectoryIndex
 from rbdata.trajectories.markers import Markers
 from rbdata.trajectories.reading import read_leaf, storage_keys
@@ -109,9 +110,10 @@ class GridTrajectoryIndex(_Rebuilt):
         super().clear()
         self._capacity, self._cells = 1, 1
 
-    def sync(self, storage: Any) -> tuple[bool, int] | None:
+    def sync(self, storage: Storage) -> tuple[bool, int] | None:
         """Recompute the trajectories if ``storage`` changed; ``(True, 0)`` when it did."""
-        capacity, cells = storage.shape[0], math.prod(storage.shape[1:])
+        shape = shape_of(storage)
+        capacity, cells = shape[0], math.prod(shape[1:])
         items = len(storage) // cells
         if not self._changed(items):
             return None
@@ -174,7 +176,7 @@ class FragmentedTrajectoryIndex(_Rebuilt):
         self._order = torch.zeros(0, dtype=torch.long)
         super().__init__(weight=weight)
 
-    def sync(self, storage: Any) -> tuple[bool, int] | None:
+    def sync(self, storage: Storage) -> tuple[bool, int] | None:
         """Recompute the runs if ``storage`` changed; ``(True, 0)`` when it did."""
         n = len(storage)
         if not self._changed(n):
@@ -210,7 +212,7 @@ class FragmentedTrajectoryIndex(_Rebuilt):
         """Storage slots of the positions ``v`` (indices in (id, step) order)."""
         return self._order[torch.as_tensor(v)]
 
-    def _id_key(self, storage: Any) -> NestedKey:
+    def _id_key(self, storage: Storage) -> NestedKey:
         if self.traj_key is not None:
             return self.traj_key
         keys = storage_keys(storage)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from rbdata._component.checks import NestedKey
-from rbdata.trajectories.reading import read_leaf
+from rbdata.storages import Storage
+from rbdata.trajectories.reading import LeafSource, read_leaf
 
 __all__ = ["QUERY_TRAJ_KEYS", "SLICE_TRAJ_KEYS", "Markers", "resolve_markers"]
 
@@ -33,7 +33,7 @@ class Markers:
     kind: str
     keys: tuple[NestedKey, ...]
 
-    def read(self, storage: Any, slots: torch.Tensor) -> torch.Tensor:
+    def read(self, storage: Storage | LeafSource, slots: torch.Tensor) -> torch.Tensor:
         """One marker per slot: the id (``"ids"``) or the end flag (``"ends"``)."""
         n = slots.numel()
         if self.kind == "ids":

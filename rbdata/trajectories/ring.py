@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
+
+from rbdata.storages import Storage, shape_of
 
 __all__ = ["RingLayout", "chronological_order", "next_v_end"]
 
@@ -34,7 +35,7 @@ def next_v_end(v_end: int, newest: int | None, n: int, capacity: int) -> int:
     return out
 
 
-def chronological_order(storage: Any, cursor: int) -> tuple[torch.Tensor, int]:
+def chronological_order(storage: Storage, cursor: int) -> tuple[torch.Tensor, int]:
     """Slots of a ring storage, oldest first (``cursor``: the next item written).
 
     For a storage with ``ndim > 1`` (items of several cells, e.g. one per
@@ -47,7 +48,7 @@ def chronological_order(storage: Any, cursor: int) -> tuple[torch.Tensor, int]:
     if getattr(storage, "ndim", 1) == 1:
         capacity, cells = storage.max_size, 1
     else:
-        capacity, cells = storage.shape[0], math.prod(storage.shape[1:])
+        capacity, cells = shape_of(storage)[0], math.prod(shape_of(storage)[1:])
     items = n // cells
     oldest = cursor % capacity if items >= capacity else 0
     order = torch.arange(oldest, oldest + items) % capacity
@@ -73,7 +74,7 @@ class RingLayout:
     newest: int
 
     @classmethod
-    def of(cls, storage: Any, newest: int | None) -> RingLayout:
+    def of(cls, storage: Storage, newest: int | None) -> RingLayout:
         """The layout of ``storage``, whose newest slot is ``newest`` once the ring is full.
 
         Args:
@@ -82,7 +83,7 @@ class RingLayout:
                 unknown (the storage is then taken as written in slot order,
                 from slot 0).
         """
-        shape = tuple(storage.shape)
+        shape = shape_of(storage)
         capacity, cells = shape[0], math.prod(shape[1:])
         items = len(storage) // cells
         if items < capacity or newest is None:
