@@ -153,6 +153,24 @@ def _components(rb: _Persistable) -> dict[str, str]:
     }
 
 
+def _capacities(sd: dict[str, Any], ndim: Any, generator: Any) -> dict[str, Any]:
+    """What the state's shapes are checked against: slots, storage ndim, generator device.
+
+    The writer's generations and the sampler's priorities have one entry per slot.
+    ``rbdata verify`` checks the state against them (see :mod:`rbdata.checkpoint`).
+    """
+    rows = {}
+    for name, section, key in (
+        ("generations", "_writer", "_generation"),
+        ("priorities", "_sampler", "leaves"),
+    ):
+        value = (sd.get(section) or {}).get(key)
+        rows[name] = int(value.shape[0]) if isinstance(value, torch.Tensor) and value.ndim else None
+    rows["ndim"] = ndim if type(ndim) is int else None
+    device = generator.device.type if isinstance(generator, torch.Generator) else None
+    return {"capacities": rows, "generator": device}
+
+
 def _dumps(rb: _Persistable, path: str | os.PathLike[str]) -> None:
     """Write ``rb`` atomically to the directory ``path`` (see :mod:`rbdata.checkpoint`)."""
     sd = rb.state_dict()
@@ -170,6 +188,7 @@ def _dumps(rb: _Persistable, path: str | os.PathLike[str]) -> None:
         "cursor": writer.cursor,
         "write_count": writer.write_count,
         "spec": storage_sd.get("spec"),
+        **_capacities(sd, getattr(rb.storage, "ndim", None), getattr(rb, "generator", None)),
     }
     write_dump(path, manifest, sd, objects)
 
