@@ -73,6 +73,44 @@ class TensorDictReplayBuffer(ReplayBuffer):
             )
         return super().sample(batch_size, return_info)
 
+    def update_priority(
+        self,
+        index: Any,
+        priority: torch.Tensor | float | None = None,
+        *,
+        generation: torch.Tensor | None = None,
+    ) -> None:
+        """Update priorities: ``(index, priority)``, or a sampled batch alone (an extension).
+
+        ``update_priority(batch)`` with one argument, a TensorDict sampled from
+        this buffer, does what :meth:`update_tensordict_priority` does (torchrl's
+        SAC and TD3 scripts call it so; torchrl 0.14.1 raises TypeError there).
+
+        Raises:
+            TypeError: if ``priority`` is missing and ``index`` is not a TensorDict,
+                or ``generation`` is given with a TensorDict.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from rbdata import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
+            >>> rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0,
+            ...     storage=LazyTensorStorage(4), batch_size=2)
+            >>> _ = rb.extend(TensorDict({"obs": torch.zeros(4)}, [4]))
+            >>> batch = rb.sample().set("td_error", torch.full((2,), 3.0))
+            >>> rb.update_priority(batch)
+        """
+        if priority is not None:
+            super().update_priority(index, priority, generation=generation)
+            return
+        if not isinstance(index, TensorDictBase) or generation is not None:
+            raise TypeError(
+                "update_priority takes (index, priority) or one sampled TensorDict, got "
+                f"{type(index).__name__} without a priority"
+                f"{' and a generation' if generation is not None else ''}."
+            )
+        self.update_tensordict_priority(index)
+
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
         """Update priorities from a sampled batch (``index``, ``priority_key``, generations).
 
