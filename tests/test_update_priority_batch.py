@@ -49,7 +49,8 @@ def test_one_argument_does_what_update_tensordict_priority_does(seed, errors, re
         batches.append(batch)
     ours.update_priority(batches[0])
     reference.update_tensordict_priority(batches[1])
-    assert torch.equal(ours.sampler.state_dict()["leaves"], reference.sampler.state_dict()["leaves"])
+    leaves = [rb.sampler.state_dict()["leaves"] for rb in (ours, reference)]
+    assert torch.equal(*leaves)
     assert ours.stats() == reference.stats()
     assert torch.equal(ours.sample()["id"], reference.sample()["id"])
 
