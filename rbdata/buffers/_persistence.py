@@ -12,6 +12,7 @@ from typing import Any, NamedTuple, Protocol
 import torch
 
 from rbdata._component.stateful import transaction
+from rbdata.buffers._torchrl_dump import is_torchrl_dump, read_torchrl_dump
 from rbdata.checkpoint import read_dump, write_dump
 from rbdata.errors import CheckpointError
 from rbdata.sample_units import SampleUnit
@@ -193,11 +194,25 @@ def _dumps(rb: _Persistable, path: str | os.PathLike[str]) -> None:
     write_dump(path, manifest, sd, objects)
 
 
+def _load_torchrl_dump(rb: _Persistable, path: str | os.PathLike[str], allow_pickle: bool) -> None:
+    """Load a directory torchrl's ``dumps`` wrote (everything it holds, or CheckpointError)."""
+    state = read_torchrl_dump(path, allow_pickle)
+    try:
+        rb.load_state_dict(state)
+    except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as err:
+        if isinstance(err, CheckpointError):
+            raise
+        raise CheckpointError(f"torchrl dump at {str(path)!r} does not load: {err}") from err
+
+
 def _loads(rb: _Persistable, path: str | os.PathLike[str], allow_pickle: bool) -> None:
     """Read and check a dump, then load it into ``rb``; on any error ``rb`` is unchanged.
 
     Pickled objects are unpickled only with ``allow_pickle`` and only into a list storage.
     """
+    if is_torchrl_dump(path):
+        _load_torchrl_dump(rb, path, allow_pickle)
+        return
     holds_objects = isinstance(rb.storage, ListStorage)
     manifest, sd, objects = read_dump(path, allow_pickle=allow_pickle and holds_objects)
     expected = _components(rb)

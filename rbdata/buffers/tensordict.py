@@ -14,6 +14,7 @@ from rbdata.buffers.prioritized import with_prioritized_sampler
 from rbdata.buffers.protocol import INFO_KEYS
 from rbdata.buffers.replay import ReplayBuffer
 from rbdata.storages import Storage
+from rbdata.storages._torchrl import without_index_entry
 from rbdata.writers import TensorDictRoundRobinWriter
 
 __all__ = ["TensorDictPrioritizedReplayBuffer", "TensorDictReplayBuffer"]
@@ -72,6 +73,13 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 stacklevel=2,
             )
         return super().sample(batch_size, return_info)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a state (see :meth:`ReplayBuffer.load_state_dict`); torchrl's too.
+
+        A torchrl TensorDict buffer's state holds each row's ``"index"``; it is left out.
+        """
+        super().load_state_dict(without_index_entry(state_dict))
 
     def update_priority(
         self,

@@ -20,6 +20,7 @@ from ._packed import _PackedRows
 from ._pytree import _Structure
 from ._row_layout import _PackedLayout
 from ._state import _parse_state
+from ._torchrl import is_torchrl_layout, tensor_storage_state
 from ._validate import _check_leaves, _check_ndim, _tails
 
 _SCALAR = torch.Size([])
@@ -510,7 +511,12 @@ class TensorStorage(Storage):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` content; on mismatch ValueError, storage unchanged."""
+        """Restore :meth:`state_dict` content; on mismatch ValueError, storage unchanged.
+
+        A torchrl storage state (``_storage``, ``initialized``, ``_len``) is read too.
+        """
+        if is_torchrl_layout(state_dict):
+            state_dict = tensor_storage_state(state_dict, self)
         parsed = _parse_state(state_dict, self)
         if parsed is None:
             self.empty()
