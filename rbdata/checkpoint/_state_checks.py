@@ -144,20 +144,21 @@ def check_storage(manifest: dict[str, Any], storage: dict[str, Any], where: str)
 
 
 def _check_live_fits(manifest: dict[str, Any], live: dict[str, Any], where: str) -> None:
-    """The live set's counts, live slots and freed slots stay within the storage's slots."""
+    """The live set's slots are storage cells, and its live slots fit its counts.
+
+    A storage of ``max_size`` cells has fewer than ``2 * max_size`` of them (an ndim>1
+    storage rounds up to whole items), so a slot past that is damage (and would make the
+    live set allocate for it).
+    """
     max_size = manifest.get("max_size")
-    slots = max_size if type(max_size) is int else 0
+    bound = 2 * max_size if type(max_size) is int else 0
     counts, live_slots, freed = (live.get(k) for k in ("counts", "live", "freed"))
-    if isinstance(counts, torch.Tensor) and counts.numel() > slots:
-        raise CheckpointError(
-            f"{where}: the sampler's live set counts {counts.numel()} slots, max_size is {slots}."
-        )
     capacity = counts.numel() if isinstance(counts, torch.Tensor) else 0
     for key, value in (("live", live_slots), ("freed", freed)):
-        if isinstance(value, torch.Tensor) and value.numel() and int(value.max()) >= slots:
+        if isinstance(value, torch.Tensor) and value.numel() and int(value.max()) >= bound:
             raise CheckpointError(
                 f"{where}: the sampler's live set {key!r} names slot {int(value.max())}, "
-                f"max_size is {slots}."
+                f"past the cells of a storage of max_size {max_size}."
             )
         if key == "live" and isinstance(value, torch.Tensor) and value.numel():
             capacity = max(capacity, int(value.max()) + 1)
