@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ._errors import CheckpointError
+from rbdata.errors import CheckpointError
 
 _CPU_RNG_BYTES = torch.Generator().get_state().numel()
 
