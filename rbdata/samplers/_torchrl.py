@@ -45,7 +45,7 @@ def sampler_state(state: dict[str, Any], sampler: Any) -> dict[str, Any]:
         )
     if "_sample_list" not in keys or not keys <= _WITHOUT_REPLACEMENT:
         return state
-    if not hasattr(sampler, "drop_last"):
+    if "perm" not in sampler.state_dict():  # rbdata's without-replacement samplers save it
         raise ValueError(
             f"a torchrl SamplerWithoutReplacement state ({sorted(keys)}) given to a "
             f"{type(sampler).__name__}."

@@ -30,15 +30,19 @@ def _as_tensordict(raw: Any, what: str) -> TensorDictBase:
         raise ValueError(f"torchrl {what} is not a TensorDict state ({err}).") from err
 
 
-def tensor_storage_state(state: dict[str, Any], storage: Any) -> dict[str, Any]:
+def tensor_storage_state(state: dict[str, Any], storage: Any, scratch: Any) -> dict[str, Any]:
     """The rbdata state of ``storage``'s kind holding what torchrl's ``state`` holds.
+
+    Args:
+        state: torchrl's storage state.
+        storage: the storage it is loaded into.
+        scratch: an empty ndim=1 tensor storage of ``storage.max_size`` slots: the rows
+            are written there, and its state (rbdata's layout) is returned.
 
     Raises:
         ValueError: for a state this rbdata cannot read (naming what), or more rows than
             ``storage.max_size``.
     """
-    from .tensor import LazyTensorStorage
-
     raw, length = state["_storage"], state.get("_len", 0)
     if isinstance(length, torch.Tensor):
         length = int(length)
@@ -67,7 +71,6 @@ def tensor_storage_state(state: dict[str, Any], storage: Any) -> dict[str, Any]:
             f"torchrl storage state holds {length} items; this storage has max_size "
             f"{storage.max_size}."
         )
-    scratch = LazyTensorStorage(storage.max_size)  # lays the rows out as rbdata saves them
     if length:
         scratch.set(slice(0, length), data[:length])
     converted: dict[str, Any] = scratch.state_dict()

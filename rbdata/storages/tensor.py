@@ -516,7 +516,8 @@ class TensorStorage(Storage):
         A torchrl storage state (``_storage``, ``initialized``, ``_len``) is read too.
         """
         if is_torchrl_layout(state_dict):
-            state_dict = tensor_storage_state(state_dict, self)
+            scratch = LazyTensorStorage(self.max_size)  # lays rows out as rbdata saves them
+            state_dict = tensor_storage_state(state_dict, self, scratch)
         parsed = _parse_state(state_dict, self)
         if parsed is None:
             self.empty()
