@@ -21,9 +21,7 @@ def problems(wheel: Path) -> list[str]:
         out.append("missing rbdata/py.typed (the package's typing marker)")
     if not any(n.endswith(".dist-info/licenses/LICENSE") for n in names):
         out.append("missing the LICENSE file in the wheel's metadata")
-    stray = sorted(
-        n for n in names if not n.startswith("rbdata/") and ".dist-info/" not in n
-    )
+    stray = sorted(n for n in names if not n.startswith("rbdata/") and ".dist-info/" not in n)
     out += [f"file outside the package: {name}" for name in stray]
     out += [f"compiled or cached file: {n}" for n in sorted(names) if "__pycache__" in n]
     return out
