@@ -70,7 +70,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "load_minari": ("rbdata.datasets", "minari"),
     "MinariReader": ("rbdata.datasets", "minari"),
     "OfflineToOnlineReplayBuffer": ("rbdata.buffers.offline_to_online", None),
-    "RayBufferClient": ("rbdata.service.client", None),
+    "RayBufferClient": ("rbdata.service.client.buffer_client", None),
 }
 
 

@@ -18,10 +18,9 @@ from rbdata.errors import ServiceUnavailableError
 __all__ = ["RayBufferClient", "RayService", "ServiceUnavailableError", "attach_ray_service"]
 
 _NAMES = {
-    "RayBufferClient": "rbdata.service.client",
-    "RayService": "rbdata.service.service",
-    "attach_ray_service": "rbdata.service.service",
-    "ServiceUnavailableError": "rbdata.service._runtime",
+    "RayBufferClient": "rbdata.service.client.buffer_client",
+    "RayService": "rbdata.service.lifecycle",
+    "attach_ray_service": "rbdata.service.lifecycle",
 }
 
 

@@ -8,7 +8,15 @@ import torch
 from hypothesis import given
 from tensordict import TensorDict
 
-from rbdata.service.codec import Packed, allocate, decode, dict_node, encode, pack_into, unpack
+from rbdata.service.transport.codec import (
+    Packed,
+    allocate,
+    decode,
+    dict_node,
+    encode,
+    pack_into,
+    unpack,
+)
 
 DTYPES = [torch.float32, torch.int64, torch.uint8, torch.bool, torch.float16, torch.bfloat16]
 

@@ -26,7 +26,7 @@ from rbdata import (
     TensorDictRoundRobinWriter,
 )
 from rbdata.service import ServiceUnavailableError
-from rbdata.service.slots import SHM_DIR
+from rbdata.service.transport.slots import SHM_DIR
 
 OPTIONS = {"remote_config": {"num_cpus": 0}}  # actors reserve no CPU of the 2-CPU cluster
 

@@ -20,8 +20,8 @@ from rbdata import (
     TensorDictRoundRobinWriter,
 )
 from rbdata.buffers.protocol import ServableBuffer
-from rbdata.service.distributed import Layouts
-from rbdata.service.slots import SHM_DIR
+from rbdata.service.transport.channel import LayoutNumbers
+from rbdata.service.transport.slots import SHM_DIR
 
 pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray", reason="the Ray service tests need the 'ray' extra")
@@ -161,9 +161,9 @@ def test_priorities_and_policy_versions_reach_the_one_buffer(ray_cluster: Any) -
 
 # ------------------------------------------------------------ distributed
 def test_layouts_travel_once_per_channel() -> None:
-    from rbdata.service.codec import encode, pack_into
+    from rbdata.service.transport.codec import encode, pack_into
 
-    sender, receiver = Layouts(), Layouts()
+    sender, receiver = LayoutNumbers(), LayoutNumbers()
     payload = encode(TensorDict({"a": torch.zeros(4)}, [4]))
     packed = pack_into(payload, torch.empty(payload.nbytes, dtype=torch.uint8))
     first, second = sender.outgoing(packed, 16), sender.outgoing(packed, 16)

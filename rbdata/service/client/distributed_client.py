@@ -1,6 +1,6 @@
 """DistributedBufferClient: a client whose payloads travel over a torch.distributed group.
 
-See :mod:`rbdata.service.distributed` for the channel. Every call of this
+See :mod:`rbdata.service.transport.channel` for the channel. Every call of this
 client goes over its channel (its tensors as bytes over the process group,
 its layout and method name over Ray); waiting for data uses Ray alone.
 ``stats()`` reports ``size`` and ``write_count`` only, as the reference's
@@ -14,9 +14,16 @@ import contextlib
 from typing import Any
 
 from rbdata.buffers.protocol import Draw
-from rbdata.service.client import OwnerAddress, RayBufferClient, as_draw
-from rbdata.service.distributed import BACKENDS, ChannelEndpoint, call, connect
-from rbdata.service.owner import ReturnsSelf
+from rbdata.service import runtime
+from rbdata.service.client.buffer_client import OwnerAddress, RayBufferClient, as_draw
+from rbdata.service.transport.channel import (
+    BACKENDS,
+    TIMEOUT,
+    ChannelEndpoint,
+    device_of,
+    open_group,
+)
+from rbdata.service.transport.messages import Raised, ReturnsSelf
 
 __all__ = ["DistributedBufferClient"]
 
@@ -33,8 +40,8 @@ class DistributedBufferClient(RayBufferClient):
 
     Examples:
         >>> import pickle
-        >>> from rbdata.service.client import OwnerAddress
-        >>> from rbdata.service.distributed_client import DistributedBufferClient
+        >>> from rbdata.service.client.buffer_client import OwnerAddress
+        >>> from rbdata.service.client.distributed_client import DistributedBufferClient
         >>> address = OwnerAddress("rbdata-buffer-0", "127.0.0.1:6379", "node", batch_size=8)
         >>> client = pickle.loads(pickle.dumps(DistributedBufferClient(address)))
         >>> client.batch_size  # the process group is bound on the first call, not here
@@ -68,13 +75,13 @@ class DistributedBufferClient(RayBufferClient):
         """This process's channel with the actor, bound on first use."""
         with self._lock:
             if self._endpoint is None:
-                self._endpoint = connect(self._actor(), self._backend)
+                self._endpoint = _connect(self._actor(), self._backend)
             return self._endpoint
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         endpoint = self._channel()
         try:
-            result = call(endpoint, self._actor(), name, args, kwargs)
+            result = _exchange(endpoint, self._actor(), name, args, kwargs)
         finally:
             if endpoint.broken:  # bind a fresh channel on the next call
                 self._endpoint = None
@@ -111,3 +118,38 @@ class DistributedBufferClient(RayBufferClient):
         for source in list(self._stats_sources.values()):
             out.update(source())
         return out
+
+
+def _connect(actor: Any, backend: str) -> ChannelEndpoint:
+    """Bind a client's channel with ``actor``: the actor's store, then both sides' group."""
+    import torch.distributed as dist
+
+    channel, host, port = runtime.get(actor.dist_listen.remote(backend), "binding a channel")
+    joined = actor.dist_join.remote(channel)
+    store = dist.TCPStore(host, port, 2, is_master=False, timeout=TIMEOUT)
+    group = open_group(store, 1, backend)
+    runtime.get(joined, "binding a channel")
+    return ChannelEndpoint(channel, group, 1, device_of(backend), store)
+
+
+def _exchange(
+    endpoint: ChannelEndpoint, actor: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """Run ``name(*args, **kwargs)`` in the actor over ``endpoint`` (the client's side).
+
+    Raises:
+        Exception: what the method raised in the actor, with its type and message
+            (the channel stays usable); any other failure marks it ``broken``.
+    """
+    with endpoint.lock:
+        request, work, _flat = endpoint.send((args, kwargs))
+        try:
+            reply = runtime.get(actor.dist_call.remote(endpoint.channel, name, request), name)
+            work.wait()
+            result = endpoint.receive(reply)
+        except BaseException:
+            endpoint.broken = True
+            raise
+    if isinstance(result, Raised):
+        raise result.error
+    return result

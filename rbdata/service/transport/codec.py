@@ -66,7 +66,7 @@ class Payload:
 
     Examples:
         >>> import torch
-        >>> from rbdata.service.codec import decode, encode
+        >>> from rbdata.service.transport.codec import decode, encode
         >>> payload = encode({"a": torch.arange(3), "b": (torch.ones(2), "text")})
         >>> len(payload.buffers)
         1
@@ -192,7 +192,7 @@ def encode(value: Any) -> Payload:
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
-        >>> from rbdata.service.codec import decode, encode
+        >>> from rbdata.service.transport.codec import decode, encode
         >>> td = TensorDict({"obs": torch.zeros(4, 3), "next": {"r": torch.ones(4)}}, [4])
         >>> back = decode(encode(td))
         >>> back.batch_size, back["next", "r"].tolist()
@@ -241,7 +241,7 @@ def pack_into(payload: Payload, memory: torch.Tensor) -> Packed:
 
     Examples:
         >>> import torch
-        >>> from rbdata.service.codec import encode, pack_into, unpack
+        >>> from rbdata.service.transport.codec import encode, pack_into, unpack
         >>> payload = encode(torch.arange(4))
         >>> slot = torch.empty(payload.nbytes, dtype=torch.uint8)
         >>> unpack(pack_into(payload, slot), slot).tolist()
@@ -277,7 +277,7 @@ def allocate(
 
     Examples:
         >>> import torch
-        >>> from rbdata.service.codec import Packed, allocate, dict_node, unpack
+        >>> from rbdata.service.transport.codec import Packed, allocate, dict_node, unpack
         >>> slot = torch.zeros(1024, dtype=torch.uint8)
         >>> views, nodes, used = allocate(slot, [(torch.int64, (2,)), (torch.float32, (2, 3))])
         >>> _ = views[0].copy_(torch.tensor([4, 5]))

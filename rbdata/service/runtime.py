@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from rbdata.errors import ServiceUnavailableError
 
 NAMESPACE = "rbdata"
-
-
-@dataclass(frozen=True)
-class Raised:
-    """An exception raised by a hosted-buffer method, carried back as a value.
-
-    Used where one reply holds several results (a group of batches, a channel
-    exchange): the caller re-raises ``error`` when it reaches it.
-    """
-
-    error: Exception
 
 
 def ray_module() -> ModuleType:

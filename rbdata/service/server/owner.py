@@ -4,48 +4,35 @@ The actor runs its calls one at a time, in the order each caller sent them
 (Ray's default for an actor), except :meth:`BufferOwner.wait_for_write`,
 which runs in a concurrency group of its own so that a waiting client never
 blocks a collector's ``extend``. Arguments and results travel as
-:class:`~rbdata.service.codec.Payload` objects (numpy buffers, no tensor
+:class:`~rbdata.service.transport.codec.Payload` objects (numpy buffers, no tensor
 pickled by value); a batch for a client on this node goes into one of that
-client's shared-memory slots when one is free (:mod:`rbdata.service.slots`),
+client's shared-memory slots when one is free (:mod:`rbdata.service.transport.slots`),
 and only the slot's number travels.
 """
 
 from __future__ import annotations
 
 import pickle
-from dataclasses import dataclass
 from typing import Any
 
 from tensordict import TensorDictBase
 
 from rbdata.buffers import TensorDictReplayBuffer
 from rbdata.buffers.protocol import Draw
-from rbdata.service._runtime import Raised
-from rbdata.service.codec import Packed, Payload, decode, encode, pack_into
-from rbdata.service.direct_gather import Layouts, direct_sources, fill_slot
-from rbdata.service.distributed import OwnerChannels, Wire
-from rbdata.service.slots import SlotRing
+from rbdata.service.server.channels import OwnerChannels
+from rbdata.service.server.slot_fill import Layouts, direct_sources, fill_slot
+from rbdata.service.transport.channel import Wire
+from rbdata.service.transport.codec import Packed, Payload, decode, encode, pack_into
+from rbdata.service.transport.messages import (
+    SLOT_MIN_BYTES,
+    InSlot,
+    Raised,
+    Reply,
+    ReturnsSelf,
+)
+from rbdata.service.transport.slots import SlotRing
 
-__all__ = ["SLOT_MIN_BYTES", "WAIT_GROUP", "BufferOwner", "InSlot", "Reply", "ReturnsSelf"]
-
-#: The actor's concurrency group for blocking waits (see the module docstring).
-WAIT_GROUP = "wait"
-SLOT_MIN_BYTES = 64 * 1024  # smaller replies travel inline with Ray's answer: cheaper
-
-
-class ReturnsSelf:
-    """Stands for the hosted buffer when a method returns it (``set_``, ``append_transform``)."""
-
-
-@dataclass(frozen=True)
-class InSlot:
-    """A reply written into slot ``slot`` of the caller's ring."""
-
-    slot: int
-    packed: Packed
-
-
-Reply = Payload | InSlot
+__all__ = ["BufferOwner"]
 
 
 class BufferOwner:
@@ -58,8 +45,8 @@ class BufferOwner:
     Examples:
         >>> import pickle, torch
         >>> from rbdata import LazyTensorStorage, ReplayBuffer
-        >>> from rbdata.service.codec import encode
-        >>> from rbdata.service.owner import BufferOwner
+        >>> from rbdata.service.transport.codec import encode
+        >>> from rbdata.service.server.owner import BufferOwner
         >>> owner = BufferOwner()
         >>> owner.build(pickle.dumps(ReplayBuffer(storage=LazyTensorStorage(10))), True, node=False)
         (None, None)
@@ -261,7 +248,7 @@ class BufferOwner:
         self._channels.join(channel)
 
     def dist_call(self, channel: str, name: str, request: Wire) -> Wire:
-        """Run a call whose payloads travel over ``channel`` (see :mod:`.distributed`)."""
+        """Run a call whose payloads travel over ``channel`` (see ``transport.channel``)."""
         return self._channels.call(self._run, channel, name, request)
 
     def dist_close(self, channel: str) -> None:

@@ -43,7 +43,7 @@ class SlotRing:
 
     Examples:
         >>> import torch
-        >>> from rbdata.service.slots import SlotRing
+        >>> from rbdata.service.transport.slots import SlotRing
         >>> owner = SlotRing.create(slots=2, slot_bytes=64)
         >>> client = SlotRing.attach(owner.path, 2, 64)
         >>> owner.unlink()

@@ -1,7 +1,7 @@
 """RayService: starting, serving and stopping the actor behind a Ray-backed buffer.
 
 :func:`attach_ray_service` is what ``ReplayBuffer(..., service_backend="ray")``
-calls: it starts a :class:`~rbdata.service.owner.BufferOwner` actor hosting
+calls: it starts a :class:`~rbdata.service.server.owner.BufferOwner` actor hosting
 a direct copy of the buffer being built and makes the calling buffer forward its
 methods to it, by binding the forwarding callables into the instance's
 ``__dict__`` (instance attributes shadow the class's methods), so the
@@ -17,11 +17,12 @@ import uuid
 from typing import Any
 
 from rbdata.errors import ServiceUnavailableError
-from rbdata.service import _runtime
-from rbdata.service.client import OwnerAddress, RayBufferClient
-from rbdata.service.distributed import BACKENDS
-from rbdata.service.distributed_client import DistributedBufferClient
-from rbdata.service.owner import WAIT_GROUP, BufferOwner
+from rbdata.service import runtime
+from rbdata.service.client.buffer_client import OwnerAddress, RayBufferClient
+from rbdata.service.client.distributed_client import DistributedBufferClient
+from rbdata.service.server.owner import BufferOwner
+from rbdata.service.transport.channel import BACKENDS
+from rbdata.service.transport.messages import WAIT_GROUP
 
 __all__ = ["FORWARDED_METHODS", "RayService", "attach_ray_service"]
 
@@ -135,16 +136,16 @@ class RayService:
             raise ValueError(
                 f"transport_options['backend'] must be one of {BACKENDS}, got {self._backend!r}."
             )
-        ray = _runtime.ray_module()
-        self._lease = _runtime.Lease(ray_init_config)
+        ray = runtime.ray_module()
+        self._lease = runtime.Lease(ray_init_config)
         self._actor: Any = None
         try:
             name = f"rbdata-buffer-{uuid.uuid4().hex}"
             options = {"num_cpus": 1, **(remote_config or {})}
-            options.update(name=name, namespace=_runtime.NAMESPACE, max_restarts=0)
+            options.update(name=name, namespace=runtime.NAMESPACE, max_restarts=0)
             owner = ray.remote(concurrency_groups={WAIT_GROUP: _WAITERS})(BufferOwner)
             self._actor = owner.options(**options).remote()
-            node, batch_size = _runtime.get(
+            node, batch_size = runtime.get(
                 # as bytes: arrays pickled with it would arrive as read-only object-store views
                 self._actor.build.remote(ray.cloudpickle.dumps(hosted), not delayed_init),
                 "starting the hosted buffer",
@@ -168,7 +169,7 @@ class RayService:
         if self._actor is None:
             return False
         try:
-            _runtime.get(self._actor.node_id.remote(), "is_alive")
+            runtime.get(self._actor.node_id.remote(), "is_alive")
         except ServiceUnavailableError:
             return False
         return True
@@ -208,7 +209,7 @@ class RayService:
         """
         actor, self._actor = self._actor, None
         if actor is not None:
-            ray = _runtime.ray_module()
+            ray = runtime.ray_module()
             try:
                 ray.get(actor.stop.remote(), timeout=timeout)
             except Exception as err:  # noqa: BLE001 - the actor is killed whatever happened

@@ -8,12 +8,12 @@ only the buffer that started the actor shuts it down.
 
 Where the time goes, and what the client does about it:
 
-- payloads are numpy buffers (:mod:`rbdata.service.codec`), read out of Ray's
+- payloads are numpy buffers (:mod:`rbdata.service.transport.codec`), read out of Ray's
   object store without a copy;
 - ``prefetch`` requests stay in flight, so the actor gathers the next
   batches while the caller works on this one (``sample`` and ``draw``);
 - on the actor's node, batches arrive in shared-memory slots
-  (:mod:`rbdata.service.slots`): the reply is a slot number, the batch's
+  (:mod:`rbdata.service.transport.slots`): the reply is a slot number, the batch's
   tensors view the slot, and the slot is free again when they are freed.
 
 A client pickles as the actor's name and the cluster's address: unpickled in
@@ -38,12 +38,17 @@ from torch.utils.hooks import RemovableHandle
 
 from rbdata.buffers.protocol import INFO_KEYS, Draw, StatsSource
 from rbdata.errors import ServiceUnavailableError
-from rbdata.service import _runtime
-from rbdata.service._forwarded import _ForwardedMethods
-from rbdata.service._runtime import Raised
-from rbdata.service.codec import Payload, decode, encode, unpack
-from rbdata.service.owner import SLOT_MIN_BYTES, WAIT_GROUP, InSlot, ReturnsSelf
-from rbdata.service.slots import SlotRing
+from rbdata.service import runtime
+from rbdata.service.client.surface import _ForwardedMethods
+from rbdata.service.transport.codec import Payload, decode, encode, unpack
+from rbdata.service.transport.messages import (
+    SLOT_MIN_BYTES,
+    WAIT_GROUP,
+    InSlot,
+    Raised,
+    ReturnsSelf,
+)
+from rbdata.service.transport.slots import SlotRing
 
 __all__ = ["OwnerAddress", "RayBufferClient", "as_draw"]
 
@@ -66,7 +71,7 @@ class OwnerAddress:
         batch_size: the hosted buffer's default batch size.
 
     Examples:
-        >>> from rbdata.service.client import OwnerAddress
+        >>> from rbdata.service.client.buffer_client import OwnerAddress
         >>> OwnerAddress("rbdata-buffer-0", "127.0.0.1:6379", "node", None).batch_size is None
         True
     """
@@ -91,7 +96,7 @@ class RayBufferClient(_ForwardedMethods):
 
     Examples:
         >>> import pickle
-        >>> from rbdata.service.client import OwnerAddress, RayBufferClient
+        >>> from rbdata.service.client.buffer_client import OwnerAddress, RayBufferClient
         >>> address = OwnerAddress("rbdata-buffer-0", "127.0.0.1:6379", "node", batch_size=32)
         >>> client = pickle.loads(pickle.dumps(RayBufferClient(address, prefetch=2)))
         >>> client, client.batch_size, client.service_backend
@@ -137,10 +142,10 @@ class RayBufferClient(_ForwardedMethods):
     # ------------------------------------------------------------ plumbing
     def _actor(self) -> Any:
         if self._handle is None:
-            _runtime.join(self._address.cluster)
-            ray = _runtime.ray_module()
+            runtime.join(self._address.cluster)
+            ray = runtime.ray_module()
             try:
-                self._handle = ray.get_actor(self._address.actor_name, namespace=_runtime.NAMESPACE)
+                self._handle = ray.get_actor(self._address.actor_name, namespace=runtime.NAMESPACE)
             except ValueError as err:
                 raise ServiceUnavailableError(
                     f"no Ray actor named {self._address.actor_name!r}: the replay buffer it hosted "
@@ -150,11 +155,11 @@ class RayBufferClient(_ForwardedMethods):
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         ref = self._actor().call.remote(name, encode(args), encode(kwargs))
-        result = decode(_runtime.get(ref, name))
+        result = decode(runtime.get(ref, name))
         return self if isinstance(result, ReturnsSelf) else result
 
     def _read(self, name: str) -> Any:
-        return _runtime.get(self._actor().read.remote(name), name)
+        return runtime.get(self._actor().read.remote(name), name)
 
     def _cached(self, name: str) -> Any:
         if name not in self._cache:
@@ -165,7 +170,7 @@ class RayBufferClient(_ForwardedMethods):
         return None if self._ring is None else str(self._ring.path)
 
     def _receive(self, ref: Any, what: str) -> Any:
-        return self._open(_runtime.get(ref, what))
+        return self._open(runtime.get(ref, what))
 
     def _open(self, reply: Any) -> Any:
         """The value of one reply (read from its slot, or decoded); re-raise a failure."""
@@ -181,17 +186,17 @@ class RayBufferClient(_ForwardedMethods):
     def _open_ring(self, nbytes: int) -> None:
         """Batches this big come often: get slots for them, if the actor is on this node."""
         self._ring_tried = True
-        ray = _runtime.ray_module()
+        ray = runtime.ray_module()
         here = ray.get_runtime_context().get_node_id()
         if here != self._address.node_id or not SlotRing.available():
             return
         slots, slot_bytes = 3 * self._prefetch + 4, _slot_size(nbytes)
         actor = self._actor()
-        path = _runtime.get(actor.open_ring.remote(slots, slot_bytes), "open_ring")
+        path = runtime.get(actor.open_ring.remote(slots, slot_bytes), "open_ring")
         try:
             ring = SlotRing.attach(path, slots, slot_bytes)
         finally:
-            _runtime.get(actor.ring_attached.remote(path), "ring_attached")
+            runtime.get(actor.ring_attached.remote(path), "ring_attached")
         self._ring = ring
         weakref.finalize(self, _forget_ring, actor, path)
 
@@ -206,7 +211,7 @@ class RayBufferClient(_ForwardedMethods):
                 group.inflight.append(submit(self._prefetch))
             ref = group.inflight.popleft()
             group.inflight.append(submit(self._prefetch))
-            group.replies.extend(_runtime.get(ref, what))
+            group.replies.extend(runtime.get(ref, what))
         return self._open(group.replies.popleft())
 
     # ------------------------------------------------------------ reading
@@ -325,7 +330,7 @@ class RayBufferClient(_ForwardedMethods):
         """Receive every draw requested ahead; keep the non-empty ones to hand out next."""
         group = self._draws
         while group.inflight:
-            group.replies.extend(_runtime.get(group.inflight.popleft(), "draw"))
+            group.replies.extend(runtime.get(group.inflight.popleft(), "draw"))
         while group.replies:
             reply = group.replies.popleft()
             if isinstance(reply, Raised):
@@ -357,10 +362,10 @@ class RayBufferClient(_ForwardedMethods):
         ]
         probe = batch.select(*small).set(_ROW_KEY, torch.arange(rows))
         try:
-            kept = decode(_runtime.get(self._actor().refilter.remote(encode(probe)), "refilter"))
+            kept = decode(runtime.get(self._actor().refilter.remote(encode(probe)), "refilter"))
         except KeyError:  # a filter reads a large entry: send the whole batch
             kept = batch.clone(False).set(_ROW_KEY, torch.arange(rows))
-            kept = decode(_runtime.get(self._actor().refilter.remote(encode(kept)), "refilter"))
+            kept = decode(runtime.get(self._actor().refilter.remote(encode(kept)), "refilter"))
         return batch[kept.get(_ROW_KEY)]
 
     def sampling_state(self) -> dict[str, Any]:
@@ -390,7 +395,7 @@ class RayBufferClient(_ForwardedMethods):
         """Sleep until ``predicate()`` holds (re-checked on every write) or ``timeout`` passes."""
         deadline = None if timeout is None else time.monotonic() + timeout
         actor = self._actor().wait_for_write.options(concurrency_group=WAIT_GROUP)
-        ray = _runtime.ray_module()
+        ray = runtime.ray_module()
         while not predicate():
             left = _WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
             if left <= 0:
@@ -469,7 +474,7 @@ def _draw_from_state(state: Any) -> Draw:
 
 def _forget_ring(actor: Any, path: str) -> None:
     """Tell the actor a client's ring is no longer needed (best effort: it may be gone)."""
-    ray = _runtime.ray_module()
+    ray = runtime.ray_module()
     if ray.is_initialized():  # at exit Ray may be down: never start it again for this
         with contextlib.suppress(Exception):
             actor.close_ring.remote(path)

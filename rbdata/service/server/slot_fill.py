@@ -21,7 +21,7 @@ import torch
 
 from rbdata.buffers import ReplayBuffer
 from rbdata.buffers.protocol import Draw
-from rbdata.service.codec import allocate, dict_node
+from rbdata.service.transport.codec import allocate, dict_node
 from rbdata.storages import TensorStorage
 
 __all__ = ["Filled", "Layouts", "Sources", "direct_sources", "fill_slot"]
@@ -45,7 +45,7 @@ class Sources:
 
 @dataclass(frozen=True)
 class Filled:
-    """Tree nodes of a batch written into a slot (see :mod:`rbdata.service.codec`)."""
+    """Tree nodes of a batch written into a slot (see :mod:`rbdata.service.transport.codec`)."""
 
     batch: Any
     index: Any
@@ -60,7 +60,7 @@ def direct_sources(buffer: Any) -> Sources | None:
         >>> import torch
         >>> from tensordict import TensorDict
         >>> from rbdata import LazyTensorStorage, ReplayBuffer
-        >>> from rbdata.service.direct_gather import direct_sources
+        >>> from rbdata.service.server.slot_fill import direct_sources
         >>> rb = ReplayBuffer(storage=LazyTensorStorage(10))
         >>> _ = rb.extend(TensorDict({"obs": torch.zeros(4, 3)}, [4]))
         >>> sources = direct_sources(rb)
