@@ -20,6 +20,7 @@ from rbdata.errors import ServiceUnavailableError
 from rbdata.service import runtime
 from rbdata.service.client.buffer_client import OwnerAddress, RayBufferClient
 from rbdata.service.client.distributed_client import DistributedBufferClient
+from rbdata.service.client.surface import FORWARDED_METHODS, REFUSED_MEMBERS
 from rbdata.service.server.owner import BufferOwner
 from rbdata.service.transport.channel import BACKENDS
 from rbdata.service.transport.messages import WAIT_GROUP
@@ -31,50 +32,6 @@ logger = logging.getLogger(__name__)
 _OPTION_KEYS = frozenset({"ray_init_config", "remote_config"})
 _TRANSPORTS = ("auto", "ray", "distributed")
 _WAITERS = 8  # clients that may wait for data at once (threads of the actor's wait group)
-
-#: The buffer methods a Ray-backed buffer forwards to its actor.
-FORWARDED_METHODS = (
-    "add",
-    "extend",
-    "sample",
-    "next",
-    "write_all",
-    "empty",
-    "read_all_in_order",
-    "query",
-    "update_priority",
-    "update_tensordict_priority",
-    "update_if_present",
-    "update_",
-    "set_",
-    "set_at_",
-    "stats",
-    "state_dict",
-    "load_state_dict",
-    "dumps",
-    "dump",
-    "save",
-    "loads",
-    "load",
-    "append_transform",
-    "insert_transform",
-    "set_storage",
-    "set_sampler",
-    "set_writer",
-    "set_rng",
-    "register_save_hook",
-    "register_load_hook",
-    "draw",
-    "gather",
-    "refilter",
-    "sampling_state",
-    "load_sampling_state",
-    "wait_for_data",
-    "notify_waiters",
-    "register_stats_source",
-    "update_batch_priority",
-    "publish_policy_version",
-)
 
 
 class RayService:
@@ -264,11 +221,15 @@ class RayService:
         return self._client.next()
 
     def forwarders(self, buffer: Any) -> dict[str, Any]:
-        """Callables for :data:`FORWARDED_METHODS` and the lifecycle methods, for ``buffer``.
+        """Callables for ``buffer``: forwarded methods, refused ones, and the lifecycle methods.
 
-        A forwarded method that returns the client returns ``buffer`` instead.
+        The forwarded methods are the surface's ``FORWARDED_METHODS``
+        (:mod:`rbdata.service.client.surface`); one that returns the client
+        returns ``buffer`` instead. The surface's refused methods raise
+        NotImplementedError with its message.
         """
         out = {name: _returning(buffer, getattr(self._client, name)) for name in FORWARDED_METHODS}
+        out.update({name: _refusing(message) for name, message in REFUSED_MEMBERS.items()})
 
         def start() -> Any:
             self.start()
@@ -288,6 +249,13 @@ def _returning(buffer: Any, method: Any) -> Any:
     forward.__name__ = method.__name__
     forward.__doc__ = method.__doc__
     return forward
+
+
+def _refusing(message: str) -> Any:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(message)
+
+    return refuse
 
 
 def attach_ray_service(

@@ -1,7 +1,8 @@
 """RayBufferClient: a picklable handle on a buffer hosted by a Ray actor.
 
-The client implements the public ReplayBuffer methods and the loader's
-buffer protocol (:class:`~rbdata.buffers.protocol.ServableBuffer`), so
+The client implements the public ReplayBuffer methods (as declared in
+:mod:`rbdata.service.client.surface`) and the loader's buffer protocol
+(:class:`~rbdata.buffers.protocol.ServableBuffer`), so
 :class:`~rbdata.ReplayDataset`, ``ReplayDataModule`` and ``ReplayCallback``
 serve it as they serve an in-process buffer. It has no lifecycle methods:
 only the buffer that started the actor shuts it down.
@@ -39,7 +40,7 @@ from torch.utils.hooks import RemovableHandle
 from rbdata.buffers.protocol import INFO_KEYS, Draw, StatsSource
 from rbdata.errors import ServiceUnavailableError
 from rbdata.service import runtime
-from rbdata.service.client.surface import _ForwardedMethods
+from rbdata.service.client.surface import ForwardedMethods
 from rbdata.service.transport.codec import Payload, decode, encode, unpack
 from rbdata.service.transport.messages import (
     SLOT_MIN_BYTES,
@@ -82,7 +83,7 @@ class OwnerAddress:
     batch_size: int | None
 
 
-class RayBufferClient(_ForwardedMethods):
+class RayBufferClient(ForwardedMethods):
     """A picklable handle on a Ray-hosted replay buffer (see the module docstring).
 
     Get one from a Ray-backed buffer: ``rb.client()`` (see
@@ -124,7 +125,7 @@ class RayBufferClient(_ForwardedMethods):
         self._gathered: dict[int, tuple[torch.Tensor, Any]] = {}
         self._stats_sources: OrderedDict[int, StatsSource] = OrderedDict()  # weakref-able
         self._wakes = 0
-        self._cache: dict[str, Any] = {}
+        self._cache: dict[str, Any] = {"batch_size": self._address.batch_size}
 
     def __getstate__(self) -> dict[str, Any]:
         return {"address": self._address, "prefetch": self._prefetch}
@@ -215,31 +216,6 @@ class RayBufferClient(_ForwardedMethods):
         return self._open(group.replies.popleft())
 
     # ------------------------------------------------------------ reading
-    @property
-    def batch_size(self) -> int | None:
-        """The hosted buffer's default batch size."""
-        return self._address.batch_size
-
-    @property
-    def write_count(self) -> int:
-        """Items written so far through add and extend."""
-        return int(self._read("write_count"))
-
-    @property
-    def dim_extend(self) -> int:
-        """The dimension ``extend`` iterates over."""
-        return int(self._read("dim_extend"))
-
-    @property
-    def initialized(self) -> bool:
-        """Whether the hosted buffer's components are built."""
-        return bool(self._read("initialized"))
-
-    @property
-    def prioritized(self) -> bool:
-        """Whether priority updates change what the hosted buffer draws."""
-        return bool(self._cached("prioritized"))
-
     def __len__(self) -> int:
         return int(self._read("len"))
 

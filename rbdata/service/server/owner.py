@@ -19,6 +19,7 @@ from tensordict import TensorDictBase
 
 from rbdata.buffers import TensorDictReplayBuffer
 from rbdata.buffers.protocol import Draw
+from rbdata.service.client.surface import OWNER_CALLS, OWNER_READS
 from rbdata.service.server.channels import OwnerChannels
 from rbdata.service.server.slot_fill import Layouts, direct_sources, fill_slot
 from rbdata.service.transport.channel import Wire
@@ -85,11 +86,23 @@ class BufferOwner:
         return str(ray.get_runtime_context().get_node_id())
 
     def call(self, name: str, args: Payload, kwargs: Payload) -> Payload:
-        """Run ``buffer.<name>(*args, **kwargs)`` and return its result, encoded."""
+        """Run ``buffer.<name>(*args, **kwargs)`` and return its result, encoded.
+
+        Raises:
+            ValueError: for a name the forwarded surface does not declare (``OWNER_CALLS``).
+        """
         return encode(self._run(name, decode(args), decode(kwargs)))
 
     def read(self, name: str) -> Any:
-        """The buffer's attribute ``name`` (``write_count``, ``batch_size``, ``len``...)."""
+        """The buffer's attribute ``name`` (``write_count``, ``batch_size``, ``len``...).
+
+        Raises:
+            ValueError: for a name the forwarded surface does not declare (``OWNER_READS``).
+        """
+        if name not in OWNER_READS:
+            raise ValueError(
+                f"the replay buffer's actor reads only {sorted(OWNER_READS)}, got {name!r}."
+            )
         if name == "len":
             return len(self._buffer)
         if name == "filters_rows":
@@ -260,6 +273,11 @@ class BufferOwner:
             return self._draw_and_gather(*args, **kwargs)
         if name == "gather":
             return self._buffer.gather(Draw(*args, **kwargs))
+        if name not in OWNER_CALLS:
+            raise ValueError(
+                f"the replay buffer's actor runs only the forwarded methods "
+                f"{sorted(OWNER_CALLS)}, got {name!r}."
+            )
         result = getattr(self._buffer, name)(*args, **kwargs)
         return ReturnsSelf() if result is self._buffer else result
 
