@@ -149,6 +149,15 @@ class Storage(abc.ABC):
         """Read the items at ``index`` (an int, a slice or an integer tensor)."""
         return self._get(index)
 
+    def read_into(self, index: torch.Tensor, memory: torch.Tensor) -> Any | None:
+        """``get(index)`` with the items' bytes read into ``memory`` (a uint8 tensor).
+
+        The data returned views ``memory``; None when this storage cannot read
+        into caller memory (the caller then calls :meth:`get`). The base class
+        never can; tensor storages on CPU can, for a 1-D int64 ``index``.
+        """
+        return None
+
     def __getitem__(self, index: Index) -> Any:
         return self.get(index)
 

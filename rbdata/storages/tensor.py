@@ -391,6 +391,16 @@ class TensorStorage(Storage):
         leaves = rows.split(rows.read_index(flat), batch)
         return structure.build(leaves, batch, self._out_device)
 
+    def read_into(self, index: torch.Tensor, memory: torch.Tensor) -> Any | None:
+        """``get(index)`` as one gather of packed rows into ``memory`` (None: it cannot)."""
+        if self._rows is None or self._structure is None or not len(self):
+            return None
+        packed = self._rows.read_index_into(index, len(self), memory)
+        if packed is None:
+            return None
+        leaves = self._rows.split(packed, index.shape)
+        return self._structure.build(leaves, index.shape, self._out_device)
+
     def _get_items(self, items: range) -> Any:
         structure, _, rows = self._allocated()
         cells, n = self._cells, len(items)

@@ -345,6 +345,10 @@ REFUSED_MEMBERS: dict[str, str] = {
         "sampler would run in this process, over an empty local storage. Build the reader on a "
         "direct buffer, or sample through rb.client()."
     ),
+    "reading_into": (
+        "reading_into() is not available on a Ray-backed buffer (service_backend='ray'): it "
+        "directs reads of the buffer in this process; the actor fills its slots with it."
+    ),
     "policy_age_filters": (
         "policy_age_filters() is not available on a Ray-backed buffer (service_backend='ray'): "
         "the filters live in the actor; set their version with publish_policy_version()."

@@ -5,9 +5,10 @@ The actor runs its calls one at a time, in the order each caller sent them
 which runs in a concurrency group of its own so that a waiting client never
 blocks a collector's ``extend``. Arguments and results travel as
 :class:`~rbdata.service.transport.codec.Payload` objects (numpy buffers, no tensor
-pickled by value); a batch for a client on this node goes into one of that
-client's shared-memory slots when one is free (:mod:`rbdata.service.transport.slots`),
-and only the slot's number travels.
+pickled by value); a batch for a client on this node is read straight into
+one of that client's shared-memory slots by the buffer's own read path when
+one is free (:mod:`rbdata.service.server.slot_fill`), and only the slot's
+number travels.
 """
 
 from __future__ import annotations
@@ -15,23 +16,17 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from tensordict import TensorDictBase
-
-from rbdata.buffers import TensorDictReplayBuffer
 from rbdata.buffers.protocol import Draw
 from rbdata.service.client.surface import OWNER_CALLS, OWNER_READS
 from rbdata.service.server.channels import OwnerChannels
-from rbdata.service.server.slot_fill import Layouts, direct_sources, fill_slot
+from rbdata.service.server.slot_fill import SlotReplies
 from rbdata.service.transport.channel import Wire
-from rbdata.service.transport.codec import Packed, Payload, decode, encode, pack_into
+from rbdata.service.transport.codec import Payload, decode, encode
 from rbdata.service.transport.messages import (
-    SLOT_MIN_BYTES,
-    InSlot,
     Raised,
     Reply,
     ReturnsSelf,
 )
-from rbdata.service.transport.slots import SlotRing
 
 __all__ = ["BufferOwner"]
 
@@ -58,8 +53,7 @@ class BufferOwner:
 
     def __init__(self) -> None:
         self._buffer: Any = None
-        self._rings: dict[str, SlotRing] = {}
-        self._layouts: Layouts = {}
+        self._slots = SlotReplies()
         self._channels = OwnerChannels()
 
     def build(
@@ -117,33 +111,11 @@ class BufferOwner:
 
     # ------------------------------------------------------------ sampling
     def sample(self, batch_size: int | None, ring: str | None) -> Reply:
-        """``buffer.sample(batch_size, return_info=True)``, into a slot of ``ring`` if free."""
+        """``buffer.sample(batch_size, return_info=True)``, read into a slot of ``ring`` if free."""
         buffer = self._buffer
-        rows = buffer.batch_size if batch_size is None else batch_size
-        keep_info = isinstance(buffer, TensorDictReplayBuffer)
-        direct = self._direct(ring, rows)
-        if direct is not None:
-            sources, slot_ring, slot = direct
-            try:
-                draw = buffer.draw(rows)
-                filled = None
-                if len(draw):
-                    memory = slot_ring.memory(slot)
-                    filled = fill_slot(
-                        buffer, sources, draw, memory, self._layouts, with_info=keep_info
-                    )
-            except BaseException:
-                slot_ring.release(slot)
-                raise
-            if filled is not None:
-                return InSlot(slot, Packed((filled.batch, filled.info), [0], [filled.nbytes]))
-            slot_ring.release(slot)
-            if len(draw):
-                batch = buffer.gather(draw)
-                if not keep_info and isinstance(batch, TensorDictBase):
-                    batch = batch.exclude(*draw.info)
-                return self._reply((batch, dict(draw.info)), ring)
-        return self._reply(buffer.sample(batch_size, return_info=True), ring)
+        return self._slots.reply(buffer, ring, lambda: buffer.sample(batch_size, return_info=True))[
+            0
+        ]
 
     def draw_gather(self, batch_size: int, ring: str | None) -> Reply:
         """Draw a batch and gather it: ``(index, info, ends_pass, batch)``, one reply."""
@@ -151,28 +123,10 @@ class BufferOwner:
 
     def _draw_gather(self, batch_size: int, ring: str | None) -> tuple[Reply, bool]:
         """:meth:`draw_gather`'s reply, and whether the draw holds rows."""
-        buffer = self._buffer
-        direct = self._direct(ring, batch_size)
-        if direct is None:
-            values = self._draw_and_gather(batch_size)
-            return self._reply(values, ring), values[3] is not None
-        sources, slot_ring, slot = direct
-        try:
-            draw = buffer.draw(batch_size)  # direct_sources() saw a non-empty storage
-            filled = None
-            if len(draw):
-                memory = slot_ring.memory(slot)
-                filled = fill_slot(buffer, sources, draw, memory, self._layouts, with_info=True)
-        except BaseException:
-            slot_ring.release(slot)
-            raise
-        if filled is None:
-            slot_ring.release(slot)
-            batch = buffer.gather(draw) if len(draw) else None
-            reply = self._reply((draw.index, draw.info, draw.ends_pass, batch), ring)
-            return reply, batch is not None
-        tree = (filled.index, filled.info, draw.ends_pass, filled.batch)
-        return InSlot(slot, Packed(tree, [0], [filled.nbytes])), True
+        reply, value = self._slots.reply(
+            self._buffer, ring, lambda: self._draw_and_gather(batch_size)
+        )
+        return reply, value[3] is not None
 
     def sample_many(self, batch_size: int | None, count: int, ring: str | None) -> list[Any]:
         """``count`` replies of :meth:`sample`, one request (a failure ends the group)."""
@@ -204,52 +158,27 @@ class BufferOwner:
         batch = self._buffer.gather(draw) if len(draw) else None
         return draw.index, draw.info, draw.ends_pass, batch
 
-    def _direct(self, ring_name: str | None, rows: int | None) -> tuple[Any, SlotRing, int] | None:
-        """Sources, ring and a slot taken for a direct gather of ``rows`` rows, where possible."""
-        ring = None if ring_name is None else self._rings.get(ring_name)
-        if ring is None or rows is None:
-            return None
-        sources = direct_sources(self._buffer)
-        if sources is None or not sources.fits(rows, ring.slot_bytes):
-            return None
-        slot = ring.acquire()
-        return None if slot is None else (sources, ring, slot)
-
     def gather(self, index: Any, info: dict[str, Any], ring: str | None) -> Reply:
         """Gather the rows of a draw made earlier (a restored one) into a reply."""
-        return self._reply(self._buffer.gather(Draw(index, info)), ring)
+        buffer = self._buffer
+        return self._slots.reply(buffer, ring, lambda: buffer.gather(Draw(index, info)))[0]
 
     def refilter(self, batch: Payload) -> Payload:
         """``buffer.refilter(batch)``: the row filters run again on a batch sampled ahead."""
         return encode(self._buffer.refilter(decode(batch)))
 
-    def _reply(self, value: Any, ring_name: str | None) -> Reply:
-        payload = encode(value)
-        ring = None if ring_name is None else self._rings.get(ring_name)
-        if ring is None or not SLOT_MIN_BYTES <= payload.nbytes <= ring.slot_bytes:
-            return payload
-        slot = ring.acquire()
-        if slot is None:  # every slot is held by the client: the object store takes it
-            return payload
-        return InSlot(slot, pack_into(payload, ring.memory(slot)))
-
     # ------------------------------------------------------------ slots
     def open_ring(self, slots: int, slot_bytes: int) -> str:
         """Create a ring of ``slots`` slots of ``slot_bytes`` bytes; return its path."""
-        ring = SlotRing.create(slots, slot_bytes)
-        self._rings[str(ring.path)] = ring
-        return str(ring.path)
+        return self._slots.open(slots, slot_bytes)
 
     def ring_attached(self, path: str) -> None:
         """The client mapped the ring at ``path``: remove its name from ``/dev/shm``."""
-        self._rings[path].unlink()
+        self._slots.attached(path)
 
     def close_ring(self, path: str) -> None:
         """Forget the ring at ``path`` (its client is gone)."""
-        ring = self._rings.pop(path, None)
-        if ring is not None:
-            self._layouts.clear()  # views of its slots must not outlive it
-            ring.close()
+        self._slots.close(path)
 
     # ------------------------------------------------ transport="distributed"
     def dist_listen(self, backend: str) -> tuple[str, str, int]:
@@ -284,7 +213,6 @@ class BufferOwner:
     # ------------------------------------------------------------ lifecycle
     def stop(self) -> None:
         """Release the rings, channels and buffer's threads (before the actor is killed)."""
-        for path in list(self._rings):
-            self.close_ring(path)
+        self._slots.close_all()
         self._channels.close_all()
         self._buffer.shutdown()

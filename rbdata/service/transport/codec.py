@@ -14,14 +14,15 @@ of uint8 numpy buffers holding those bytes.
 
 :func:`decode` rebuilds the value with tensors that view the buffers (no
 copy). :func:`pack_into` writes a payload's buffers into caller-provided
-memory (a shared-memory slot), and :func:`unpack` reads them from there.
+memory, :func:`encode_into` lays a value out in a shared-memory slot (leaving
+in place the tensors already read into it), and :func:`unpack` reads either
+from there.
 Values that hold no tensor go through unchanged; so do tensors Ray cannot
 view as bytes (sparse, nested, quantized), which are pickled by value.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-__all__ = ["Packed", "Payload", "allocate", "decode", "dict_node", "encode", "pack_into", "unpack"]
+__all__ = ["Packed", "Payload", "decode", "encode", "encode_into", "pack_into", "unpack"]
 
 _ALIGN = 64  # byte alignment of every leaf in the packed buffer and of every buffer in a slot
 _WHOLE_MIN_BYTES = 64 * 1024  # storages at least this big may travel whole...
@@ -261,54 +262,67 @@ def pack_into(payload: Payload, memory: torch.Tensor) -> Packed:
     return Packed(payload.tree, offsets, sizes)
 
 
-def allocate(
-    memory: torch.Tensor, entries: list[tuple[torch.dtype, tuple[int, ...]]]
-) -> tuple[list[torch.Tensor], list[Any], int] | None:
-    """Lay tensors out side by side in ``memory``, for the caller to fill in place.
+def encode_into(value: Any, memory: torch.Tensor) -> Packed | None:
+    """Lay ``value`` out in ``memory`` (a uint8 tensor, a slot); read it with :func:`unpack`.
 
-    Args:
-        memory: a uint8 tensor (a shared-memory slot).
-        entries: ``(dtype, shape)`` per tensor.
+    Tensors that already view ``memory`` (a batch read into the slot) stay
+    where they are; the others are copied after the last of those. One
+    tensor met twice (a batch entry that is also an info entry) is laid out once.
 
     Returns:
-        The tensors (contiguous views of ``memory``), their tree nodes (to place in
-        a :class:`Packed` tree, alone or through :func:`dict_node`) and the bytes
-        used; None if ``memory`` is too small.
+        The value's layout in ``memory``; None if it does not fit.
 
     Examples:
         >>> import torch
-        >>> from rbdata.service.transport.codec import Packed, allocate, dict_node, unpack
+        >>> from rbdata.service.transport.codec import encode_into, unpack
         >>> slot = torch.zeros(1024, dtype=torch.uint8)
-        >>> views, nodes, used = allocate(slot, [(torch.int64, (2,)), (torch.float32, (2, 3))])
-        >>> _ = views[0].copy_(torch.tensor([4, 5]))
-        >>> tree = (dict_node((2,), {"a": nodes[0], ("n", "b"): nodes[1]}), {"a": nodes[0]})
-        >>> td, info = unpack(Packed(tree, [0], [used]), slot)
-        >>> td["a"].tolist(), td["n", "b"].shape, info["a"].tolist()
-        ([4, 5], torch.Size([2, 3]), [4, 5])
+        >>> in_place = slot[:16].view(torch.float32)  # written by the caller
+        >>> _ = in_place.copy_(torch.arange(4.0))
+        >>> packed = encode_into({"a": in_place, "b": torch.tensor([7, 8])}, slot)
+        >>> out = unpack(packed, slot)
+        >>> out["a"].tolist(), out["b"].tolist(), packed.tree["a"].offset
+        ([0.0, 1.0, 2.0, 3.0], [7, 8], 0)
     """
-    at, views, nodes = 0, [], []
-    for dtype, shape in entries:
-        shape = tuple(shape)
-        stride = _contiguous_stride(shape)
-        n = torch.empty((), dtype=dtype).element_size() * math.prod(shape)
-        if at + n > memory.numel():
-            return None
-        views.append(_view(memory, at, dtype, shape, stride))
-        nodes.append(_Leaf(0, at, dtype, shape, stride))
-        at += _aligned(n)
-    return views, nodes, at
+    encoder = _Encoder()
+    tree = encoder.walk(value)
+    start, size = memory.data_ptr(), memory.numel()
+    leaves: list[_Leaf] = []
+    copies: list[int] = []
+    used = 0
+    for i, t in enumerate(encoder.tensors):
+        offset = t.data_ptr() - start
+        span = _span_bytes(t)
+        if t.numel() and offset >= 0 and offset + span <= size:
+            leaves.append(_Leaf(0, offset, t.dtype, tuple(t.shape), tuple(t.stride())))
+            used = max(used, offset + span)
+        else:
+            leaves.append(_Leaf(0, -1, t.dtype, (), ()))  # placed below
+            copies.append(i)
+    at = _aligned(used)
+    seen: dict[tuple[Any, ...], _Leaf] = {}
+    for i in copies:
+        t = encoder.tensors[i]
+        key = (t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
+        known = seen.get(key)
+        if known is None:
+            shape = tuple(t.shape)
+            n = t.numel() * t.element_size()
+            if at + n > size:
+                return None
+            _view(memory, at, t.dtype, shape, _contiguous_stride(shape)).copy_(t)
+            known = seen[key] = _Leaf(0, at, t.dtype, shape, _contiguous_stride(shape))
+            at += _aligned(n)
+        leaves[i] = known
+    return Packed(_place(tree, leaves), [0], [at])
 
 
-def dict_node(batch_size: tuple[int, ...], entries: dict[Any, Any]) -> Any:
-    """The tree node of a TensorDict of ``entries`` (keys: str, or tuples of str for nesting)."""
-    root = _Dict(tuple(batch_size), {})
-    for key, node in entries.items():
-        path = (key,) if isinstance(key, str) else tuple(key)
-        parent = root
-        for name in path[:-1]:
-            parent = parent.entries.setdefault(name, _Dict(tuple(batch_size), {}))
-        parent.entries[path[-1]] = node
-    return root
+def _span_bytes(t: torch.Tensor) -> int:
+    """Bytes from a tensor's first element to just past its last one."""
+    if not t.numel():
+        return 0
+    return (1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True))) * (
+        t.element_size()
+    )
 
 
 def decode(payload: Payload) -> Any:

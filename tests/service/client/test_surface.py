@@ -8,7 +8,8 @@ from is declared with one route (``surface.routes()``):
 - CLIENT: implemented by the client itself (requests ahead, slots, local hooks);
 - LOCAL: answered in the calling process on purpose (lifecycle, ``lock``,
   ``service_backend``, ``as_remote``);
-- REFUSED: ``reader`` and ``policy_age_filters`` raise NotImplementedError;
+- REFUSED: ``reader``, ``reading_into`` and ``policy_age_filters`` raise
+  NotImplementedError;
 - UNSERVED: ``storage``, ``sampler``, ``writer``, ``transform``, ``sample_unit``
   and ``generator`` are still the calling process's own components (properties:
   the buffer-side dispatch will forward or refuse them).
@@ -68,7 +69,7 @@ def test_every_public_member_of_the_buffers_is_declared_once() -> None:
     assert not members - set(declared), f"undeclared members: {sorted(members - set(declared))}"
     assert not set(declared) - members, f"stale declarations: {sorted(set(declared) - members)}"
     by_route = {route: sorted(n for n, r in declared.items() if r is route) for route in Route}
-    assert by_route[Route.REFUSED] == ["policy_age_filters", "reader"]
+    assert by_route[Route.REFUSED] == ["policy_age_filters", "reader", "reading_into"]
     assert by_route[Route.UNSERVED] == [
         "generator",
         "sample_unit",

@@ -9,11 +9,9 @@ from hypothesis import given
 from tensordict import TensorDict
 
 from rbdata.service.transport.codec import (
-    Packed,
-    allocate,
     decode,
-    dict_node,
     encode,
+    encode_into,
     pack_into,
     unpack,
 )
@@ -99,14 +97,30 @@ def test_read_only_buffers_decode_without_warning(recwarn: object) -> None:
     assert isinstance(payload.buffers[0], np.ndarray)
 
 
-def test_allocate_lays_tensors_out_for_filling_in_place() -> None:
-    memory = torch.zeros(4096, dtype=torch.uint8)
-    views, nodes, used = allocate(memory, [(torch.int64, (3,)), (torch.float32, (3, 2))])
-    views[0].copy_(torch.tensor([1, 2, 3]))
-    views[1].fill_(0.5)
-    td = unpack(Packed(dict_node((3,), {"i": nodes[0], ("n", "f"): nodes[1]}), [0], [used]), memory)
-    assert td["i"].tolist() == [1, 2, 3] and td["n", "f"].sum().item() == 3.0
-    assert allocate(memory[:16], [(torch.int64, (3,))]) is None
+@given(tensordicts(), st.integers(0, 3))
+def test_a_value_laid_out_in_a_slot_unpacks_equal_and_keeps_what_is_there(
+    td: TensorDict, in_place_rows: int
+) -> None:
+    memory = torch.zeros(1 << 16, dtype=torch.uint8)
+    # a leaf already read into the slot (at its start), as a storage reading into it leaves it
+    there = memory[: 8 * max(in_place_rows, 1)].view(torch.int64)[:in_place_rows]
+    there.copy_(torch.arange(in_place_rows))
+    value = (td, {"there": there, "again": there, "k0": td.get("k0")}, "text")
+    packed = encode_into(value, memory)
+    assert packed is not None
+    if in_place_rows:
+        assert packed.tree[1]["there"].offset == 0  # left where it was, not copied
+        assert packed.tree[1]["again"] == packed.tree[1]["there"]  # one tensor, laid out once
+    batch, info, text = unpack(packed, memory)
+    assert text == "text" and info["there"].tolist() == list(range(in_place_rows))
+    assert torch.equal(info["k0"], td.get("k0"))
+    for key, value in td.items(True, True):
+        assert torch.equal(batch[key], value)
+
+
+def test_a_value_too_big_for_the_slot_is_refused() -> None:
+    memory = torch.zeros(64, dtype=torch.uint8)
+    assert encode_into({"a": torch.zeros(100)}, memory) is None
 
 
 def test_a_pickled_prioritized_buffer_still_samples_by_priority() -> None:
