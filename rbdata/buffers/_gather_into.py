@@ -16,9 +16,7 @@ as usual.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -30,21 +28,25 @@ __all__ = ["read_rows", "reading_into"]
 _targets = threading.local()  # .by_buffer: id(buffer) -> memory for its next read
 
 
-@contextlib.contextmanager
-def reading_into(buffer: object, memory: torch.Tensor) -> Iterator[None]:
+class reading_into:  # noqa: N801 - used as a function: ``with reading_into(buffer, memory):``
     """While the block runs, ``buffer``'s next batch read in this thread lands in ``memory``.
 
     Raises:
-        RuntimeError: inside another ``reading_into`` block of the same buffer.
+        RuntimeError: entering it inside another ``reading_into`` block of the same buffer.
     """
-    targets: dict[int, torch.Tensor] = _targets.__dict__.setdefault("by_buffer", {})
-    if id(buffer) in targets:
-        raise RuntimeError("reading_into blocks of one buffer do not nest.")
-    targets[id(buffer)] = memory
-    try:
-        yield
-    finally:
-        targets.pop(id(buffer), None)
+
+    def __init__(self, buffer: object, memory: torch.Tensor) -> None:
+        self._key = id(buffer)
+        self._memory = memory
+
+    def __enter__(self) -> None:
+        targets: dict[int, torch.Tensor] = _targets.__dict__.setdefault("by_buffer", {})
+        if self._key in targets:
+            raise RuntimeError("reading_into blocks of one buffer do not nest.")
+        targets[self._key] = self._memory
+
+    def __exit__(self, *exc: object) -> None:
+        _targets.by_buffer.pop(self._key, None)
 
 
 def read_rows(buffer: object, storage: Storage, index: torch.Tensor) -> Any:

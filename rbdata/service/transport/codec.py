@@ -23,9 +23,10 @@ view as bytes (sparse, nested, quantized), which are pickled by value.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -38,8 +39,7 @@ _WHOLE_MIN_BYTES = 64 * 1024  # storages at least this big may travel whole...
 _WHOLE_MAX_WASTE = 2.0  # ...when at most this many times the bytes their leaves use
 
 
-@dataclass(frozen=True)
-class _Leaf:
+class _Leaf(NamedTuple):  # a NamedTuple: cheap to build (a reply holds one per tensor)
     """A tensor of the encoded value: ``buffer``'s bytes from ``offset`` viewed as dtype/shape."""
 
     buffer: int
@@ -283,46 +283,72 @@ def encode_into(value: Any, memory: torch.Tensor) -> Packed | None:
         >>> out["a"].tolist(), out["b"].tolist(), packed.tree["a"].offset
         ([0.0, 1.0, 2.0, 3.0], [7, 8], 0)
     """
-    encoder = _Encoder()
-    tree = encoder.walk(value)
-    start, size = memory.data_ptr(), memory.numel()
-    leaves: list[_Leaf] = []
-    copies: list[int] = []
-    used = 0
-    for i, t in enumerate(encoder.tensors):
-        offset = t.data_ptr() - start
-        span = _span_bytes(t)
-        if t.numel() and offset >= 0 and offset + span <= size:
-            leaves.append(_Leaf(0, offset, t.dtype, tuple(t.shape), tuple(t.stride())))
-            used = max(used, offset + span)
-        else:
-            leaves.append(_Leaf(0, -1, t.dtype, (), ()))  # placed below
-            copies.append(i)
-    at = _aligned(used)
-    seen: dict[tuple[Any, ...], _Leaf] = {}
-    for i in copies:
-        t = encoder.tensors[i]
-        key = (t.data_ptr(), t.dtype, tuple(t.shape), tuple(t.stride()))
-        known = seen.get(key)
-        if known is None:
+    layout = _SlotLayout(memory)
+    tree = layout.walk(value)
+    return layout.finish(tree)
+
+
+class _SlotLayout:
+    """One walk over a value for :func:`encode_into`: tensors in the slot become leaves at once.
+
+    The others get an int placeholder; :meth:`finish` copies them after the
+    last byte used in place and puts their leaves in the tree.
+    """
+
+    def __init__(self, memory: torch.Tensor) -> None:
+        self.memory = memory
+        self.start = memory.data_ptr()
+        self.size = memory.numel()
+        self.used = 0
+        self.copies: list[torch.Tensor] = []
+
+    def walk(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            if value.layout is not torch.strided or value.is_quantized or value.is_nested:
+                return value  # pickled by value, as encode() does
+            offset = value.data_ptr() - self.start  # (no CUDA pointer lies in a CPU mapping)
+            if 0 <= offset < self.size and value.numel():
+                shape, stride = value.shape, value.stride()
+                end = offset + _span_bytes(shape, stride, value.element_size())
+                if end <= self.size:
+                    self.used = max(self.used, end)
+                    return _Leaf(0, offset, value.dtype, tuple(shape), stride)
+            self.copies.append(value)
+            return len(self.copies) - 1
+        if isinstance(value, TensorDictBase):
+            entries = {key: self.walk(item) for key, item in value.items()}
+            return _Dict(tuple(value.batch_size), entries)
+        kind = type(value)
+        if kind is tuple or kind is list:
+            return kind(self.walk(v) for v in value)
+        if kind is dict:
+            return {k: self.walk(v) for k, v in value.items()}
+        return _Opaque(value)
+
+    def finish(self, tree: Any) -> Packed | None:
+        """Copy the tensors not in the slot after the others; None if they do not fit."""
+        memory, at = self.memory, _aligned(self.used)
+        leaves: list[_Leaf] = []
+        seen: dict[tuple[Any, ...], _Leaf] = {}
+        for t in self.copies:
             shape = tuple(t.shape)
-            n = t.numel() * t.element_size()
-            if at + n > size:
-                return None
-            _view(memory, at, t.dtype, shape, _contiguous_stride(shape)).copy_(t)
-            known = seen[key] = _Leaf(0, at, t.dtype, shape, _contiguous_stride(shape))
-            at += _aligned(n)
-        leaves[i] = known
-    return Packed(_place(tree, leaves), [0], [at])
+            key = (t.data_ptr(), t.dtype, shape, t.stride())
+            leaf = seen.get(key)
+            if leaf is None:
+                n = t.numel() * t.element_size()
+                if at + n > self.size:
+                    return None
+                memory[at : at + n].view(t.dtype).view(shape).copy_(t.detach())
+                leaf = seen[key] = _Leaf(0, at, t.dtype, shape, _contiguous_stride(shape))
+                at += _aligned(n)
+            leaves.append(leaf)
+        return Packed(_place(tree, leaves) if leaves else tree, [0], [at])
 
 
-def _span_bytes(t: torch.Tensor) -> int:
-    """Bytes from a tensor's first element to just past its last one."""
-    if not t.numel():
-        return 0
-    return (1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True))) * (
-        t.element_size()
-    )
+@functools.lru_cache(maxsize=256)  # a stream of same-shaped batches: a few keys
+def _span_bytes(shape: tuple[int, ...], stride: tuple[int, ...], itemsize: int) -> int:
+    """Bytes from a non-empty tensor's first element to just past its last one."""
+    return (1 + sum((n - 1) * st for n, st in zip(shape, stride, strict=True))) * itemsize
 
 
 def decode(payload: Payload) -> Any:
