@@ -5,6 +5,17 @@ Importing this package registers it as the buffers' ``"ray"`` backend
 then calls :func:`attach_ray_service`;
 ``rb.client()`` returns a picklable :class:`RayBufferClient`. Importing this
 package does not import Ray; starting a service needs the ``ray`` extra.
+
+The package is organised by side:
+
+- ``lifecycle`` (:class:`RayService`, :func:`attach_ray_service`) and ``runtime``
+  (importing Ray, the lease on it, its errors as ours);
+- ``server/``: the owner actor (``owner``), its slot replies filled by the
+  buffer's own read path (``slot_fill``), its torch.distributed channels (``channels``);
+- ``client/``: the forwarded surface, declared once (``surface``), the client
+  (``buffer_client``) and its torch.distributed variant (``distributed_client``);
+- ``transport/``: what both sides share: the payload codec, shared-memory slots,
+  the channel's wire format, the reply kinds (``messages``).
 """
 
 from __future__ import annotations
