@@ -43,7 +43,7 @@ def __getattr__(name: str) -> Any:
 
 def _attach_ray_service(*args: Any, **kwargs: Any) -> Any:
     """:func:`attach_ray_service`, imported when a Ray-backed buffer is first built."""
-    from rbdata.service.service import attach_ray_service
+    from rbdata.service.lifecycle import attach_ray_service
 
     return attach_ray_service(*args, **kwargs)
 
