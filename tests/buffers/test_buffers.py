@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from rbdata import (
-    ImmutableDatasetWriter,
     LazyMemmapStorage,
     LazyTensorStorage,
     ListStorage,
@@ -21,11 +20,9 @@ from rbdata import (
     ReplayBuffer,
     RoundRobinWriter,
     SamplerWithoutReplacement,
-    TensorDictMaxValueWriter,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
     TensorDictRoundRobinWriter,
-    TensorStorage,
 )
 
 
@@ -246,20 +243,6 @@ def test_shared_buffer_with_child_process():
     assert rb[:].tolist() == [0, 1, 9, 9, 9]
 
 
-def test_compilable_writer_in_compiled_step():
-    rb = ReplayBuffer(storage=LazyTensorStorage(10), compilable=True)
-
-    @torch.compile(backend="eager")
-    def step(x):
-        y = x * 2
-        rb.extend(y)
-        return y
-
-    step(torch.arange(4.0))
-    step(torch.arange(4.0))
-    assert len(rb) == 8 and rb[:4].tolist() == [0.0, 2.0, 4.0, 6.0]
-
-
 def test_prioritized_weights_and_generation_guarded_updates():
     rb = TensorDictPrioritizedReplayBuffer(
         alpha=1.0,
@@ -307,24 +290,6 @@ def test_set_update_read_write_all():
         rb.set_("nope", torch.zeros(4))
     with pytest.raises(ValueError, match="dotted"):
         rb.set_("next.reward", torch.zeros(4, 1))
-
-
-def test_max_value_writer_keeps_top_items():
-    rb = TensorDictReplayBuffer(
-        storage=LazyTensorStorage(3), writer=TensorDictMaxValueWriter(rank_key="r")
-    )
-    rb.extend(TensorDict({"r": torch.tensor([1.0, 9.0, 3.0, 7.0, 0.0, 8.0])}, [6]))
-    assert sorted(rb[:]["r"].tolist()) == [7.0, 8.0, 9.0]
-    with pytest.raises(KeyError, match="rank_key"):
-        rb.extend(TensorDict({"q": torch.ones(1)}, [1]))
-
-
-def test_immutable_writer_refuses():
-    rb = ReplayBuffer(storage=TensorStorage(torch.arange(5)), writer=ImmutableDatasetWriter())
-    assert len(rb) == 5
-    with pytest.raises(RuntimeError, match="read-only"):
-        rb.extend(torch.arange(2))
-    assert rb[:].tolist() == [0, 1, 2, 3, 4]
 
 
 def test_set_components_return_previous():
