@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from ._base import Storage
+
 _TORCHRL_KEYS = {"_storage", "initialized", "_len"}
 
 
@@ -30,7 +32,7 @@ def _as_tensordict(raw: Any, what: str) -> TensorDictBase:
         raise ValueError(f"torchrl {what} is not a TensorDict state ({err}).") from err
 
 
-def tensor_storage_state(state: dict[str, Any], storage: Any, scratch: Any) -> dict[str, Any]:
+def tensor_storage_state(state: dict[str, Any], storage: Storage, scratch: Any) -> dict[str, Any]:
     """The rbdata state of ``storage``'s kind holding what torchrl's ``state`` holds.
 
     Args:
