@@ -11,6 +11,11 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# torchrl's example scripts (tests/compat/test_torchrl_examples.py) are read from a pytorch/rl
+# git mirror, never vendored: the one the search tool's `fetch` lays out, when it is there.
+if [ -z "${RBDATA_TORCHRL_MIRROR:-}" ] && [ -d /work/.mirror/pytorch+rl/repo ]; then
+    export RBDATA_TORCHRL_MIRROR=/work/.mirror/pytorch+rl/repo
+fi
 
 if [ -n "${RBDATA_COMPAT_VENV:-}" ]; then
     VENV="$RBDATA_COMPAT_VENV"
