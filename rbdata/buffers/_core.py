@@ -734,6 +734,7 @@ class _BufferCore:
             "initialized": True,
             "capacity": capacity,
             "utilization": size / capacity,
+            **self._storage.memory_stats(),
             **self._stats.snapshot(),
         }
 

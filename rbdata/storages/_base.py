@@ -184,6 +184,14 @@ class Storage(abc.ABC):
         """``item`` given to ``add`` as a batch of one, or None to write it as one item."""
         return None
 
+    def memory_stats(self) -> dict[str, int]:
+        """What the items cost in memory: ``capacity_bytes``, ``resident_bytes`` where known.
+
+        ``stats()`` of a buffer reports these. The base reports nothing (a list
+        of objects has no fixed row size).
+        """
+        return {}
+
     def _reads_own_memory(self, data: Any) -> bool:
         """Whether ``data`` is a view of this storage's memory (writes must copy it first)."""
         return False

@@ -18,6 +18,7 @@ from torch.utils._pytree import tree_map
 from ._base import Index, Storage, _as_index, _get_index, _set_index
 from ._layout import _PackedLayout
 from ._packed import _PackedRows
+from ._pages import reserve, reserve_shared, resident_bytes
 from ._pytree import _Structure
 from ._state import _parse_state
 from ._validate import _check_leaves, _check_ndim, _tails
@@ -422,10 +423,12 @@ class TensorStorage(Storage):
         self._set_rows(layout, packed)
 
     def _new_packed(self, rows: int, row_bytes: int) -> torch.Tensor:
-        packed = torch.zeros((rows, row_bytes), dtype=torch.uint8, device=self._device)
-        if self._owner_pid is not None and packed.device.type == "cpu":
-            packed.share_memory_()
-        return packed
+        """Zeroed rows; on CPU only reserved: a page is committed when first written."""
+        if self._device.type != "cpu":
+            return torch.zeros((rows, row_bytes), dtype=torch.uint8, device=self._device)
+        shared = self._owner_pid is not None
+        flat = (reserve_shared if shared else reserve)(rows * row_bytes)
+        return flat.view(rows, row_bytes)
 
     def _set_rows(self, layout: _PackedLayout, packed: torch.Tensor) -> None:
         out_device = None if packed.device == self._device else self._device
@@ -454,10 +457,36 @@ class TensorStorage(Storage):
         return self
 
     def _share_rows(self) -> None:
+        """Rows into fresh shared memory: the filled rows copied, the rest left unwritten.
+
+        Copying only the filled rows keeps the shared file as sparse as the rows
+        were (``share_memory_()`` on the tensor would write every page of the
+        capacity). Views taken from the storage before do not follow the move.
+        """
         _, layout, rows = self._allocated()
         packed = rows.packed
         if packed.device.type == "cpu" and not packed.is_shared():
-            self._set_rows(layout, packed.share_memory_())
+            shared = reserve_shared(packed.numel()).view(packed.shape)
+            used = self._len * self._cells
+            shared[:used].copy_(packed[:used])
+            self._set_rows(layout, shared)
+
+    def memory_stats(self) -> dict[str, int]:
+        """``capacity_bytes`` (rows allocated) and ``resident_bytes`` (of those, in memory).
+
+        On CPU the rows are reserved, not committed: ``resident_bytes`` counts the
+        pages of the filled rows the kernel holds in memory (the unwritten rest
+        costs nothing). Device memory is committed whole. Empty before the first
+        write.
+        """
+        if self._rows is None:
+            return {}
+        packed = self._rows.packed
+        capacity = packed.numel()
+        if packed.device.type != "cpu":
+            return {"capacity_bytes": capacity, "resident_bytes": capacity}
+        used = self._len * self._cells * packed.shape[1]
+        return {"capacity_bytes": capacity, "resident_bytes": resident_bytes(packed, used)}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -528,6 +557,12 @@ class LazyTensorStorage(TensorStorage):
     cells, ``get(LongTensor)`` takes flat cell indices, the capacity is
     ``ceil(max_size / prod(lead))`` items, as in torchrl) and ``storage[:]`` returns the items
     shaped ``[*lead, n_items]``.
+
+    On CPU the rows are reserved, not filled: memory is committed page by page
+    as rows are written (unwritten rows read as zeros), so a buffer sized for a
+    whole run, even past the machine's memory, costs what it holds;
+    ``memory_stats()`` (and a buffer's ``stats()``) report ``capacity_bytes``
+    and ``resident_bytes``.
 
     Args:
         max_size: number of slots (cells).
