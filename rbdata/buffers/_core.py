@@ -22,6 +22,7 @@ from rbdata.buffers._init_args import (
     resolve_batch_size,
 )
 from rbdata.buffers._prefetch import _BatchPrefetcher, check_prefetch_state
+from rbdata.buffers._sharing import _WriteFollower, check_shared_prefetch, share_transform
 from rbdata.buffers._stats import _BufferStats
 from rbdata.buffers._sync import _BufferSync
 from rbdata.buffers.protocol import Draw, StatsSource, aligned_info
@@ -93,6 +94,7 @@ class _BufferCore:
             generator=generator,
             dim_extend=dim_extend,
         )
+        check_shared_prefetch(bool(shared), prefetch)
         self._service_backend = backend
         self._remote: Any = None
         self._args: dict[str, Any] = {
@@ -171,6 +173,7 @@ class _BufferCore:
                 f"reuse the slots of consumed ones); {type(self._writer).__name__} has none."
             )
         self._writer.register_storage(self._storage)
+        self._follower = _WriteFollower(self._writer.write_count)
         self._sampler.set_rng(self._generator)
         self._sampler.set_consume_after_n(self._consume_after_n)
         factory = args["transform_factory"]
@@ -190,15 +193,21 @@ class _BufferCore:
         self._initialized = True
 
     def _share(self) -> None:
+        """Storage rows, counters, generations and transforms' state into shared memory."""
         share_storage = getattr(self._storage, "share_memory_", None)
-        if share_storage is None:
-            raise ValueError(
-                f"shared=True needs a storage with share_memory_() (LazyTensorStorage, "
-                f"LazyMemmapStorage, TensorStorage); got {type(self._storage).__name__}."
-            )
-        share_storage()
+        if share_storage is not None:  # a list storage is refused when sent to a child
+            share_storage()
         self._writer.share_memory_()
         self._sync.share()
+        share_transform(self._transform)
+
+    def _follow_writes(self) -> None:
+        """Tell the sampler and sample unit of the writes other buffers or processes made."""
+        writer = self._writer
+        ring = writer.writes_in_ring_order and self._consume_after_n is None
+        missed = self._follower.missed(writer.write_count, writer._capacity(), ring)
+        if missed is not None:
+            self._note_written(missed)
 
     @property
     def initialized(self) -> bool:
@@ -325,11 +334,13 @@ class _BufferCore:
             if len(self._transform):
                 data = self._transform.inv(data)
             free = self._sampler.reusable_slots(1) if self._consume_after_n is not None else None
+            self._follow_writes()
             if free is not None and free.numel():
                 slot = int(self._writer.write_at(free, [data])[0])
             else:
                 slot = self._writer.add(data)
             self._note_written(torch.tensor([slot]))
+            self._follower.seen = self._writer.write_count
             self._sync.cond.notify_all()
         return slot
 
@@ -360,8 +371,10 @@ class _BufferCore:
                 return torch.empty((0, ndim) if ndim > 1 else 0, dtype=torch.long)
             self._validate_extend(data, update_priority)
             self._check_sampler_fits(data)
+            self._follow_writes()
             index = self._write(data)
             self._note_written(index[index >= 0] if self._writer.drops_items else index)
+            self._follower.seen = self._writer.write_count
             if self._storage.ndim == 1:
                 self._after_extend(data, index, update_priority)
                 self._sync.cond.notify_all()
@@ -465,6 +478,7 @@ class _BufferCore:
 
     def _draw(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """Draw one batch's rows (call under the lock); raises when nothing is sampleable."""
+        self._follow_writes()
         index, info = self._sampler.sample(self._storage, batch_size)
         index, info = self._sample_unit.expand(index, info, self._storage)
         info = dict(info)
@@ -488,6 +502,7 @@ class _BufferCore:
         """
         self._init()
         with self._sync.lock:
+            self._follow_writes()
             if self._sampler.exhausted(self._storage):
                 return Draw.empty()
             index, info = self._draw(batch_size)
@@ -549,6 +564,7 @@ class _BufferCore:
     def _sample_ahead(self, batch_size: int) -> tuple[Any, dict[str, Any], bool] | None:
         """A batch sampled ahead, with whether it ended a pass; None when nothing is sampleable."""
         with self._sync.lock:
+            self._follow_writes()
             if self._sampler.exhausted(self._storage) and len(self._storage):
                 return None
             index, info = self._draw(batch_size)
@@ -647,6 +663,7 @@ class _BufferCore:
             self._writer._empty(empty_write_count)
             self._sampler._empty()
             self._sample_unit._empty()
+            self._follower.seen = self._writer.write_count
             self._sync.cond.notify_all()
 
     def policy_age_filters(self) -> list[PolicyAgeFilter]:
@@ -685,6 +702,7 @@ class _BufferCore:
         self._prefetcher.settle()
         with self._sync.cond:
             _persistence.load_buffer_state(state_dict, self._parts())
+            self._follower.seen = self._writer.write_count
             self._prefetcher.restore(() if prefetched is None else prefetched["queue"])
             self._sync.cond.notify_all()
 

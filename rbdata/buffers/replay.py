@@ -16,6 +16,7 @@ from rbdata.buffers._anchor_priority import reduce_to_anchors
 from rbdata.buffers._core import _BufferCore
 from rbdata.buffers._prefetch import _BatchPrefetcher
 from rbdata.buffers._priority import check_priority_update
+from rbdata.buffers._sharing import _WriteFollower, check_shared_prefetch, share_transform
 from rbdata.buffers._sync import _BufferSync
 from rbdata.samplers import Sampler
 from rbdata.storages import Storage
@@ -83,6 +84,7 @@ class ReplayBuffer(_BufferCore):
             self._init()
             prev, self._storage = self._storage, storage
             self._writer.register_storage(storage)
+            self._follower.seen = self._writer.write_count
             self._collate_arg = collate_fn
             self._collate_fn = collate_fn or storage.default_collate_fn()
             return prev
@@ -92,6 +94,7 @@ class ReplayBuffer(_BufferCore):
         with self._sync.lock:
             self._init()
             prev, self._sampler = self._sampler, sampler
+            self._follower.seen = self._writer.write_count
             sampler.set_rng(self._generator)
             sampler.set_consume_after_n(self._consume_after_n)
             return prev
@@ -102,6 +105,7 @@ class ReplayBuffer(_BufferCore):
             self._init()
             prev, self._writer = self._writer, writer
             writer.register_storage(self._storage)
+            self._follower.seen = writer.write_count
             return prev
 
     def set_rng(self, generator: torch.Generator | None) -> None:
@@ -119,14 +123,60 @@ class ReplayBuffer(_BufferCore):
         self, transform: Transform | Callable[[Any], Any], *, invert: bool = False
     ) -> ReplayBuffer:
         """Append a transform (``invert=True``: run it on writes, its inverse on reads)."""
-        self.transform.append(as_transform(transform, invert=invert))
+        transform = as_transform(transform, invert=invert)
+        if self._shared:
+            share_transform(transform)
+        self.transform.append(transform)
         return self
 
     def insert_transform(
         self, index: int, transform: Transform | Callable[[Any], Any], *, invert: bool = False
     ) -> ReplayBuffer:
         """Insert a transform at ``index`` (``invert`` as in :meth:`append_transform`)."""
-        self.transform.insert(index, as_transform(transform, invert=invert))
+        transform = as_transform(transform, invert=invert)
+        if self._shared:
+            share_transform(transform)
+        self.transform.insert(index, transform)
+        return self
+
+    def share(self, shared: bool = True) -> ReplayBuffer:
+        """Share this buffer with ``torch.multiprocessing`` children (torchrl's ``share()``).
+
+        The storage rows, its length, the writer's cursor, write count and
+        generations move to shared memory, the transforms' write state too, and
+        writes and draws take one lock from the spawn context. Hand the buffer
+        to ``Process(args=...)`` (forked or spawned): children that ``extend``
+        it write where this process samples, and this process's sampler
+        catches up with their writes before each draw. ``share(False)`` goes
+        back to a thread lock (the memory stays shared).
+
+        Args:
+            shared: share (True) or stop excluding other processes (False).
+
+        Returns:
+            the buffer itself.
+
+        Raises:
+            RuntimeError: if a transform keeps write state it cannot share.
+
+        Examples:
+            >>> import torch
+            >>> from rbdata import LazyTensorStorage, ReplayBuffer
+            >>> rb = ReplayBuffer(storage=LazyTensorStorage(8)).share()
+            >>> _ = rb.extend(torch.arange(4))
+            >>> rb.storage._rows.packed.is_shared(), rb.lock.__class__.__module__
+            (True, 'multiprocessing.synchronize')
+        """
+        if not isinstance(shared, bool):
+            raise TypeError(f"shared must be a bool, got {type(shared).__name__}.")
+        check_shared_prefetch(shared, self._prefetch)
+        if not shared:
+            self._shared = False
+            self._sync.unshare()
+            return self
+        if self._initialized:
+            self._share()
+        self._shared = True
         return self
 
     def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
@@ -363,13 +413,15 @@ class ReplayBuffer(_BufferCore):
     def reader(self, sampler: Sampler) -> ReplayBuffer:
         """A buffer sharing this one's storage, writer and transforms that draws with ``sampler``.
 
-        It has its own lock; used by DataLoader worker processes, which read a
-        private copy of the buffer.
+        It has its own lock (a shared buffer's keeps the cross-process one, so
+        that writers in other processes do not tear the rows it reads); used by
+        DataLoader worker processes, which read a private copy of the buffer.
         """
         self._init()
         copy = object.__new__(type(self))
         copy.__dict__.update(self.__dict__)
-        copy._sync = _BufferSync()
+        copy._sync = self._sync if self._sync.shared else _BufferSync()
+        copy._follower = _WriteFollower(self._follower.seen)
         copy._prefetcher = _BatchPrefetcher(0)
         copy._iterator = None
         copy._sampler = sampler

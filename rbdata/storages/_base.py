@@ -13,6 +13,8 @@ import torch
 from rbdata._state_file import read_state, write_state
 from rbdata._validation import check_bool, check_int
 
+from ._counters import SharedCounters
+
 Index = int | slice | torch.Tensor
 
 
@@ -58,8 +60,8 @@ class Storage(abc.ABC):
     def __init__(self, max_size: int, *, compilable: bool = False) -> None:
         self.max_size = check_int(max_size, "max_size", minimum=1)
         self._compilable = check_bool(compilable, "compilable")
-        self._len_value = 0
-        self._len_shared: torch.Tensor | None = None
+        # [filled items, mutation revision, last slot written]: seen by child processes
+        self._counters = SharedCounters([0, 0, -1])
         self._save_hooks: list[Callable[[Any], Any]] = []
         self._load_hooks: list[Callable[[Any], Any]] = []
         self._newest_of: Callable[[], int] | None = None
@@ -67,17 +69,29 @@ class Storage(abc.ABC):
     # -------------------------------------------------------------- length
     @property
     def _len(self) -> int:
-        """Filled items along the first storage dim (shared between processes when shared)."""
-        shared = self._len_shared
-        return self._len_value if shared is None else int(shared.item())
+        """Filled items along the first storage dim (shared with child processes)."""
+        return self._counters[0]
 
     @_len.setter
     def _len(self, value: int) -> None:
-        shared = self._len_shared
-        if shared is None:
-            self._len_value = value
-        else:
-            shared.fill_(value)
+        self._counters[0] = value
+
+    @property
+    def _mutation_revision(self) -> int:
+        """How many times the content changed (writes, ``empty()``); children's writes count."""
+        return self._counters[1]
+
+    @property
+    def _last_cursor_index(self) -> int | None:
+        """The slot (along the first dim) of the last item written, None before any."""
+        last = self._counters[2]
+        return None if last < 0 else last
+
+    def _note_mutation(self, last: int | None = None) -> None:
+        counters = self._counters
+        counters[1] = counters[1] + 1
+        if last is not None:
+            counters[2] = last
 
     def __len__(self) -> int:
         return self._len
@@ -118,6 +132,7 @@ class Storage(abc.ABC):
         stop = self._set(index, data)
         if stop > self._len:
             self._len = stop
+        self._note_mutation(_last_slot(index, stop))
 
     def get(self, index: Index) -> Any:
         """Read the items at ``index`` (an int, a slice or an integer tensor)."""
@@ -133,6 +148,7 @@ class Storage(abc.ABC):
         """Forget every item (slots are kept allocated)."""
         self._empty()
         self._len = 0
+        self._note_mutation()
 
     def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
         """Register a callable applied to the content before it is saved by ``dumps``."""
@@ -217,6 +233,18 @@ class Storage(abc.ABC):
 
 
 # ------------------------------------------------------------ index helpers
+def _last_slot(index: Index, stop: int) -> int | None:
+    """The slot a write at ``index`` ended on (its last element), None when unknown."""
+    if type(index) is int:
+        return index
+    if type(index) is slice:
+        end = index.stop
+        return end - 1 if index.step in (None, 1) and type(end) is int and end > 0 else None
+    if isinstance(index, torch.Tensor) and index.numel():
+        return int(index.reshape(-1)[-1])
+    return None
+
+
 def _as_index(index: Any) -> int | slice | torch.Tensor:
     """Bring the accepted index kinds to an int, a slice or an int64 tensor."""
     if type(index) is torch.Tensor:

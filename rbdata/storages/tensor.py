@@ -8,7 +8,7 @@ same kind with a leading batch dimension.
 from __future__ import annotations
 
 import math
-import os
+import warnings
 from typing import Any, NamedTuple
 
 import torch
@@ -16,10 +16,12 @@ from tensordict import TensorDictBase
 from torch.utils._pytree import tree_map
 
 from ._base import Index, Storage, _as_index, _get_index, _set_index
+from ._counters import spawning
 from ._layout import _PackedLayout
 from ._packed import _PackedRows
 from ._pages import reserve, reserve_shared, resident_bytes
 from ._pytree import _Structure
+from ._rendezvous import _Rendezvous, map_shared_file
 from ._state import _parse_state
 from ._validate import _check_leaves, _check_ndim, _tails
 
@@ -120,16 +122,32 @@ class TensorStorage(Storage):
         self._device = torch.device(device)
         self._structure: _Structure | None = None
         self._layout: _PackedLayout | None = None
-        self._rows: _PackedRows | None = None
+        self._rows_value: _PackedRows | None = None
+        # set when the storage is shared before its first write (see _rendezvous)
+        self._rendezvous: _Rendezvous | None = None
         self._lead: tuple[int, ...] = ()
         self._cells = 1
         self._capacity = max_size
         self._tails: list[torch.Size] = []
         self._batch_shapes: dict[int, list[torch.Size]] = {}
-        self._owner_pid: int | None = None
         self._out_device = self._device
 
     # ----------------------------------------------------------- properties
+    @property
+    def _rows(self) -> _PackedRows | None:
+        """The packed rows; a shared storage another process initialized is mapped here."""
+        rows = self._rows_value
+        if rows is None and self._rendezvous is not None:
+            found = self._rendezvous.attach(self._map_rows)
+            if found is not None:
+                self._adopt(*found)
+                rows = self._rows_value
+        return rows
+
+    @_rows.setter
+    def _rows(self, rows: _PackedRows | None) -> None:
+        self._rows_value = rows
+
     @property
     def initialized(self) -> bool:
         """Whether the packed rows are allocated."""
@@ -407,14 +425,21 @@ class TensorStorage(Storage):
     def _allocate(
         self, structure: _Structure, layout: _PackedLayout, lead: tuple[int, ...]
     ) -> None:
-        if self._owner_pid is not None and os.getpid() != self._owner_pid:
-            raise RuntimeError(
-                "this shared storage was sent to another process before its first write: "
-                "write to it (initialize it) in the process that called share_memory_() "
-                "before sharing it."
-            )
         cells = math.prod(lead)
         capacity = -(-self.max_size // cells)  # ceil: the last item along dim 0 may overshoot
+        if self._rendezvous is not None:  # shared before any write: meet the other processes
+            self._on_cpu_for_sharing()
+            wanted = _layout_record(structure, layout, lead)
+            found, packed = self._rendezvous.claim(
+                wanted, capacity * cells, layout.row_bytes, self._map_rows
+            )
+            if found != wanted:
+                raise ValueError(
+                    "another process initialized this shared storage with other data: its "
+                    f"items hold {found['spec']}, this write {wanted['spec']}."
+                )
+            self._adopt(found, packed)
+            return
         packed = self._new_packed(capacity * cells, layout.row_bytes)
         self._structure, self._layout, self._lead = structure, layout, lead
         self._cells, self._capacity = cells, capacity
@@ -422,12 +447,41 @@ class TensorStorage(Storage):
         self._batch_shapes = {}
         self._set_rows(layout, packed)
 
+    def _adopt(self, record: dict[str, Any], packed: torch.Tensor) -> None:
+        """Take the rows and layout a rendezvous gave (made here or by another process)."""
+        structure = _Structure.from_state(record["structure"])
+        layout = _PackedLayout(
+            [getattr(torch, name) for name in record["dtypes"]], record["shapes"]
+        )
+        lead = tuple(record["lead"])
+        self._structure, self._layout, self._lead = structure, layout, lead
+        self._cells, self._capacity = math.prod(lead), packed.shape[0] // math.prod(lead)
+        self._tails = _tails(layout, lead)
+        self._batch_shapes = {}
+        self._set_rows(layout, packed)
+
+    def _on_cpu_for_sharing(self) -> None:
+        if self._device.type != "cpu":
+            warnings.warn(
+                f"shared_init=True keeps the rows in CPU shared memory: device={self._device} "
+                "cannot be honored; the storage is on the CPU.",
+                UserWarning,
+                stacklevel=4,
+            )
+            self._device = self._out_device = torch.device("cpu")
+
+    def _new_rendezvous(self) -> _Rendezvous:
+        """Where processes sharing this storage before its first write meet."""
+        return _Rendezvous.temporary(owner=self)
+
+    def _map_rows(self, path: str, rows: int, row_bytes: int) -> torch.Tensor:
+        return map_shared_file(path, rows, row_bytes)
+
     def _new_packed(self, rows: int, row_bytes: int) -> torch.Tensor:
         """Zeroed rows; on CPU only reserved: a page is committed when first written."""
         if self._device.type != "cpu":
             return torch.zeros((rows, row_bytes), dtype=torch.uint8, device=self._device)
-        shared = self._owner_pid is not None
-        flat = (reserve_shared if shared else reserve)(rows * row_bytes)
+        flat = reserve(rows * row_bytes)
         return flat.view(rows, row_bytes)
 
     def _set_rows(self, layout: _PackedLayout, packed: torch.Tensor) -> None:
@@ -441,19 +495,18 @@ class TensorStorage(Storage):
     def share_memory_(self) -> TensorStorage:
         """Move the rows and the length to shared memory, for ``torch.multiprocessing``.
 
-        A storage that is not yet initialized allocates its rows in shared memory
-        at its first write, which must happen in this process before the storage
-        is sent to another one (a child writing first raises ``RuntimeError``).
+        A storage that is not yet initialized names a directory in shared memory
+        where the first process to write to it, this one or a child it was sent
+        to, lays out the rows; the others map them from there.
 
         Returns:
             the storage itself.
         """
-        if self._len_shared is None:
-            self._len_shared = torch.tensor([self._len_value], dtype=torch.int64).share_memory_()
-        if self._owner_pid is None:
-            self._owner_pid = os.getpid()
+        self._counters.share()
         if self._rows is not None:
             self._share_rows()
+        elif self._rendezvous is None:
+            self._rendezvous = self._new_rendezvous()
         return self
 
     def _share_rows(self) -> None:
@@ -489,8 +542,19 @@ class TensorStorage(Storage):
         return {"capacity_bytes": capacity, "resident_bytes": resident_bytes(packed, used)}
 
     def __getstate__(self) -> dict[str, Any]:
+        if spawning():  # a child being started gets the rows by handle
+            if self._rows is None and self._rendezvous is None:
+                raise RuntimeError(
+                    f"Cowardly refusing to share a storage of type {type(self).__name__} between "
+                    "processes if it has not been initialized yet: write some data in this "
+                    "process first, or build it with shared_init=True."
+                )
+            if self._rows is not None:
+                self._share_rows()  # sparse, rather than torch's copy of every page
         state = self.__dict__.copy()
-        rows = state.pop("_rows")
+        rows = state.pop("_rows_value")
+        if self._rendezvous is not None:  # the receiver maps the rows file itself
+            rows = None
         state["_packed"] = None if rows is None else self._packed_to_pickle(rows.packed)
         if self._structure is not None:
             state["_structure"] = self._structure.state()
@@ -618,6 +682,19 @@ def _count(index: int | range | tuple[range, range] | torch.Tensor) -> int:
     if isinstance(index, tuple):
         return len(index[0]) + len(index[1])
     return len(index)
+
+
+def _layout_record(
+    structure: _Structure, layout: _PackedLayout, lead: tuple[int, ...]
+) -> dict[str, Any]:
+    """A storage's layout as plain values, for processes that map the same rows."""
+    return {
+        "structure": structure.state(),
+        "dtypes": [str(dtype).removeprefix("torch.") for dtype in layout.dtypes],
+        "shapes": [list(shape) for shape in layout.shapes],
+        "lead": list(lead),
+        "spec": _spec(structure.names, layout),
+    }
 
 
 def _spec(names: list[str], layout: _PackedLayout) -> dict[str, dict[str, Any]]:
