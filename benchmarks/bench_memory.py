@@ -38,6 +38,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 CAPACITIES = (10_000, 1_000_000, 100_000_000)
 ROWS = 1000
+TOTAL, BATCH = 200_000, 100  # the writers row: transitions in all, per extend
 
 
 def _rss() -> int:
@@ -82,6 +83,50 @@ def child_extend(lib_name: str, kind: str, capacity: int) -> dict[str, Any]:
         rb.extend(data)
     per_row = (_rss() - first) / more if more else None
     return {"seconds": seconds, "rss_bytes": first - base, "rows": ROWS, "per_row": per_row}
+
+
+def _writer(rb: Any, n: int, ready: Any, go: Any, done: Any) -> None:
+    data = _data("small", BATCH)
+    ready.put(1)
+    go.wait()
+    for _ in range(n // BATCH):
+        rb.extend(data)
+    done.put(1)
+
+
+def child_writers(lib_name: str, processes: int) -> dict[str, Any]:
+    """``processes`` spawned writers fill one shared buffer while this process samples."""
+    import torch.multiprocessing as mp
+
+    lib = _lib(lib_name)
+    rb = lib.TensorDictReplayBuffer(storage=lib.LazyTensorStorage(TOTAL), batch_size=256)
+    rb.extend(_data("small", BATCH))  # the storage is laid out (and shared) here
+    rb.empty()
+    rb.share()
+    ctx = mp.get_context("spawn")
+    ready, done, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [
+        ctx.Process(target=_writer, args=(rb, TOTAL // processes, ready, go, done))
+        for _ in range(processes)
+    ]
+    for proc in procs:
+        proc.start()
+    for _ in procs:
+        ready.get(timeout=120)
+    start = time.perf_counter()
+    go.set()
+    finished, samples = 0, 0
+    while finished < processes:
+        while not done.empty():
+            done.get()
+            finished += 1
+        if len(rb) >= 256:
+            rb.sample()
+            samples += 1
+    seconds = time.perf_counter() - start
+    for proc in procs:
+        proc.join()
+    return {"seconds": seconds, "items": len(rb), "write_count": rb.write_count, "samples": samples}
 
 
 def _run_child(python: str, args: list[str]) -> dict[str, Any]:
@@ -138,6 +183,36 @@ def print_extend(rows: list[dict[str, Any]]) -> None:
         print(f"{row['kind']:<6} {row['capacity']:>11,}  {cells}")
 
 
+def table_writers(vs_torchrl: bool) -> list[dict[str, Any]]:
+    """The ``writers`` rows: transitions written per second by 1 and 4 processes."""
+    out = []
+    for processes in (1, 4):
+        row: dict[str, Any] = {"processes": processes}
+        for lib, python in _pythons(vs_torchrl).items():
+            row[lib] = _run_child(python, ["writers", lib, str(processes)])
+        out.append(row)
+    return out
+
+
+def print_writers(rows: list[dict[str, Any]]) -> None:
+    libs = [k for k in rows[0] if k != "processes"]
+    print(
+        f"{TOTAL:,} small transitions (extend of {BATCH}) into one shared buffer by spawned "
+        "writers while the parent samples: transitions/s (parent's batches of 256)"
+    )
+    print("writers  " + "  ".join(f"{lib:<26}" for lib in libs))
+    for row in rows:
+        cells = []
+        for lib in libs:
+            r = row[lib]
+            if "error" in r:
+                cells.append(f"failed ({r['error'][:30]})")
+            else:
+                ok = "" if r["items"] == r["write_count"] == TOTAL else " (count off)"
+                cells.append(f"{TOTAL / r['seconds']:9.0f}/s {r['samples']:6d} batches{ok}")
+        print(f"{row['processes']:<8} " + "  ".join(f"{c:<26}" for c in cells))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vs-torchrl", action="store_true")
@@ -150,12 +225,18 @@ def main(argv: list[str] | None = None) -> int:
         if what == "extend":
             lib, kind, capacity = rest
             print(json.dumps(child_extend(lib, kind, int(capacity))))
+        else:
+            lib, processes = rest
+            print(json.dumps(child_writers(lib, int(processes))))
         return 0
     results: dict[str, Any] = {}
     rows = args.rows.split(",")
     if "extend" in rows:
         results["extend"] = table_extend(args.vs_torchrl)
         print_extend(results["extend"])
+    if "writers" in rows:
+        results["writers"] = table_writers(args.vs_torchrl)
+        print_writers(results["writers"])
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0
