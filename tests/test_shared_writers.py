@@ -168,3 +168,26 @@ def test_share_rules():
         TensorDictPrioritizedReplayBuffer(
             alpha=0.7, beta=0.5, storage=LazyTensorStorage(12, ndim=2), sync=False
         )
+
+
+def slow_writer(rb: TensorDictReplayBuffer, n: int) -> None:
+    for start in range(0, n, 50):
+        rb.extend(transitions(start, 50))
+        time.sleep(0.01)
+
+
+def test_a_replay_dataset_reads_what_a_spawned_collector_writes():
+    from rbdata import ReplayDataset
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(2000), batch_size=32).share()
+    rb.extend(transitions(0, 1))
+    rb.empty()
+    collector = mp.get_context("spawn").Process(target=slow_writer, args=(rb, 2000))
+    collector.start()
+    # min_size waits on the buffer's cross-process condition: the collector's writes wake it
+    with ReplayDataset(rb, num_batches=20, min_size=1000, timeout=60) as ds:
+        batches = list(ds)
+    collector.join(timeout=60)
+    assert collector.exitcode == 0 and len(batches) == 20
+    assert all(torn(batch) == 0 for batch in batches)
+    assert len(rb) == 2000
