@@ -189,3 +189,20 @@ def test_shared_init_allocates_sparse_shared_rows():
     storage.set(slice(0, 10), torch.ones(10, 4096, dtype=torch.uint8))
     packed = storage._rows.packed
     assert packed.is_shared() and resident_bytes(packed, packed.numel()) <= 11 * 4096
+
+
+def test_a_copy_costs_what_the_storage_holds():
+    import copy
+    import pickle
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100_000_000), batch_size=4)
+    rb.extend(
+        TensorDict({"pixels": torch.randint(0, 256, (100, *FRAME), dtype=torch.uint8)}, [100])
+    )
+    payload = pickle.dumps(rb)  # the capacity is 2.8 TB; the filled rows 2.8 MB
+    assert len(payload) < 4 * 100 * 28_232
+    for clone in (pickle.loads(payload), copy.deepcopy(rb)):
+        assert torch.equal(clone[:]["pixels"], rb[:]["pixels"])
+        assert clone.stats()["capacity_bytes"] == rb.stats()["capacity_bytes"]
+        clone.extend(TensorDict({"pixels": torch.ones(2, *FRAME, dtype=torch.uint8)}, [2]))
+        assert len(clone) == 102 and len(rb) == 100  # a copy counts on its own

@@ -570,10 +570,23 @@ class TensorStorage(Storage):
             self._set_rows(self._layout, self._packed_from_pickle(packed))
 
     def _packed_to_pickle(self, packed: torch.Tensor) -> Any:
-        return packed
+        """Shared or device rows as they are (sent by handle); private CPU rows: the filled ones.
 
-    def _packed_from_pickle(self, obj: torch.Tensor) -> torch.Tensor:
-        return obj
+        A copy (``pickle``, ``deepcopy``) then costs what the storage holds, and
+        the receiver reserves the rest of the capacity as this process did.
+        """
+        if packed.device.type != "cpu" or packed.is_shared():
+            return packed
+        used = self._len * self._cells
+        return (packed.shape[0], packed[:used].clone())
+
+    def _packed_from_pickle(self, obj: Any) -> torch.Tensor:
+        if isinstance(obj, torch.Tensor):
+            return obj
+        rows, filled = obj
+        packed = reserve(rows * filled.shape[1]).view(rows, filled.shape[1])
+        packed[: filled.shape[0]].copy_(filled)
+        return packed
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
