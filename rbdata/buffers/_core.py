@@ -204,8 +204,11 @@ class _BufferCore:
     def _follow_writes(self) -> None:
         """Tell the sampler and sample unit of the writes other buffers or processes made."""
         writer = self._writer
+        count = writer.write_count
+        if count == self._follower.seen:
+            return
         ring = writer.writes_in_ring_order and self._consume_after_n is None
-        missed = self._follower.missed(writer.write_count, writer._capacity(), ring)
+        missed = self._follower.missed(count, writer._capacity(), ring)
         if missed is not None:
             self._note_written(missed)
 

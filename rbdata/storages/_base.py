@@ -70,11 +70,11 @@ class Storage(abc.ABC):
     @property
     def _len(self) -> int:
         """Filled items along the first storage dim (shared with child processes)."""
-        return self._counters[0]
+        return self._counters.cells[0]
 
     @_len.setter
     def _len(self, value: int) -> None:
-        self._counters[0] = value
+        self._counters.cells[0] = value
 
     @property
     def _mutation_revision(self) -> int:
@@ -88,10 +88,10 @@ class Storage(abc.ABC):
         return None if last < 0 else last
 
     def _note_mutation(self, last: int | None = None) -> None:
-        counters = self._counters
-        counters[1] = counters[1] + 1
+        cells = self._counters.cells
+        cells[1] += 1
         if last is not None:
-            counters[2] = last
+            cells[2] = last
 
     def __len__(self) -> int:
         return self._len
@@ -130,9 +130,13 @@ class Storage(abc.ABC):
         anything is written: on error the storage is unchanged.
         """
         stop = self._set(index, data)
-        if stop > self._len:
-            self._len = stop
-        self._note_mutation(_last_slot(index, stop))
+        cells = self._counters.cells
+        if stop > cells[0]:
+            cells[0] = stop
+        cells[1] += 1  # the mutation revision
+        last = _last_slot(index, stop)
+        if last is not None:
+            cells[2] = last
 
     def get(self, index: Index) -> Any:
         """Read the items at ``index`` (an int, a slice or an integer tensor)."""
@@ -235,11 +239,11 @@ class Storage(abc.ABC):
 # ------------------------------------------------------------ index helpers
 def _last_slot(index: Index, stop: int) -> int | None:
     """The slot a write at ``index`` ended on (its last element), None when unknown."""
+    if type(index) is slice:  # the writers' case first
+        end = index.stop
+        return end - 1 if type(end) is int and end > 0 and index.step in (None, 1) else None
     if type(index) is int:
         return index
-    if type(index) is slice:
-        end = index.stop
-        return end - 1 if index.step in (None, 1) and type(end) is int and end > 0 else None
     if isinstance(index, torch.Tensor) and index.numel():
         return int(index.reshape(-1)[-1])
     return None

@@ -98,19 +98,19 @@ class Writer(abc.ABC):
     # ------------------------------------------------------------ counters
     @property
     def _cursor(self) -> int:
-        return int(self._counters[0])
+        return self._counters.cells[0]
 
     @_cursor.setter
     def _cursor(self, value: int) -> None:
-        self._counters[0] = value
+        self._counters.cells[0] = value
 
     @property
     def _write_count(self) -> int:
-        return int(self._counters[1])
+        return self._counters.cells[1]
 
     @_write_count.setter
     def _write_count(self, value: int) -> None:
-        self._counters[1] = value
+        self._counters.cells[1] = value
 
     @property
     def _generation(self) -> torch.Tensor | None:
