@@ -88,6 +88,36 @@ def resident_bytes(tensor: torch.Tensor, nbytes: int) -> int:
     return min(resident * _PAGE, nbytes)
 
 
+def row_memory(packed: torch.Tensor, filled_rows: int) -> dict[str, int]:
+    """``capacity_bytes`` of ``packed`` rows and ``resident_bytes`` of its first ``filled_rows``."""
+    capacity = packed.numel()
+    if packed.device.type != "cpu":  # device memory is committed whole
+        return {"capacity_bytes": capacity, "resident_bytes": capacity}
+    used = filled_rows * packed.shape[1]
+    return {"capacity_bytes": capacity, "resident_bytes": resident_bytes(packed, used)}
+
+
+def compact(packed: torch.Tensor, filled_rows: int) -> Any:
+    """``packed`` for a pickle: shared or device rows as they are, else the filled rows only.
+
+    A copy (``pickle``, ``deepcopy``, a queue) then costs what the storage holds;
+    :func:`expand` reserves the rest of the capacity again.
+    """
+    if packed.device.type != "cpu" or packed.is_shared():
+        return packed
+    return (packed.shape[0], packed[:filled_rows].clone())
+
+
+def expand(obj: Any) -> torch.Tensor:
+    """The rows :func:`compact` gave, with the capacity reserved again."""
+    if isinstance(obj, torch.Tensor):
+        return obj
+    rows, filled = obj
+    packed = reserve(rows * filled.shape[1]).view(rows, filled.shape[1])
+    packed[: filled.shape[0]].copy_(filled)
+    return packed
+
+
 _MINCORE: list[Any] = []
 
 

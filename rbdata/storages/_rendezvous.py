@@ -22,6 +22,9 @@ from typing import Any
 
 import torch
 
+from ._layout import _PackedLayout
+from ._pytree import _Structure
+
 try:
     import fcntl
 except ImportError:  # Windows: no shared_init rendezvous between processes
@@ -111,6 +114,34 @@ class _Rendezvous:
         except FileNotFoundError:
             return None
         return meta["layout"], mapper(self.rows_path, meta["rows"], meta["width"])
+
+
+def layout_record(
+    structure: _Structure, layout: _PackedLayout, lead: tuple[int, ...]
+) -> dict[str, Any]:
+    """A storage's layout as plain values, for the processes that map the same rows."""
+    return {
+        "structure": structure.state(),
+        "dtypes": [str(dtype).removeprefix("torch.") for dtype in layout.dtypes],
+        "shapes": [list(shape) for shape in layout.shapes],
+        "lead": list(lead),
+    }
+
+
+def layout_from_record(
+    record: dict[str, Any],
+) -> tuple[_Structure, _PackedLayout, tuple[int, ...]]:
+    """The structure, row layout and leading cell shape of a :func:`layout_record`."""
+    dtypes = [getattr(torch, name) for name in record["dtypes"]]
+    layout = _PackedLayout(dtypes, [tuple(shape) for shape in record["shapes"]])
+    return _Structure.from_state(record["structure"]), layout, tuple(record["lead"])
+
+
+def describe_record(record: dict[str, Any]) -> str:
+    """The leaves of a :func:`layout_record`, for messages: ``float32[3], int64[]``."""
+    return ", ".join(
+        f"{dtype}{shape}" for dtype, shape in zip(record["dtypes"], record["shapes"], strict=True)
+    )
 
 
 def map_shared_file(path: str, rows: int, width: int) -> torch.Tensor:

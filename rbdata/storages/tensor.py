@@ -19,9 +19,15 @@ from ._base import Index, Storage, _as_index, _get_index, _set_index
 from ._counters import spawning
 from ._layout import _PackedLayout
 from ._packed import _PackedRows
-from ._pages import reserve, reserve_shared, resident_bytes
+from ._pages import compact, expand, reserve, reserve_shared, row_memory
 from ._pytree import _Structure
-from ._rendezvous import _Rendezvous, map_shared_file
+from ._rendezvous import (
+    _Rendezvous,
+    describe_record,
+    layout_from_record,
+    layout_record,
+    map_shared_file,
+)
 from ._state import _parse_state
 from ._validate import _check_leaves, _check_ndim, _tails
 
@@ -427,35 +433,37 @@ class TensorStorage(Storage):
     ) -> None:
         cells = math.prod(lead)
         capacity = -(-self.max_size // cells)  # ceil: the last item along dim 0 may overshoot
-        if self._rendezvous is not None:  # shared before any write: meet the other processes
-            self._on_cpu_for_sharing()
-            wanted = _layout_record(structure, layout, lead)
-            found, packed = self._rendezvous.claim(
-                wanted, capacity * cells, layout.row_bytes, self._map_rows
-            )
-            if found != wanted:
-                raise ValueError(
-                    "another process initialized this shared storage with other data: its "
-                    f"items hold {found['spec']}, this write {wanted['spec']}."
-                )
-            self._adopt(found, packed)
+        if self._rendezvous is None:
+            packed = self._new_packed(capacity * cells, layout.row_bytes)
+            self._install(structure, layout, lead, packed)
             return
-        packed = self._new_packed(capacity * cells, layout.row_bytes)
-        self._structure, self._layout, self._lead = structure, layout, lead
-        self._cells, self._capacity = cells, capacity
-        self._tails = _tails(layout, lead)
-        self._batch_shapes = {}
-        self._set_rows(layout, packed)
+        # shared before any write: meet the other processes (see _rendezvous)
+        self._on_cpu_for_sharing()
+        wanted = layout_record(structure, layout, lead)
+        found, packed = self._rendezvous.claim(
+            wanted, capacity * cells, layout.row_bytes, self._map_rows
+        )
+        if found != wanted:
+            raise ValueError(
+                "another process initialized this shared storage with other data: its items "
+                f"hold {describe_record(found)}, this write {describe_record(wanted)}."
+            )
+        self._adopt(found, packed)
 
     def _adopt(self, record: dict[str, Any], packed: torch.Tensor) -> None:
         """Take the rows and layout a rendezvous gave (made here or by another process)."""
-        structure = _Structure.from_state(record["structure"])
-        layout = _PackedLayout(
-            [getattr(torch, name) for name in record["dtypes"]], record["shapes"]
-        )
-        lead = tuple(record["lead"])
+        self._install(*layout_from_record(record), packed)
+
+    def _install(
+        self,
+        structure: _Structure,
+        layout: _PackedLayout,
+        lead: tuple[int, ...],
+        packed: torch.Tensor,
+    ) -> None:
         self._structure, self._layout, self._lead = structure, layout, lead
-        self._cells, self._capacity = math.prod(lead), packed.shape[0] // math.prod(lead)
+        self._cells = math.prod(lead)
+        self._capacity = packed.shape[0] // self._cells
         self._tails = _tails(layout, lead)
         self._batch_shapes = {}
         self._set_rows(layout, packed)
@@ -532,14 +540,8 @@ class TensorStorage(Storage):
         costs nothing). Device memory is committed whole. Empty before the first
         write.
         """
-        if self._rows is None:
-            return {}
-        packed = self._rows.packed
-        capacity = packed.numel()
-        if packed.device.type != "cpu":
-            return {"capacity_bytes": capacity, "resident_bytes": capacity}
-        used = self._len * self._cells * packed.shape[1]
-        return {"capacity_bytes": capacity, "resident_bytes": resident_bytes(packed, used)}
+        rows = self._rows
+        return {} if rows is None else row_memory(rows.packed, self._len * self._cells)
 
     def __getstate__(self) -> dict[str, Any]:
         if spawning():  # a child being started gets the rows by handle
@@ -570,23 +572,11 @@ class TensorStorage(Storage):
             self._set_rows(self._layout, self._packed_from_pickle(packed))
 
     def _packed_to_pickle(self, packed: torch.Tensor) -> Any:
-        """Shared or device rows as they are (sent by handle); private CPU rows: the filled ones.
-
-        A copy (``pickle``, ``deepcopy``) then costs what the storage holds, and
-        the receiver reserves the rest of the capacity as this process did.
-        """
-        if packed.device.type != "cpu" or packed.is_shared():
-            return packed
-        used = self._len * self._cells
-        return (packed.shape[0], packed[:used].clone())
+        """The rows for a pickle: by handle when shared, else the filled ones (``compact``)."""
+        return compact(packed, self._len * self._cells)
 
     def _packed_from_pickle(self, obj: Any) -> torch.Tensor:
-        if isinstance(obj, torch.Tensor):
-            return obj
-        rows, filled = obj
-        packed = reserve(rows * filled.shape[1]).view(rows, filled.shape[1])
-        packed[: filled.shape[0]].copy_(filled)
-        return packed
+        return expand(obj)
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -695,19 +685,6 @@ def _count(index: int | range | tuple[range, range] | torch.Tensor) -> int:
     if isinstance(index, tuple):
         return len(index[0]) + len(index[1])
     return len(index)
-
-
-def _layout_record(
-    structure: _Structure, layout: _PackedLayout, lead: tuple[int, ...]
-) -> dict[str, Any]:
-    """A storage's layout as plain values, for processes that map the same rows."""
-    return {
-        "structure": structure.state(),
-        "dtypes": [str(dtype).removeprefix("torch.") for dtype in layout.dtypes],
-        "shapes": [list(shape) for shape in layout.shapes],
-        "lead": list(lead),
-        "spec": _spec(structure.names, layout),
-    }
 
 
 def _spec(names: list[str], layout: _PackedLayout) -> dict[str, dict[str, Any]]:
