@@ -24,7 +24,9 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "inspect",
         help="describe a dump: size, components, keys, priorities, policy ages",
-        description="Describe a replay-buffer dump: its length and capacity, its storage, "
+        description="Describe a replay-buffer dump: its length and capacity (and the memory "
+        "they take: bytes an item, resident for the items held, for the whole capacity), its "
+        "storage, "
         "sampler and writer, its keys with shapes and dtypes, and summaries of its priorities "
         "(prioritized samplers), policy versions (a 'policy_version' entry) and trajectory "
         "lengths (('next', 'done') flags or an 'episode' entry).",
