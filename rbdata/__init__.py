@@ -10,15 +10,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from rbdata._updates import ConditionalUpdateResult
-from rbdata.boundaries import find_start_stop_traj
+import rbdata.service  # registers service_backend="ray" (Ray itself is imported on use)
 from rbdata.buffers import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
 )
-from rbdata.checkpoint import CheckpointError
+from rbdata.buffers._conditional_update import ConditionalUpdateResult
+from rbdata.errors import CheckpointError, ServiceUnavailableError
 from rbdata.policy_version import PolicyVersion
 from rbdata.query import TrajectoryPredicate, filter_trajectories, iter_trajectories, traj
 from rbdata.sample_units import SampleUnit, Sequence, Transition
@@ -31,7 +31,7 @@ from rbdata.samplers import (
     SliceSampler,
     SliceSamplerWithoutReplacement,
 )
-from rbdata.schedulers import (
+from rbdata.samplers.schedulers import (
     LambdaScheduler,
     LinearScheduler,
     ParameterScheduler,
@@ -47,7 +47,7 @@ from rbdata.storages import (
     Storage,
     TensorStorage,
 )
-from rbdata.trajectory import Trajectory
+from rbdata.trajectories import Trajectory, find_start_stop_traj
 from rbdata.transforms import Compose, PolicyAgeFilter, Transform
 from rbdata.writers import (
     ImmutableDatasetWriter,
@@ -70,8 +70,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "load_minari": ("rbdata.datasets", "minari"),
     "MinariReader": ("rbdata.datasets", "minari"),
     "OfflineToOnlineReplayBuffer": ("rbdata.buffers.offline_to_online", None),
-    "RayBufferClient": ("rbdata.service.client", None),
-    "ServiceUnavailableError": ("rbdata.service._runtime", None),
+    "RayBufferClient": ("rbdata.service.client.buffer_client", None),
 }
 
 

@@ -46,6 +46,9 @@ for dep in project["optional-dependencies"]["dev"]:
         print(dep)
 EOF
 )
+# gymnasium and h5py: what torchrl's examples/replay-buffers scripts need to run
+# (tests/compat/test_torchrl_examples.py runs them on both libraries).
+DEPS+=(gymnasium h5py)
 "$PY" -m pip install --quiet -c "$PINS" "${DEPS[@]}"
 
 "$PY" -c "import torch, tensordict, torchrl; print(f'[compat] torch {torch.__version__}, tensordict {tensordict.__version__}, torchrl {torchrl.__version__}')"

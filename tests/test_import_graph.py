@@ -1,4 +1,8 @@
-"""The package's import graph: no module imports (even for typing) a module that imports it."""
+"""The package's import graph: no module imports a module that imports it.
+
+Every import counts: at module level, for typing only, and inside functions (a
+function-level import is a dependency too, only a later one).
+"""
 
 from __future__ import annotations
 
@@ -24,15 +28,15 @@ def _resolve(module: str, node: ast.ImportFrom, is_package: bool) -> str:
     return ".".join([*base, node.module] if node.module else base)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the rbdata modules it imports when it is loaded (or type-checked)."""
+def import_graph(*, lazy: bool = True) -> dict[str, set[str]]:
+    """Module -> the rbdata modules it imports (``lazy``: imports inside functions too)."""
     paths = sorted(ROOT.rglob("*.py"))
     modules = {_module_name(p) for p in paths}
     graph = {}
     for path in paths:
         module = _module_name(path)
         tree = ast.parse(path.read_text())
-        lazy = {
+        in_functions = {
             id(inner)
             for fn in ast.walk(tree)
             if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)
@@ -40,7 +44,7 @@ def import_graph() -> dict[str, set[str]]:
         }
         edges = set()
         for node in ast.walk(tree):
-            if id(node) in lazy:
+            if not lazy and id(node) in in_functions:
                 continue
             names: list[str] = []
             if isinstance(node, ast.Import):
@@ -80,6 +84,17 @@ def test_the_graph_sees_real_imports():
     graph = import_graph()
     assert "rbdata.buffers.replay" in graph["rbdata.buffers.tensordict"]
     assert "rbdata.buffers.protocol" in graph["rbdata.loader.dataset"]
+    # an import inside a function counts (rbdata.service imports its lifecycle module lazily)
+    assert "rbdata.service.lifecycle" in graph["rbdata.service"]
+    assert "rbdata.service.service" not in import_graph(lazy=False)["rbdata.service"]
+
+
+def test_the_buffers_never_import_a_service():
+    graph = import_graph()
+    buffers = [m for m in graph if m.startswith("rbdata.buffers")]
+    assert buffers
+    for module in buffers:
+        assert not {d for d in graph[module] if d.startswith("rbdata.service")}, module
 
 
 def test_no_import_cycle_inside_the_package():

@@ -7,11 +7,10 @@ from typing import Any, TypeVar
 
 import torch
 
-from rbdata._validation import check_int, check_optional_int
+from rbdata._component.checks import check_int, check_optional_int
+from rbdata.buffers.backends import registered_backends
 
 T = TypeVar("T")
-
-_BACKENDS = ("direct", "ray")
 
 
 def build_component(obj: Any, kind: type[T], default: Callable[[], T], name: str) -> T:
@@ -81,8 +80,12 @@ def check_backend(
             )
         service_backend = "ray"
     backend = "direct" if service_backend is None else service_backend
-    if backend not in _BACKENDS:
-        raise ValueError(f'service_backend must be "direct" or "ray", got {service_backend!r}.')
+    known = ("direct", *registered_backends())
+    if backend not in known:
+        raise ValueError(
+            f"service_backend must be one of {' or '.join(map(repr, known))}, "
+            f"got {service_backend!r}."
+        )
     if transport not in ("auto", "direct", "ray", "distributed"):
         raise ValueError(f'transport must be "auto", "ray" or "distributed", got {transport!r}.')
     for name, options in (

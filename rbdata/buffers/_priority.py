@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rbdata._validation import check_indices
+from rbdata._component.checks import check_indices
 
 _NUMPY_FLOATS = (torch.float32, torch.float64)
 

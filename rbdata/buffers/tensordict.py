@@ -15,6 +15,7 @@ from rbdata.buffers.protocol import INFO_KEYS
 from rbdata.buffers.replay import ReplayBuffer
 from rbdata.samplers import PrioritizedSampler
 from rbdata.storages import Storage
+from rbdata.storages._torchrl import without_index_entry
 from rbdata.writers import TensorDictRoundRobinWriter
 
 __all__ = ["TensorDictPrioritizedReplayBuffer", "TensorDictReplayBuffer"]
@@ -73,6 +74,51 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 stacklevel=2,
             )
         return super().sample(batch_size, return_info)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a state (see :meth:`ReplayBuffer.load_state_dict`); torchrl's too.
+
+        A torchrl TensorDict buffer's state holds each row's ``"index"``; it is left out.
+        """
+        super().load_state_dict(without_index_entry(state_dict))
+
+    def update_priority(
+        self,
+        index: Any,
+        priority: torch.Tensor | float | None = None,
+        *,
+        generation: torch.Tensor | None = None,
+    ) -> None:
+        """Update priorities: ``(index, priority)``, or a sampled batch alone (an extension).
+
+        ``update_priority(batch)`` with one argument, a TensorDict sampled from
+        this buffer, does what :meth:`update_tensordict_priority` does (torchrl's
+        SAC and TD3 scripts call it so; torchrl 0.14.1 raises TypeError there).
+
+        Raises:
+            TypeError: if ``priority`` is missing and ``index`` is not a TensorDict,
+                or ``generation`` is given with a TensorDict.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from rbdata import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
+            >>> rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0,
+            ...     storage=LazyTensorStorage(4), batch_size=2)
+            >>> _ = rb.extend(TensorDict({"obs": torch.zeros(4)}, [4]))
+            >>> batch = rb.sample().set("td_error", torch.full((2,), 3.0))
+            >>> rb.update_priority(batch)
+        """
+        if priority is not None:
+            super().update_priority(index, priority, generation=generation)
+            return
+        if not isinstance(index, TensorDictBase) or generation is not None:
+            raise TypeError(
+                "update_priority takes (index, priority) or one sampled TensorDict, got "
+                f"{type(index).__name__} without a priority"
+                f"{' and a generation' if generation is not None else ''}."
+            )
+        self.update_tensordict_priority(index)
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
         """Update priorities from a sampled batch (``index``, ``priority_key``, generations).

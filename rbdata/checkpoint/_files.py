@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import xxhash
 
-from ._errors import CheckpointError
+from rbdata.errors import CheckpointError
 
 CHUNK = 64 << 20  # bytes per write(): bounded, so huge tensors never hit a short-write limit
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)

@@ -7,7 +7,8 @@ import os
 import sys
 from typing import Any
 
-from rbdata.checkpoint import CheckpointError, verify_dump
+from rbdata.checkpoint import verify_dump
+from rbdata.errors import CheckpointError
 
 __all__ = ["add_parser", "run"]
 

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.hooks import RemovableHandle
 
-from rbdata._validation import check_bool, check_int, check_number, check_optional_int
+from rbdata._component.checks import check_bool, check_int, check_number, check_optional_int
 from rbdata.buffers.protocol import ServableBuffer
 from rbdata.loader import _workers
 from rbdata.loader._pass import _PassEngine, _Record

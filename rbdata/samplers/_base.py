@@ -8,9 +8,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from rbdata._state_file import read_state, write_state
-from rbdata._validation import check_int
+from rbdata._component.checks import check_int
+from rbdata._component.state_file import read_state, write_state
 from rbdata.samplers._live import _LiveSet
+from rbdata.samplers._torchrl import sampler_state
 
 __all__ = ["Sampler"]
 
@@ -59,6 +60,19 @@ class Sampler:
     #: ``extend`` receives flat cells rather than items along dim 0 for a storage with
     #: ``ndim > 1`` (a sampler keeping per-cell state, such as a priority tree, sets it).
     per_cell_writes: ClassVar[bool] = False
+
+    #: whether a pass leaves out a last, short batch (samplers without replacement)
+    drop_last: bool = False
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether priority updates change what this sampler draws (False here)."""
+        return False
+
+    @property
+    def max_capacity(self) -> int | None:
+        """The number of cells this sampler keeps state for (None: as many as the storage)."""
+        return None
 
     def __init__(self) -> None:
         self._rng: torch.Generator | None = None
@@ -232,7 +246,12 @@ class Sampler:
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output; unknown keys are ignored, missing ones kept."""
+        """Restore :meth:`state_dict`'s output; unknown keys are ignored, missing ones kept.
+
+        torchrl's sampler states are read too (see :mod:`rbdata.samplers._torchrl`), or
+        refused with a ValueError naming what cannot be read.
+        """
+        state_dict = sampler_state(state_dict, self)
         if "consume_after_n" in state_dict:
             self.set_consume_after_n(state_dict["consume_after_n"])
         live = state_dict.get("live")

@@ -8,9 +8,10 @@ from typing import Any
 
 import torch
 
-from rbdata._trajectories import Markers, read_leaf, storage_keys
-from rbdata._validation import NestedKey
-from rbdata.samplers._slice_errors import MarkerShapeError
+from rbdata._component.checks import NestedKey
+from rbdata.errors import MarkerShapeError
+from rbdata.trajectories.markers import Markers
+from rbdata.trajectories.reading import read_leaf, storage_keys
 
 #: Trajectory-id entries tried, in order, when no ``traj_key`` is given (torchrl's two first).
 AUTO_ID_KEYS: tuple[NestedKey, ...] = (("collector", "traj_ids"), "episode", "traj_ids")

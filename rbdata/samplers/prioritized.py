@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from rbdata._validation import check_int, check_number
+from rbdata._component.checks import check_int, check_number
 from rbdata.samplers._base import Sampler
 from rbdata.samplers._device_sumtree import _canonical
 from rbdata.samplers._live import _LiveSet, first_unique
@@ -139,6 +139,11 @@ class PrioritizedSampler(Sampler):
         return self.__dict__.copy()
 
     # ------------------------------------------------------------ settings
+    @property
+    def prioritized(self) -> bool:
+        """True: priority updates change what this sampler draws."""
+        return True
+
     @property
     def max_capacity(self) -> int:
         """Number of slots."""

@@ -1,8 +1,21 @@
 """The Ray service backend: a buffer hosted by a Ray actor, served to any process of the cluster.
 
-``ReplayBuffer(..., service_backend="ray")`` calls :func:`attach_ray_service`;
+Importing this package registers it as the buffers' ``"ray"`` backend
+(:mod:`rbdata.buffers.backends`): ``ReplayBuffer(..., service_backend="ray")``
+then calls :func:`attach_ray_service`;
 ``rb.client()`` returns a picklable :class:`RayBufferClient`. Importing this
 package does not import Ray; starting a service needs the ``ray`` extra.
+
+The package is organised by side:
+
+- ``lifecycle`` (:class:`RayService`, :func:`attach_ray_service`) and ``runtime``
+  (importing Ray, the lease on it, its errors as ours);
+- ``server/``: the owner actor (``owner``), its slot replies filled by the
+  buffer's own read path (``slot_fill``), its torch.distributed channels (``channels``);
+- ``client/``: the forwarded surface, declared once (``surface``), the client
+  (``buffer_client``) and its torch.distributed variant (``distributed_client``);
+- ``transport/``: what both sides share: the payload codec, shared-memory slots,
+  the channel's wire format, the reply kinds (``messages``).
 """
 
 from __future__ import annotations
@@ -10,13 +23,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from rbdata.buffers.backends import register_service_backend
+from rbdata.errors import ServiceUnavailableError
+
 __all__ = ["RayBufferClient", "RayService", "ServiceUnavailableError", "attach_ray_service"]
 
 _NAMES = {
-    "RayBufferClient": "rbdata.service.client",
-    "RayService": "rbdata.service.service",
-    "attach_ray_service": "rbdata.service.service",
-    "ServiceUnavailableError": "rbdata.service._runtime",
+    "RayBufferClient": "rbdata.service.client.buffer_client",
+    "RayService": "rbdata.service.lifecycle",
+    "attach_ray_service": "rbdata.service.lifecycle",
 }
 
 
@@ -24,3 +39,13 @@ def __getattr__(name: str) -> Any:
     if name not in _NAMES:
         raise AttributeError(f"module 'rbdata.service' has no attribute {name!r}")
     return getattr(importlib.import_module(_NAMES[name]), name)
+
+
+def _attach_ray_service(*args: Any, **kwargs: Any) -> Any:
+    """:func:`attach_ray_service`, imported when a Ray-backed buffer is first built."""
+    from rbdata.service.lifecycle import attach_ray_service
+
+    return attach_ray_service(*args, **kwargs)
+
+
+register_service_backend("ray", _attach_ray_service)

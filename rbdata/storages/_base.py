@@ -10,8 +10,8 @@ from typing import Any, overload
 
 import torch
 
-from rbdata._state_file import read_state, write_state
-from rbdata._validation import check_bool, check_int
+from rbdata._component.checks import check_bool, check_int
+from rbdata._component.state_file import read_state, write_state
 
 from ._counters import SharedCounters
 
@@ -122,6 +122,33 @@ class Storage(abc.ABC):
     def initialized(self) -> bool:
         """Whether the storage has allocated its slots (lazy storages: after the first write)."""
 
+    @property
+    def max_size_along_dim0(self) -> int:
+        """Capacity in items along dim 0, where writers wrap around (``max_size`` here)."""
+        return self.max_size
+
+    def validate(self, data: Any, batched: bool) -> None:  # noqa: B027 (a hook: accepts all)
+        """Check ``data`` before a write; raise KeyError/TypeError/ValueError if it cannot go in.
+
+        This storage accepts everything; storages with a fixed layout override it.
+
+        Args:
+            data: a batch (``batched=True``: leading dim = number of items) or one item.
+            batched: whether ``data`` is a batch.
+        """
+
+    def share_memory_(self) -> Storage:
+        """Move the items to shared memory, for ``torch.multiprocessing`` (``shared=True``).
+
+        Tensor storages do; this base keeps its items where they are (torchrl's
+        ``shared=True`` accepts any storage): a storage of Python objects refuses
+        instead to be sent to a child process being started (``RuntimeError``).
+
+        Returns:
+            the storage itself.
+        """
+        return self
+
     def set(self, index: Index, data: Any) -> None:
         """Write ``data`` at ``index`` (an int, a slice or a 1-D LongTensor).
 
@@ -141,6 +168,15 @@ class Storage(abc.ABC):
     def get(self, index: Index) -> Any:
         """Read the items at ``index`` (an int, a slice or an integer tensor)."""
         return self._get(index)
+
+    def read_into(self, index: torch.Tensor, memory: torch.Tensor) -> Any | None:
+        """``get(index)`` with the items' bytes read into ``memory`` (a uint8 tensor).
+
+        The data returned views ``memory``; None when this storage cannot read
+        into caller memory (the caller then calls :meth:`get`). The base class
+        never can; tensor storages on CPU can, for a 1-D int64 ``index``.
+        """
+        return None
 
     def __getitem__(self, index: Index) -> Any:
         return self.get(index)
@@ -368,3 +404,17 @@ def _as_runs(index: torch.Tensor, capacity: int) -> range | tuple[range, range] 
     if end <= capacity:
         return range(first, end)
     return range(first, capacity), range(0, end - capacity)
+
+
+def shape_of(storage: Storage) -> tuple[int, ...]:
+    """A storage's shape: ``(capacity, *lead)`` for a tensor storage, ``(max_size,)`` otherwise.
+
+    Only tensor storages have ``ndim > 1`` (items of several cells along the lead dims).
+
+    Examples:
+        >>> from rbdata import LazyTensorStorage, ListStorage
+        >>> shape_of(ListStorage(5)), shape_of(LazyTensorStorage(5))
+        ((5,), (5,))
+    """
+    shape = getattr(storage, "shape", None)  # TensorStorage.shape; a list storage has none
+    return (storage.max_size,) if shape is None else tuple(shape)

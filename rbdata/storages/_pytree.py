@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from tensordict import NonTensorData, TensorDict, TensorDictBase, is_non_tensor, is_tensorclass
 
+from rbdata.errors import _PytreeMismatch
+
 _LEAF = "tensor"
 _TD = "tensordict"
 _DICT = "dict"
@@ -267,7 +269,7 @@ class _Structure:
         out: list[torch.Tensor] = []
         try:
             self._fast_flatten(data, out)
-        except (_Mismatch, KeyError):
+        except (_PytreeMismatch, KeyError):
             out = []
             _flatten(self.root, data, (), out)
         return out
@@ -341,18 +343,14 @@ def _flatten(node: _Node, data: Any, path: PathKey, out: list[torch.Tensor]) -> 
         _flatten(child, value, (*path, i), out)
 
 
-class _Mismatch(Exception):
-    """Raised by the fast flattener; the exact path then finds and reports the difference."""
-
-
 def _compile_flatten(node: _Node) -> Callable[[Any, list[torch.Tensor]], None]:
-    """Return a fast flattener of ``node``: appends the leaves, raises _Mismatch/KeyError."""
+    """Return a fast flattener of ``node``: appends the leaves, raises _PytreeMismatch/KeyError."""
     tensor = torch.Tensor
     if node.kind == _LEAF:
 
         def flatten_leaf(data: Any, out: list[torch.Tensor]) -> None:
             if not isinstance(data, tensor):
-                raise _Mismatch
+                raise _PytreeMismatch
             out.append(data)
 
         return flatten_leaf
@@ -364,7 +362,7 @@ def _compile_flatten(node: _Node) -> Callable[[Any, list[torch.Tensor]], None]:
 
         def flatten_tensorclass(data: Any, out: list[torch.Tensor]) -> None:
             if _class_name(type(data)) != name:
-                raise _Mismatch
+                raise _PytreeMismatch
             inner(data._tensordict, out)
 
         return flatten_tensorclass
@@ -381,9 +379,9 @@ def _compile_flatten(node: _Node) -> Callable[[Any, list[torch.Tensor]], None]:
             elif isinstance(data, TensorDictBase if is_td else dict):
                 items = dict(data.items())
             else:
-                raise _Mismatch
+                raise _PytreeMismatch
             if len(items) != count:
-                raise _Mismatch
+                raise _PytreeMismatch
             for key, sub in pairs:
                 value = items[key]
                 if sub is not None:
@@ -391,21 +389,21 @@ def _compile_flatten(node: _Node) -> Callable[[Any, list[torch.Tensor]], None]:
                 elif isinstance(value, tensor):
                     out.append(value)
                 else:
-                    raise _Mismatch
+                    raise _PytreeMismatch
 
         return flatten_mapping
     container = tuple if node.kind == _TUPLE else list
 
     def flatten_sequence(data: Any, out: list[torch.Tensor]) -> None:
         if not isinstance(data, container) or len(data) != count:
-            raise _Mismatch
+            raise _PytreeMismatch
         for value, sub in zip(data, subs, strict=True):
             if sub is not None:
                 sub(value, out)
             elif isinstance(value, tensor):
                 out.append(value)
             else:
-                raise _Mismatch
+                raise _PytreeMismatch
 
     return flatten_sequence
 

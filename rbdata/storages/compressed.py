@@ -15,9 +15,10 @@ from typing import Any, cast
 import torch
 
 from ._base import Index, Storage, _as_index, _get_index, _set_index
-from ._codecs import _Codec, _default_codec
+from ._compression import _Codec, _default_codec
 from ._pytree import _Structure
 from ._recycle import _GatherPool
+from ._torchrl import refuse_compressed
 
 Frame = bytes  # one compressed leaf of one item (the class's bytes() method shadows the name)
 Frames = tuple[Frame, ...]
@@ -361,6 +362,7 @@ class CompressedListStorage(Storage):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output (on a misfit: ValueError, storage unchanged)."""
+        refuse_compressed(state_dict)
         filled = state_dict.get("len", 0)
         if not isinstance(filled, int) or not 0 <= filled <= self.max_size:
             raise ValueError(

@@ -9,10 +9,11 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 from torch.utils.data._utils.collate import default_collate
 
-from rbdata._validation import check_int
+from rbdata._component.checks import check_int
 
 from ._base import Index, Storage, _as_index, _get_index, _identity, _set_index
 from ._counters import spawning
+from ._torchrl import is_torchrl_layout, list_storage_state
 
 
 def _collate_list(items: list[Any]) -> Any:
@@ -149,7 +150,12 @@ class ListStorage(Storage):
         return {"len": self._len, "items": list(self._items[: self._len])}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the items of :meth:`state_dict`; ValueError (storage unchanged) if too many."""
+        """Restore the items of :meth:`state_dict`; ValueError (storage unchanged) if too many.
+
+        A torchrl list-storage state (``{"_storage": [...]}``) is read too.
+        """
+        if is_torchrl_layout(state_dict):
+            state_dict = list_storage_state(state_dict)
         items = list(state_dict.get("items", []))
         length = state_dict.get("len", len(items))
         if len(items) > self.max_size or length != len(items):

@@ -17,7 +17,6 @@ from torch.utils._pytree import tree_map
 
 from ._base import Index, Storage, _as_index, _get_index, _set_index
 from ._counters import spawning
-from ._layout import _PackedLayout
 from ._packed import _PackedRows
 from ._pages import compact, expand, reserve, reserve_shared, row_memory
 from ._pytree import _Structure
@@ -28,7 +27,9 @@ from ._rendezvous import (
     layout_record,
     map_shared_file,
 )
+from ._row_layout import _PackedLayout
 from ._state import _parse_state
+from ._torchrl import is_torchrl_layout, tensor_storage_state
 from ._validate import _check_leaves, _check_ndim, _tails
 
 _SCALAR = torch.Size([])
@@ -180,8 +181,13 @@ class TensorStorage(Storage):
         return self._structure is not None and self._structure.is_tensordict
 
     @property
-    def _max_size_along_dim0(self) -> int:
+    def max_size_along_dim0(self) -> int:
         """Capacity in items (along the first storage dim); writers wrap around at it."""
+        return self._capacity
+
+    @property
+    def _max_size_along_dim0(self) -> int:
+        """:attr:`max_size_along_dim0` under torchrl's private name (code in the wild reads it)."""
         return self._capacity
 
     @property
@@ -410,6 +416,16 @@ class TensorStorage(Storage):
         leaves = rows.split(rows.read_index(flat), batch)
         return structure.build(leaves, batch, self._out_device)
 
+    def read_into(self, index: torch.Tensor, memory: torch.Tensor) -> Any | None:
+        """``get(index)`` as one gather of packed rows into ``memory`` (None: it cannot)."""
+        if self._rows is None or self._structure is None or not len(self):
+            return None
+        packed = self._rows.read_index_into(index, len(self), memory)
+        if packed is None:
+            return None
+        leaves = self._rows.split(packed, index.shape)
+        return self._structure.build(leaves, index.shape, self._out_device)
+
     def _get_items(self, items: range) -> Any:
         structure, _, rows = self._allocated()
         cells, n = self._cells, len(items)
@@ -601,7 +617,13 @@ class TensorStorage(Storage):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` content; on mismatch ValueError, storage unchanged."""
+        """Restore :meth:`state_dict` content; on mismatch ValueError, storage unchanged.
+
+        A torchrl storage state (``_storage``, ``initialized``, ``_len``) is read too.
+        """
+        if is_torchrl_layout(state_dict):
+            scratch = LazyTensorStorage(self.max_size)  # lays rows out as rbdata saves them
+            state_dict = tensor_storage_state(state_dict, self, scratch)
         parsed = _parse_state(state_dict, self)
         if parsed is None:
             self.empty()

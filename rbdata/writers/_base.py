@@ -10,8 +10,8 @@ import torch
 from tensordict import TensorDictBase
 from torch.utils._pytree import tree_leaves, tree_map
 
-from rbdata._state_file import read_state, write_state
-from rbdata._validation import check_bool
+from rbdata._component.checks import check_bool
+from rbdata._component.state_file import read_state, write_state
 from rbdata.storages import Storage
 from rbdata.storages._counters import SharedCounters
 
@@ -176,7 +176,7 @@ class Writer(abc.ABC):
     def _capacity(self) -> int:
         """Slots along the storage's first dim (items, for multi-dim storages)."""
         storage = self.storage
-        return int(getattr(storage, "_max_size_along_dim0", storage.max_size))
+        return storage.max_size_along_dim0
 
     def share_memory_(self) -> Writer:
         """Move the cursor, counters and generations to shared memory (for child processes)."""

@@ -7,7 +7,8 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rbdata._validation import UnsupportedDataError, normalize_key
+from rbdata._component.checks import normalize_key
+from rbdata.errors import UnsupportedDataError
 from rbdata.storages import Storage
 from rbdata.storages._counters import spawning
 from rbdata.writers._base import Writer

@@ -1,0 +1,45 @@
+"""One component's ``state_dict`` in a file of a directory: what ``dumps``/``loads`` write and read.
+
+Storages, samplers and writers each save their state as ``<name>_state.pt`` in the
+directory given to their ``dumps``; this module is the one place that knows how.
+
+Example:
+    >>> import tempfile
+    >>> from rbdata._component.state_file import read_state, write_state
+    >>> folder = tempfile.mkdtemp()
+    >>> write_state({"cursor": 3}, folder, "writer")
+    >>> read_state(folder, "writer")
+    {'cursor': 3}
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["read_state", "write_state"]
+
+
+def _state_path(folder: str | os.PathLike[str], component: str) -> Path:
+    return Path(folder) / f"{component}_state.pt"
+
+
+def write_state(state: dict[str, Any], folder: str | os.PathLike[str], component: str) -> None:
+    """Save ``state`` as ``<component>_state.pt`` in ``folder`` (created if missing)."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    torch.save(state, _state_path(folder, component))
+
+
+def read_state(folder: str | os.PathLike[str], component: str) -> dict[str, Any]:
+    """Read the state :func:`write_state` saved (``weights_only=True``, onto the CPU).
+
+    Raises:
+        FileNotFoundError: if ``folder`` holds no state of ``component``.
+    """
+    state: dict[str, Any] = torch.load(
+        _state_path(folder, component), weights_only=True, map_location="cpu"
+    )
+    return state

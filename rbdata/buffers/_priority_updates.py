@@ -1,0 +1,108 @@
+"""Priority updates of a replay buffer: by index, by coordinates, by sampled batch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from rbdata.buffers._anchor_priority import reduce_to_anchors
+from rbdata.buffers._components import _BufferBase
+from rbdata.buffers._priority import check_priority_update
+
+
+class _PriorityUpdates(_BufferBase):
+    """Priority updates: validated once, generation-checked, routed to anchors for sequences.
+
+    Examples:
+        >>> import torch
+        >>> from rbdata import LazyTensorStorage, PrioritizedSampler, ReplayBuffer
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(4),
+        ...                   sampler=PrioritizedSampler(4, alpha=1.0, beta=1.0))
+        >>> _ = rb.extend(torch.arange(4))
+        >>> rb.update_priority(torch.tensor([0, 1, 2, 3]), torch.tensor([0.0, 0.0, 1.0, 0.0]))
+        >>> rb.sample(3).tolist()
+        [2, 2, 2]
+    """
+
+    def update_priority(
+        self,
+        index: torch.Tensor | tuple[torch.Tensor, ...] | int,
+        priority: torch.Tensor | float,
+        *,
+        generation: torch.Tensor | None = None,
+    ) -> None:
+        """Update the priorities of ``index`` (skipping slots rewritten since ``generation``).
+
+        With a storage of ``ndim > 1``, ``index`` may hold coordinates, as
+        :meth:`extend` and ``info["index"]`` give them (``[N, ndim]`` or a tuple
+        of ``ndim`` tensors), or flat cells (1-D). A priority of several dims is
+        laid out like the data given to ``extend``: its dim ``dim_extend`` is
+        moved first, as ``extend`` does with the data, before it is flattened.
+
+        Raises:
+            TypeError: for an index that does not hold integers.
+            ValueError: if a priority is negative, NaN or infinite, the lengths
+                differ, coordinates have the wrong width or lie outside the
+                storage, or an index is outside the written slots; nothing
+                changes then.
+        """
+        self._init()
+        with self._sync.lock:
+            flat = self._flat_index(index)
+            if self._storage.ndim > 1:
+                priority = torch.as_tensor(priority)
+                if priority.ndim > 1 and self.dim_extend > 0:
+                    priority = priority.movedim(self.dim_extend, 0)
+            flat, priority = check_priority_update(flat, priority, len(self._storage))
+            if generation is not None and self._writer.tracks_generations:
+                generation = torch.as_tensor(generation, dtype=torch.long).reshape(-1)
+                if generation.numel() != flat.numel():
+                    raise ValueError(
+                        f"generation has {generation.numel()} entries, expected one per index "
+                        f"({flat.numel()})."
+                    )
+                live = self._writer.generations_of(flat) == generation
+                self._stats.count_skipped_priority_updates(int((~live).sum()))
+                flat, priority = flat[live], priority[live]
+            self._sampler.update_priority(flat, priority, storage=self._storage)
+
+    def update_batch_priority(self, batch: Any, priority: torch.Tensor) -> None:
+        """Apply new priorities to a batch this buffer handed out (skipping rewritten rows).
+
+        With a :class:`~rbdata.Sequence` unit the records' priorities go to
+        their anchors (the max over each window's valid records).
+        """
+        if not self.prioritized:
+            return
+        index = self._flat_index(batch["index"], 'batch["index"]')
+        generation = (
+            batch.get("index_generation", None)
+            if isinstance(batch, Mapping | TensorDictBase)
+            else None
+        )
+        priority = torch.as_tensor(priority).detach()
+        if priority.numel() == index.numel():
+            priority = priority.reshape(index.shape)
+        self._update_record_priority(batch, index, priority, generation)
+
+    def _update_record_priority(
+        self, batch: Any, index: torch.Tensor, priority: torch.Tensor, generation: Any
+    ) -> None:
+        """Priorities of a sampled batch's records: to the records, or to their anchors."""
+        anchors = self._sample_unit.anchors_of(batch, self.storage)
+        if anchors is None:
+            self.update_priority(index, priority, generation=generation)
+            return
+        with self._sync.lock:
+            live = None
+            if generation is not None and self._writer.tracks_generations:
+                generation = torch.as_tensor(generation, dtype=torch.long).reshape(-1)
+                live = self._writer.generations_of(index.reshape(-1)) == generation
+            anchors, priority, skipped = reduce_to_anchors(
+                anchors, priority, batch.get("validity_mask", None), live
+            )
+            self._stats.count_skipped_priority_updates(skipped)
+            self.update_priority(anchors, priority)
