@@ -41,6 +41,7 @@ class _ReadPath(_BufferBase):
 
     def _draw(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """Draw one batch's rows (call under the lock); raises when nothing is sampleable."""
+        self._follow_writes()
         index, info = self._sampler.sample(self._storage, batch_size)
         index, info = self._sample_unit.expand(index, info, self._storage)
         info = dict(info)
@@ -64,6 +65,7 @@ class _ReadPath(_BufferBase):
         """
         self._init()
         with self._sync.lock:
+            self._follow_writes()
             if self._sampler.exhausted(self._storage):
                 return Draw.empty()
             index, info = self._draw(batch_size)
@@ -133,6 +135,7 @@ class _ReadPath(_BufferBase):
     def _sample_ahead(self, batch_size: int) -> tuple[Any, dict[str, Any], bool] | None:
         """A batch sampled ahead, with whether it ended a pass; None when nothing is sampleable."""
         with self._sync.lock:
+            self._follow_writes()
             if self._sampler.exhausted(self._storage) and len(self._storage):
                 return None
             index, info = self._draw(batch_size)

@@ -10,9 +10,10 @@ import torch
 from tensordict import TensorDictBase
 
 from rbdata.buffers._priority import check_priorities
-from rbdata.buffers.prioritized import with_prioritized_sampler
+from rbdata.buffers.prioritized import _PrioritySync, with_prioritized_sampler
 from rbdata.buffers.protocol import INFO_KEYS
 from rbdata.buffers.replay import ReplayBuffer
+from rbdata.samplers import PrioritizedSampler
 from rbdata.storages import Storage
 from rbdata.storages._torchrl import without_index_entry
 from rbdata.writers import TensorDictRoundRobinWriter
@@ -137,7 +138,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         self._update_record_priority(data, index, priority, data.get("index_generation", None))
 
 
-class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
+class TensorDictPrioritizedReplayBuffer(_PrioritySync, TensorDictReplayBuffer):
     """A prioritized buffer of TensorDicts; samples carry ``index`` and ``priority_weight``.
 
     Keyword Args:
@@ -147,6 +148,9 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         eps: added to priorities.
         dtype: dtype of the priority tree.
         reduction: how duplicate indices in one priority update combine.
+        sampler_device: where the priority tree lives (None: the storage's device).
+        sync: False lets writer processes started with the buffer write without
+            the priority tree (see :class:`PrioritizedReplayBuffer`). Defaults to True.
         **kwargs: the :class:`ReplayBuffer` arguments (except ``sampler``).
 
     Examples:
@@ -172,18 +176,22 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         dtype: torch.dtype = torch.float,
         storage: Storage | None = None,
         reduction: str = "max",
+        sampler_device: torch.device | str | None = None,
+        sync: bool = True,
         **kwargs: Any,
     ) -> None:
         storage, kwargs = with_prioritized_sampler(
             type(self).__name__,
             kwargs,
             storage,
+            sampler_device,
             alpha=alpha,
             beta=beta,
             eps=eps,
             dtype=dtype,
             reduction=reduction,
         )
+        self._check_sync(sync, storage)
         super().__init__(priority_key=priority_key, storage=storage, **kwargs)
 
     def _data_priority(self, data: Any, update_priority: bool | None) -> torch.Tensor | None:
@@ -203,7 +211,7 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
 
     def _after_extend(self, data: Any, index: torch.Tensor, update_priority: bool | None) -> None:
         priority = self._data_priority(data, update_priority)
-        if priority is None:
-            return
+        if priority is None or not isinstance(self._sampler, PrioritizedSampler):
+            return  # a sync=False writer process: the learner sets the priorities
         keep = index >= 0
         self.update_priority(index[keep], priority[keep])

@@ -12,6 +12,7 @@ from torch.utils.data._utils.collate import default_collate
 from rbdata._component.checks import check_int
 
 from ._base import Index, Storage, _as_index, _get_index, _identity, _set_index
+from ._counters import spawning
 from ._torchrl import is_torchrl_layout, list_storage_state
 
 
@@ -61,6 +62,15 @@ class ListStorage(Storage):
         super().__init__(max_size, compilable=compilable)
         self.device = None if device is None else torch.device(device)
         self._items: list[Any] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        if spawning():
+            raise RuntimeError(
+                f"Cannot share a storage of type {type(self).__name__} between processes: its "
+                "items are Python objects in this process's memory. Use a LazyTensorStorage or "
+                "a LazyMemmapStorage for a buffer that child processes write."
+            )
+        return self.__dict__.copy()
 
     def default_collate_fn(self) -> Callable[[Any], Any]:
         """Stack the items read together (TensorDicts, tensors, numbers, PyTrees of them)."""

@@ -93,6 +93,7 @@ def test_inspect_prints_sizes_components_keys_and_summaries(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "60 of 100 items" in out and "sampler PrioritizedSampler" in out
     assert "obs             float32  [3]" in out
+    assert "memory: " in out and " resident of " in out
     assert "policy versions 0 .. 5: age mean 2.50, max 5" in out
     assert "trajectories: 4 ending here, length min 6, mean 15, max 29" in out
 
@@ -104,6 +105,8 @@ def test_inspect_prints_sizes_components_keys_and_summaries(tmp_path, capsys):
     ages = versions.max() - versions
     assert summary["policy_versions"]["age_mean"] == pytest.approx(float(ages.double().mean()))
     assert summary["trajectories"]["count"] == 4
+    item = summary["bytes"]["item"]
+    assert summary["bytes"] == {"item": item, "resident": 60 * item, "capacity": 100 * item}
 
 
 def test_inspect_series_hold_the_dumps_values(tmp_path):

@@ -353,6 +353,11 @@ REFUSED_MEMBERS: dict[str, str] = {
         "policy_age_filters() is not available on a Ray-backed buffer (service_backend='ray'): "
         "the filters live in the actor; set their version with publish_policy_version()."
     ),
+    "share": (
+        "share() is not available on a Ray-backed buffer (service_backend='ray'): the buffer "
+        "lives in its actor, which every process reaches through rb.client(); share() puts a "
+        "direct buffer in shared memory for torch.multiprocessing children."
+    ),
 }
 
 #: Public properties not served yet (the calling process's own component, empty) -> what
@@ -365,6 +370,7 @@ UNSERVED_MEMBERS: dict[str, str] = {
     "transform": "the sample-path transforms",
     "sample_unit": "the sample unit",
     "generator": "the sampling generator",
+    "prioritized_sampler": "the prioritized sampler (torchrl's sync=False name for it)",
 }
 
 #: The methods a Ray-backed buffer binds to its client (forwarded ones and the client's own).

@@ -8,11 +8,12 @@ from is declared with one route (``surface.routes()``):
 - CLIENT: implemented by the client itself (requests ahead, slots, local hooks);
 - LOCAL: answered in the calling process on purpose (lifecycle, ``lock``,
   ``service_backend``, ``as_remote``);
-- REFUSED: ``reader``, ``reading_into`` and ``policy_age_filters`` raise
-  NotImplementedError;
-- UNSERVED: ``storage``, ``sampler``, ``writer``, ``transform``, ``sample_unit``
-  and ``generator`` are still the calling process's own components (properties:
-  the buffer-side dispatch will forward or refuse them).
+- REFUSED: ``reader``, ``reading_into``, ``policy_age_filters`` and ``share``
+  raise NotImplementedError;
+- UNSERVED: ``storage``, ``sampler``, ``prioritized_sampler``, ``writer``,
+  ``transform``, ``sample_unit`` and ``generator`` are still the calling
+  process's own components (properties: the buffer-side dispatch will forward
+  or refuse them).
 
 A member added to a buffer class fails the first test until it is declared.
 """
@@ -69,9 +70,10 @@ def test_every_public_member_of_the_buffers_is_declared_once() -> None:
     assert not members - set(declared), f"undeclared members: {sorted(members - set(declared))}"
     assert not set(declared) - members, f"stale declarations: {sorted(set(declared) - members)}"
     by_route = {route: sorted(n for n, r in declared.items() if r is route) for route in Route}
-    assert by_route[Route.REFUSED] == ["policy_age_filters", "reader", "reading_into"]
+    assert by_route[Route.REFUSED] == ["policy_age_filters", "reader", "reading_into", "share"]
     assert by_route[Route.UNSERVED] == [
         "generator",
+        "prioritized_sampler",
         "sample_unit",
         "sampler",
         "storage",
