@@ -33,7 +33,7 @@ class SumTreeLimit:
         self.update(torch.arange(capacity), torch.ones(capacity))
 
     def update(self, index: torch.Tensor, priority: torch.Tensor) -> None:
-        """Set the leaves ``index`` to ``(priority + 1e-8) ** alpha`` and refresh their ancestors."""
+        """Set the leaves ``index`` to ``(priority + 1e-8) ** alpha``; refresh their ancestors."""
         values = (priority + 1e-8).pow_(self.alpha)
         self.sums[-1].index_copy_(0, index, values)
         self.mins[-1].index_copy_(0, index, values)

@@ -136,9 +136,7 @@ def row_consume(lib: ModuleType) -> Row:
     """
     cap, batch = 100_000, 256
     data = transitions(cap)
-    rb = lib.TensorDictReplayBuffer(
-        storage=lib.LazyTensorStorage(cap), consume_after_n_samples=1
-    )
+    rb = lib.TensorDictReplayBuffer(storage=lib.LazyTensorStorage(cap), consume_after_n_samples=1)
 
     def cycle_lib() -> None:
         rb.extend(data)

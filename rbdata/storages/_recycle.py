@@ -32,20 +32,53 @@ _MAX_BUFFERS = 4
 _MAX_BYTES = 512 * 2**20
 # Present in every torch release rbdata supports; without it nothing is recycled.
 _use_count: Callable[[int], int] | None = getattr(torch._C, "_storage_Use_Count", None)
+_detach = torch.Tensor.detach
+
+Make = Callable[[torch.Tensor], list[torch.Tensor]]
 
 
-def _unused(buffer: torch.Tensor) -> bool:
-    """Whether only the pool holds ``buffer``'s memory (the temporary storage object is 1).
+class _Entry:
+    """One pooled buffer, its own views (never handed out), and its storage count when unused.
 
-    Memory moved to shared memory (a batch sent to another process) is never
-    reused: the receiving process may still read it.
+    Args:
+        buffer: the pooled tensor (the pool's own reference).
     """
-    storage = buffer.untyped_storage()
-    return _use_count is not None and _use_count(storage._cdata) == 2 and not storage.is_shared()
+
+    __slots__ = ("buffer", "shape", "cdata", "unused_count", "views")
+
+    def __init__(self, buffer: torch.Tensor) -> None:
+        self.buffer = buffer
+        self.shape = tuple(buffer.shape)
+        self.cdata = buffer.untyped_storage()._cdata  # valid while ``buffer`` holds it
+        self.unused_count = 1  # the buffer itself, then its views too
+        self.views: list[torch.Tensor] | None = None
+
+    def nbytes(self) -> int:
+        return self.buffer.untyped_storage().nbytes()
+
+    def unused(self) -> bool:
+        """Whether only the pool holds the memory (the buffer and the pool's own views).
+
+        Every tensor made of it (a batch's leaves, views of them, numpy arrays,
+        what autograd saved) holds the storage: its count says so. Memory moved
+        to shared memory (a batch sent to another process) is never reused:
+        the receiving process may still read it.
+        """
+        assert _use_count is not None
+        return (
+            _use_count(self.cdata) == self.unused_count
+            and not self.buffer.untyped_storage().is_shared()
+        )
 
 
 class _GatherPool:
     """Up to ``_MAX_BUFFERS`` gather outputs (``_MAX_BYTES`` in all), reused when unreferenced.
+
+    :meth:`take` hands out a buffer. :meth:`take_leaves` hands out the leaves
+    of a filled buffer: the buffer's own views (the leaves' layout, made once
+    per buffer and never handed out, so nobody ever changes them) are
+    aliased with one ``detach`` each, which costs a fraction of cutting the
+    rows into leaves anew.
 
     Args:
         dtype: dtype of the gathered rows.
@@ -55,33 +88,61 @@ class _GatherPool:
     def __init__(self, dtype: torch.dtype, device: torch.device) -> None:
         self._dtype = dtype
         self._device = device
-        self._buffers: list[torch.Tensor] = []
+        self._entries: list[_Entry] = []
         self._lock = threading.Lock()
 
     def take(self, shape: tuple[int, int]) -> torch.Tensor:
         """A tensor of ``shape`` that nothing else uses (its content is arbitrary)."""
-        if _use_count is None:
-            return torch.empty(shape, dtype=self._dtype, device=self._device)
-        with self._lock:  # the alias returned holds the memory before another thread looks
-            buffers = self._buffers
-            for i in range(len(buffers) - 1, -1, -1):  # the most recent first: cache-warm
-                buffer = buffers[i]
-                if buffer.shape == shape and _unused(buffer):
-                    buffers.append(buffers.pop(i))  # the most recently handed out last
-                    return buffer.detach()  # an alias: cheaper than a view, holds the memory
-            fresh = torch.empty(shape, dtype=self._dtype, device=self._device)
-            self._keep(fresh)
-            return fresh.detach()
+        return self._lease(shape)[0]
 
-    def _keep(self, fresh: torch.Tensor) -> None:
-        """Pool ``fresh``, dropping buffers to make room: unused ones first, else the oldest."""
-        buffers, size = self._buffers, fresh.untyped_storage().nbytes()
+    def take_leaves(
+        self, shape: tuple[int, int], fill: Callable[[torch.Tensor], object], make: Make
+    ) -> list[torch.Tensor]:
+        """The leaves of a buffer of ``shape`` once ``fill`` wrote it.
+
+        Args:
+            shape: the buffer's shape.
+            fill: writes the buffer (the rows gathered into it).
+            make: makes the leaves (views) of a buffer (once per pooled buffer).
+
+        Returns:
+            Tensors that are the caller's own (aliases of the pool's views).
+        """
+        out, entry = self._lease(shape)
+        fill(out)
+        if entry is None:
+            return make(out)
+        views = entry.views
+        if views is None:
+            views = make(out)
+            with self._lock:  # what holds the memory now: the buffer, ``out``, the views
+                entry.unused_count = _use_count(entry.cdata) - 1  # type: ignore[misc]
+                entry.views = views
+        return list(map(_detach, views))
+
+    def _lease(self, shape: tuple[int, int]) -> tuple[torch.Tensor, _Entry | None]:
+        """An unused buffer of ``shape`` as an alias (it holds the memory), and its entry."""
+        if _use_count is None:
+            return torch.empty(shape, dtype=self._dtype, device=self._device), None
+        with self._lock:  # the alias returned holds the memory before another thread looks
+            entries = self._entries
+            for i in range(len(entries) - 1, -1, -1):  # the most recent first: cache-warm
+                entry = entries[i]
+                if entry.shape == shape and entry.unused():
+                    if i != len(entries) - 1:
+                        entries.append(entries.pop(i))  # the most recently handed out last
+                    return _detach(entry.buffer), entry  # an alias: cheaper than a view
+            fresh = _Entry(torch.empty(shape, dtype=self._dtype, device=self._device))
+            kept = self._keep(fresh)
+            return _detach(fresh.buffer), fresh if kept else None
+
+    def _keep(self, fresh: _Entry) -> bool:
+        """Pool ``fresh``, dropping entries to make room: unused ones first, else the oldest."""
+        entries, size = self._entries, fresh.nbytes()
         if size > _MAX_BYTES:
-            return
-        while (
-            len(buffers) >= _MAX_BUFFERS
-            or size + sum(b.untyped_storage().nbytes() for b in buffers) > _MAX_BYTES
-        ):
-            unused = next((i for i, b in enumerate(buffers) if _unused(b)), 0)
-            del buffers[unused]  # an in-use one is only forgotten: its holder keeps it
-        buffers.append(fresh)
+            return False
+        while len(entries) >= _MAX_BUFFERS or size + sum(e.nbytes() for e in entries) > _MAX_BYTES:
+            unused = next((i for i, e in enumerate(entries) if e.unused()), 0)
+            del entries[unused]  # an in-use one is only forgotten: its holder keeps it
+        entries.append(fresh)
+        return True
