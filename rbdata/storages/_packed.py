@@ -77,16 +77,11 @@ class _PackedRows:
         recycled buffer whose leaf views are made once, and a batch's leaves
         are aliases of them (see ``_recycle``): no row is cut into leaves per batch.
         """
-        if self._pool is None or self.out_device is not None or not index.is_cpu:
+        pool = self._pool
+        if pool is None or self.out_device is not None or not index.is_cpu:
             return self.split(self.read_index(index, filled), index.shape)
-        source = self._source(filled)
-        shape = (index.shape[0], source.shape[1])
-        batch = index.shape
-        return self._pool.take_leaves(
-            shape,
-            lambda out: torch.index_select(source, 0, index, out=out),
-            lambda rows: self.split(rows, batch),
-        )
+        source = self.words if filled is None or filled == self.capacity else self._source(filled)
+        return pool.gather_leaves(source, index, self.split)
 
     def _source(self, filled: int | None) -> torch.Tensor:
         """The rows a read may see: all of them, or the first ``filled``."""

@@ -13,6 +13,14 @@ all hold a reference). A batch a user keeps is therefore never overwritten;
 it is simply not reused, and a new buffer is allocated instead. Memory that
 was sent to another process (moved to shared memory) is never reused.
 
+A buffer also keeps the views that cut it into a batch's leaves (made the
+first time it is handed out, never handed out themselves): a batch's leaves
+are aliases of them (one ``detach`` each), which costs a fraction of cutting
+the rows anew, and since nobody ever gets hold of the views, nothing a user
+does to a batch (in place, to its data, shapes, strides or grad state)
+reaches the next one. The views count among the references of an unused
+buffer; the aliases, like any tensor made from the batch, hold it in use.
+
 The pool keeps its buffers in the order they were last handed out. When it
 is full and every buffer is in use, it forgets the one handed out longest ago
 (whoever holds it keeps it) and keeps the new one: a batch kept for good
@@ -34,7 +42,7 @@ _MAX_BYTES = 512 * 2**20
 _use_count: Callable[[int], int] | None = getattr(torch._C, "_storage_Use_Count", None)
 _detach = torch.Tensor.detach
 
-Make = Callable[[torch.Tensor], list[torch.Tensor]]
+Split = Callable[[torch.Tensor, torch.Size], list[torch.Tensor]]
 
 
 class _Entry:
@@ -44,7 +52,7 @@ class _Entry:
         buffer: the pooled tensor (the pool's own reference).
     """
 
-    __slots__ = ("buffer", "shape", "cdata", "unused_count", "views")
+    __slots__ = ("buffer", "shape", "cdata", "unused_count", "views", "leased")
 
     def __init__(self, buffer: torch.Tensor) -> None:
         self.buffer = buffer
@@ -52,6 +60,7 @@ class _Entry:
         self.cdata = buffer.untyped_storage()._cdata  # valid while ``buffer`` holds it
         self.unused_count = 1  # the buffer itself, then its views too
         self.views: list[torch.Tensor] | None = None
+        self.leased = False  # handed out to gather_leaves, whose leaves do not hold it yet
 
     def nbytes(self) -> int:
         return self.buffer.untyped_storage().nbytes()
@@ -66,7 +75,8 @@ class _Entry:
         """
         assert _use_count is not None
         return (
-            _use_count(self.cdata) == self.unused_count
+            not self.leased
+            and _use_count(self.cdata) == self.unused_count
             and not self.buffer.untyped_storage().is_shared()
         )
 
@@ -74,8 +84,8 @@ class _Entry:
 class _GatherPool:
     """Up to ``_MAX_BUFFERS`` gather outputs (``_MAX_BYTES`` in all), reused when unreferenced.
 
-    :meth:`take` hands out a buffer. :meth:`take_leaves` hands out the leaves
-    of a filled buffer: the buffer's own views (the leaves' layout, made once
+    :meth:`take` hands out a buffer. :meth:`gather_leaves` gathers rows into
+    one and hands out their leaves: the buffer's own views (the leaves' layout, made once
     per buffer and never handed out, so nobody ever changes them) are
     aliased with one ``detach`` each, which costs a fraction of cutting the
     rows into leaves anew.
@@ -93,48 +103,71 @@ class _GatherPool:
 
     def take(self, shape: tuple[int, int]) -> torch.Tensor:
         """A tensor of ``shape`` that nothing else uses (its content is arbitrary)."""
-        return self._lease(shape)[0]
+        if _use_count is None:
+            return self._empty(shape)
+        with self._lock:  # the alias returned holds the memory before another thread looks
+            entry = self._find(shape)
+            if entry is None:
+                entry = _Entry(self._empty(shape))
+                self._keep(entry)
+            return _detach(entry.buffer)  # an alias: cheaper than a view
 
-    def take_leaves(
-        self, shape: tuple[int, int], fill: Callable[[torch.Tensor], object], make: Make
+    def _empty(self, shape: tuple[int, int]) -> torch.Tensor:
+        return torch.empty(shape, dtype=self._dtype, device=self._device)
+
+    def gather_leaves(
+        self, source: torch.Tensor, index: torch.Tensor, split: Split
     ) -> list[torch.Tensor]:
-        """The leaves of a buffer of ``shape`` once ``fill`` wrote it.
+        """The leaves of the rows ``index`` of ``source`` gathered into a buffer of the pool.
 
         Args:
-            shape: the buffer's shape.
-            fill: writes the buffer (the rows gathered into it).
-            make: makes the leaves (views) of a buffer (once per pooled buffer).
+            source: the rows (2-D, of the pool's dtype).
+            index: 1-D int64 rows to gather (``IndexError`` for one outside ``source``).
+            split: cuts a buffer into the leaves of a batch of shape ``index.shape``
+                (called once per pooled buffer, for its views).
 
         Returns:
             Tensors that are the caller's own (aliases of the pool's views).
         """
-        out, entry = self._lease(shape)
-        fill(out)
+        shape = (index.shape[0], source.shape[1])
+        entry = self._lease_entry(shape)
         if entry is None:
-            return make(out)
-        views = entry.views
-        if views is None:
-            views = make(out)
-            with self._lock:  # what holds the memory now: the buffer, ``out``, the views
-                entry.unused_count = _use_count(entry.cdata) - 1  # type: ignore[misc]
+            return split(torch.index_select(source, 0, index), index.shape)
+        try:  # the entry is leased: no other thread takes it until the leaves hold the memory
+            torch.index_select(source, 0, index, out=entry.buffer)
+            views = entry.views
+            if views is None:
+                views = split(entry.buffer, index.shape)
+                # what holds the memory when unused: the buffer and the views (their bases)
+                entry.unused_count = _use_count(entry.cdata)  # type: ignore[misc]
                 entry.views = views
-        return list(map(_detach, views))
+            return list(map(_detach, views))
+        finally:
+            entry.leased = False
 
-    def _lease(self, shape: tuple[int, int]) -> tuple[torch.Tensor, _Entry | None]:
-        """An unused buffer of ``shape`` as an alias (it holds the memory), and its entry."""
+    def _lease_entry(self, shape: tuple[int, int]) -> _Entry | None:
+        """An unused pooled entry of ``shape``, leased (None when recycling is off or too big)."""
         if _use_count is None:
-            return torch.empty(shape, dtype=self._dtype, device=self._device), None
-        with self._lock:  # the alias returned holds the memory before another thread looks
-            entries = self._entries
-            for i in range(len(entries) - 1, -1, -1):  # the most recent first: cache-warm
-                entry = entries[i]
-                if entry.shape == shape and entry.unused():
-                    if i != len(entries) - 1:
-                        entries.append(entries.pop(i))  # the most recently handed out last
-                    return _detach(entry.buffer), entry  # an alias: cheaper than a view
-            fresh = _Entry(torch.empty(shape, dtype=self._dtype, device=self._device))
-            kept = self._keep(fresh)
-            return _detach(fresh.buffer), fresh if kept else None
+            return None
+        with self._lock:
+            entry = self._find(shape)
+            if entry is None:
+                entry = _Entry(self._empty(shape))
+                if not self._keep(entry):
+                    return None
+            entry.leased = True
+            return entry
+
+    def _find(self, shape: tuple[int, int]) -> _Entry | None:
+        """The most recently handed out unused entry of ``shape`` (moved last), if any."""
+        entries = self._entries
+        for i in range(len(entries) - 1, -1, -1):  # the most recent first: cache-warm
+            entry = entries[i]
+            if entry.shape == shape and entry.unused():
+                if i != len(entries) - 1:
+                    entries.append(entries.pop(i))  # the most recently handed out last
+                return entry
+        return None
 
     def _keep(self, fresh: _Entry) -> bool:
         """Pool ``fresh``, dropping entries to make room: unused ones first, else the oldest."""
