@@ -249,9 +249,10 @@ class ConsumeLimit:
 
     Every slot starts consumed (free). :meth:`cycle` writes a batch into free
     slots (the free list is ``nonzero`` of a free mask, so the slots come
-    lowest first: one ``index_copy_`` per key, in slot order), then draws every
-    live slot once, ``batch`` at a time, in ``randperm`` order, freeing each:
-    what a buffer with ``consume_after_n_samples=1`` does for ``extend``
+    lowest first: one slice copy per key when they are a run, as after a
+    full drain, else one ``index_copy_`` per key in slot order), then draws
+    every live slot once, ``batch`` at a time, in ``randperm`` order, freeing
+    each: what a buffer with ``consume_after_n_samples=1`` does for ``extend``
     followed by ``sample`` until it is empty.
 
     Args:
@@ -265,14 +266,18 @@ class ConsumeLimit:
         self.free = torch.ones(capacity, dtype=torch.bool)
 
     def cycle(self, data: TensorDict) -> None:
-        n = data.shape[0]
+        n, store = data.shape[0], self.store
         slots = self.free.nonzero().squeeze(1)[:n]
         self.free[slots] = False
-        for k in self.store.keys:
-            self.store.bufs[k].index_copy_(0, slots, data.get(k))
+        first, last = int(slots[0]), int(slots[-1])
+        for k in store.keys:
+            if last - first == n - 1:  # sorted and distinct: a run
+                store.bufs[k][first : last + 1].copy_(data.get(k))
+            else:
+                store.bufs[k].index_copy_(0, slots, data.get(k))
         live = (~self.free).nonzero().squeeze(1)
         order = live[torch.randperm(live.numel())]
-        for s in range(0, order.numel(), self.store.batch):
-            drawn = order[s : s + self.store.batch]
-            self.store.gather(drawn)
+        for s in range(0, order.numel(), store.batch):
+            drawn = order[s : s + store.batch]
+            store.gather(drawn)
             self.free[drawn] = True

@@ -132,7 +132,8 @@ def row_consume(lib: ModuleType) -> Row:
     One operation is the whole cycle: ``extend`` of 100k transitions (every
     slot was consumed by the cycle before), then ``sample(256)`` while
     ``len(rb) > 0``. The limit (``_common.ConsumeLimit``) does the same with
-    per-key tensors, a free-slot list (lowest free slots first) and ``randperm``.
+    per-key tensors, a free-slot list (lowest free slots first, a run copied
+    as one slice) and ``randperm``.
     """
     cap, batch = 100_000, 256
     data = transitions(cap)

@@ -212,6 +212,7 @@ class _LiveSet:
             raise ValueError(f"indices must be >= 0, got min {int(flat.min())}.")
         self._grow(int(flat.max()) + 1)
         self._counts_np[flat] = 0
+        self._stamps_np[flat] = -1  # written: no longer consumed (their queue entries are stale)
         new = flat[self._pos_np[flat] < 0]
         if new.size > 1:
             # Drop repeats in O(m): the position map serves as scratch (the last one wins).
@@ -329,12 +330,12 @@ class _LiveSet:
         return torch.from_numpy(self._freed.first_valid(k, self._still_consumed))
 
     def _still_consumed(self, slots: np.ndarray, stamps: np.ndarray) -> np.ndarray:
-        """Which queued ``(slot, stamp)`` entries still hold a consumed slot (each slot once)."""
-        valid: np.ndarray = (
-            (self._stamps_np[slots] == stamps)
-            & (self._counts_np[slots] >= self.n)
-            & (self._pos_np[slots] < 0)
-        )
+        """Which queued ``(slot, stamp)`` entries still hold a consumed slot (each slot once).
+
+        A slot's stamp is the one of its last queueing until it is written
+        (then -1), and only a write makes a consumed slot live again.
+        """
+        valid: np.ndarray = self._stamps_np[slots] == stamps
         return valid
 
     # ------------------------------------------------------------ removal
