@@ -397,12 +397,11 @@ class TensorStorage(Storage):
         ):
             structure, _, rows = self._allocated()
             try:  # the gather rejects what lies outside the filled part (negatives included)
-                packed = rows.read_index(index, filled)
+                leaves = rows.read_leaves(index, filled)
             except IndexError:
                 pass  # the checked path resolves negative entries or names the bad one
             else:
-                batch = index.shape
-                return structure.build(rows.split(packed, batch), batch, self._out_device)
+                return structure.build(leaves, index.shape, self._out_device)
         index = _as_index(index)
         if isinstance(index, slice):
             return self._get_items(range(*index.indices(self._len)))
