@@ -2,12 +2,10 @@
 
 :func:`attach_ray_service` is what ``ReplayBuffer(..., service_backend="ray")``
 calls: it starts a :class:`~rbdata.service.server.owner.BufferOwner` actor hosting
-a direct copy of the buffer being built and makes the calling buffer forward its
-methods to it, by binding the forwarding callables into the instance's
-``__dict__`` (instance attributes shadow the class's methods), so the
-buffer stays an instance of the class that was called. Properties and
-dunders cannot be shadowed that way; the buffer class forwards those to the
-:class:`RayService` this function returns.
+a direct copy of the buffer being built and gives the calling buffer the
+Ray-backed variant of its class (:func:`~rbdata.service.client.proxy.proxy_class`,
+a subclass generated from the surface's declaration), whose members go to the
+:class:`RayService` this function returns and its :attr:`RayService.driver` client.
 """
 
 from __future__ import annotations
@@ -20,7 +18,8 @@ from rbdata.errors import ServiceUnavailableError
 from rbdata.service import runtime
 from rbdata.service.client.buffer_client import OwnerAddress, RayBufferClient
 from rbdata.service.client.distributed_client import DistributedBufferClient
-from rbdata.service.client.surface import FORWARDED_METHODS, REFUSED_MEMBERS
+from rbdata.service.client.proxy import proxy_class
+from rbdata.service.client.surface import FORWARDED_METHODS
 from rbdata.service.server.owner import BufferOwner
 from rbdata.service.transport.channel import BACKENDS
 from rbdata.service.transport.messages import WAIT_GROUP
@@ -174,88 +173,10 @@ class RayService:
             ray.kill(actor, no_restart=True)
         self._lease.release()
 
-    # ------------------------------------------------- forwarded attributes
     @property
-    def batch_size(self) -> int | None:
-        """The hosted buffer's default batch size."""
-        return self._client.batch_size
-
-    @property
-    def write_count(self) -> int:
-        """Items written so far."""
-        return self._client.write_count
-
-    @property
-    def dim_extend(self) -> int:
-        """The dimension ``extend`` iterates over."""
-        return self._client.dim_extend
-
-    @property
-    def prioritized(self) -> bool:
-        """Whether priority updates change what is drawn."""
-        return self._client.prioritized
-
-    @property
-    def lock(self) -> Any:
-        """The owner-side client's lock (see :attr:`RayBufferClient.lock`)."""
-        return self._client.lock
-
-    @property
-    def initialized(self) -> bool:
-        """Whether the hosted buffer's components are built."""
-        return self._client.initialized
-
-    def __len__(self) -> int:
-        return len(self._client)
-
-    def getitem(self, index: Any) -> Any:
-        """``hosted_buffer[index]``."""
-        return self._client[index]
-
-    def setitem(self, index: Any, data: Any) -> None:
-        """``hosted_buffer[index] = data``."""
-        self._client[index] = data
-
-    def next(self) -> Any:
-        """The next batch of the hosted buffer's iterator (None when a pass ends)."""
-        return self._client.next()
-
-    def forwarders(self, buffer: Any) -> dict[str, Any]:
-        """Callables for ``buffer``: forwarded methods, refused ones, and the lifecycle methods.
-
-        The forwarded methods are the surface's ``FORWARDED_METHODS``
-        (:mod:`rbdata.service.client.surface`); one that returns the client
-        returns ``buffer`` instead. The surface's refused methods raise
-        NotImplementedError with its message.
-        """
-        out = {name: _returning(buffer, getattr(self._client, name)) for name in FORWARDED_METHODS}
-        out.update({name: _refusing(message) for name, message in REFUSED_MEMBERS.items()})
-
-        def start() -> Any:
-            self.start()
-            return buffer
-
-        out.update(start=start, shutdown=self.shutdown, close=self.shutdown, client=self.client)
-        return out
-
-
-def _returning(buffer: Any, method: Any) -> Any:
-    client = method.__self__
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        result = method(*args, **kwargs)
-        return buffer if result is client else result
-
-    forward.__name__ = method.__name__
-    forward.__doc__ = method.__doc__
-    return forward
-
-
-def _refusing(message: str) -> Any:
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(message)
-
-    return refuse
+    def driver(self) -> RayBufferClient:
+        """The client the Ray-backed buffer itself forwards to (in this process)."""
+        return self._client
 
 
 def attach_ray_service(
@@ -271,7 +192,7 @@ def attach_ray_service(
     """Host ``hosted`` in a Ray actor and make ``buffer`` forward to it.
 
     Args:
-        buffer: the buffer being constructed (it keeps its class; its methods are shadowed).
+        buffer: the buffer being constructed (it takes the Ray-backed subclass of its class).
         hosted: a direct copy of it (same class and components) for the actor to host.
         options: ``service_backend_options``: ``ray_init_config`` and ``remote_config``.
         transport: ``"auto"``, ``"ray"`` or ``"distributed"``.
@@ -280,7 +201,7 @@ def attach_ray_service(
         delayed_init: build the hosted buffer's components on first use, not now.
 
     Returns:
-        The service; the buffer class forwards its properties and dunders to it.
+        The service (the buffer's ``_remote``).
 
     Raises:
         TypeError: for an unknown key of ``options``.
@@ -312,5 +233,5 @@ def attach_ray_service(
         transport=transport,
         transport_options=transport_options,
     )
-    buffer.__dict__.update(service.forwarders(buffer))
+    buffer.__class__ = proxy_class(type(buffer))
     return service
