@@ -149,6 +149,11 @@ class _BufferBase:
     def _init(self) -> None:
         if self._initialized:
             return
+        with self._sync.lock:  # threads of a concurrent owner may make the first call at once
+            if not self._initialized:
+                self._build_components()
+
+    def _build_components(self) -> None:
         args = self._args
         self._storage: Storage = build_component(
             args["storage"], Storage, lambda: ListStorage(1000), "storage"

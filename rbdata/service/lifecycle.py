@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 _OPTION_KEYS = frozenset({"ray_init_config", "remote_config"})
 _TRANSPORTS = ("auto", "ray", "distributed")
 _WAITERS = 8  # clients that may wait for data at once (threads of the actor's wait group)
+_SERVERS = 8  # calls the actor serves at once (the hosted buffer's locks guard its state)
 
 
 class RayService:
@@ -99,7 +100,9 @@ class RayService:
             name = f"rbdata-buffer-{uuid.uuid4().hex}"
             options = {"num_cpus": 1, **(remote_config or {})}
             options.update(name=name, namespace=runtime.NAMESPACE, max_restarts=0)
-            owner = ray.remote(concurrency_groups={WAIT_GROUP: _WAITERS})(BufferOwner)
+            owner = ray.remote(max_concurrency=_SERVERS, concurrency_groups={WAIT_GROUP: _WAITERS})(
+                BufferOwner
+            )
             self._actor = owner.options(**options).remote()
             node, batch_size = runtime.get(
                 # as bytes: arrays pickled with it would arrive as read-only object-store views

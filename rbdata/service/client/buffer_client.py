@@ -265,7 +265,7 @@ class RayBufferClient(ForwardedMethods):
 
     @property
     def lock(self) -> threading.RLock:
-        """This client's lock (the actor serializes draws itself)."""
+        """This client's lock (in the actor, the hosted buffer's lock serializes draws)."""
         return self._lock
 
     def draw(self, batch_size: int) -> Draw:

@@ -329,7 +329,7 @@ CLIENT_MEMBERS: dict[str, str | None] = {
 #: Public members answered in the calling process, on purpose -> why.
 LOCAL_MEMBERS: dict[str, str] = {
     "service_backend": "the calling buffer's own setting",
-    "lock": "the client's lock: the actor serializes its calls itself",
+    "lock": "the client's lock: in the actor, the hosted buffer's own lock guards its state",
     "is_alive": "the service asks Ray whether the actor lives",
     "start": "lifecycle: only the buffer that started the actor controls it",
     "shutdown": "lifecycle",

@@ -1,9 +1,14 @@
 """BufferOwner: the Ray actor that hosts one real rbdata buffer and serves its clients.
 
-The actor runs its calls one at a time, in the order each caller sent them
-(Ray's default for an actor), except :meth:`BufferOwner.wait_for_write`,
-which runs in a concurrency group of its own so that a waiting client never
-blocks a collector's ``extend``. Arguments and results travel as
+The actor is a threaded actor: it serves several calls at once (the service
+starts it with ``max_concurrency``), and the hosted buffer's own lock guards
+its state: a write, a draw, a gather and a priority update each hold it only
+while they touch the components, so a learner's ``sample`` waits behind a
+collector's ``extend`` at most as long as the write itself (decoding the
+payload, Ray's per-call work and encoding a reply run outside it). The slot
+rings and the distributed channels take their own locks.
+:meth:`BufferOwner.wait_for_write` runs in a concurrency group of its own so
+that waiting clients never take the threads that serve calls. Arguments and results travel as
 :class:`~rbdata.service.transport.codec.Payload` objects (numpy buffers, no tensor
 pickled by value); a batch for a client on this node is read straight into
 one of that client's shared-memory slots by the buffer's own read path when
@@ -29,6 +34,31 @@ from rbdata.service.transport.messages import (
 )
 
 __all__ = ["BufferOwner"]
+
+#: Calls that read or replace the buffer as a whole: run under its lock, so that a call
+#: served at the same time never sees half of a write (the others take the lock inside).
+_WHOLE_BUFFER = frozenset(
+    {
+        "__getitem__",
+        "__setitem__",
+        "read_all_in_order",
+        "write_all",
+        "update_",
+        "empty",
+        "state_dict",
+        "load_state_dict",
+        "dumps",
+        "loads",
+        "set_storage",
+        "set_sampler",
+        "set_writer",
+        "set_rng",
+        "append_transform",
+        "insert_transform",
+        "register_save_hook",
+        "register_load_hook",
+    }
+)
 
 
 class BufferOwner:
@@ -207,7 +237,11 @@ class BufferOwner:
                 f"the replay buffer's actor runs only the forwarded methods "
                 f"{sorted(OWNER_CALLS)}, got {name!r}."
             )
-        result = getattr(self._buffer, name)(*args, **kwargs)
+        if name in _WHOLE_BUFFER:
+            with self._buffer.lock:
+                result = getattr(self._buffer, name)(*args, **kwargs)
+        else:
+            result = getattr(self._buffer, name)(*args, **kwargs)
         return ReturnsSelf() if result is self._buffer else result
 
     # ------------------------------------------------------------ lifecycle
