@@ -116,10 +116,10 @@ class RayService:
             self.shutdown()
             raise
 
-    def _make_client(self, prefetch: int) -> RayBufferClient:
+    def _make_client(self, prefetch: int, write_behind: int = 0) -> RayBufferClient:
         if self._transport == "distributed":
             return DistributedBufferClient(self._address, backend=self._backend)
-        return RayBufferClient(self._address, prefetch=prefetch)
+        return RayBufferClient(self._address, prefetch=prefetch, write_behind=write_behind)
 
     # ------------------------------------------------------------ lifecycle
     @property
@@ -145,17 +145,18 @@ class RayService:
                 "build a new buffer."
             )
 
-    def client(self, *, prefetch: int | None = None) -> RayBufferClient:
+    def client(self, *, prefetch: int | None = None, write_behind: int = 0) -> RayBufferClient:
         """A picklable client (no lifecycle methods) for tasks, actors and other processes.
 
         Args:
             prefetch: requests the client keeps in flight; None: the buffer's ``prefetch``.
+            write_behind: writes the client keeps in flight (see :class:`RayBufferClient`).
 
         Raises:
             RuntimeError: after :meth:`shutdown`.
         """
         self.start()
-        return self._make_client(self._prefetch if prefetch is None else prefetch)
+        return self._make_client(self._prefetch if prefetch is None else prefetch, write_behind)
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop the actor (its rings and threads first) and release Ray (idempotent).

@@ -130,14 +130,16 @@ def _shutdown(self: Any, timeout: float | None = None) -> None:
     self._remote.shutdown(timeout)
 
 
-def _client(self: Any, *, prefetch: int | None = None) -> Any:
+def _client(self: Any, *, prefetch: int | None = None, write_behind: int = 0) -> Any:
     """A picklable client of the actor, for tasks, actors and other processes.
 
     Args:
         self: the Ray-backed buffer.
         prefetch: requests the client keeps in flight; None: the buffer's ``prefetch``.
+        write_behind: writes the client keeps in flight (``add``/``extend`` return None;
+            see :class:`~rbdata.service.RayBufferClient`).
     """
-    return self._remote.client(prefetch=prefetch)
+    return self._remote.client(prefetch=prefetch, write_behind=write_behind)
 
 
 def _enter(self: Any) -> Any:

@@ -23,10 +23,12 @@ from typing import Any
 
 from rbdata.buffers.protocol import Draw
 from rbdata.service.client.surface import OWNER_CALLS, OWNER_READS
+from rbdata.service.client.write_slots import WRITE_CALLS
 from rbdata.service.server.channels import OwnerChannels
 from rbdata.service.server.slot_fill import SlotReplies
+from rbdata.service.server.write_slots import WriteRings, copies_on_write
 from rbdata.service.transport.channel import Wire
-from rbdata.service.transport.codec import Payload, decode, encode
+from rbdata.service.transport.codec import Packed, Payload, decode, encode
 from rbdata.service.transport.messages import (
     Raised,
     Reply,
@@ -84,6 +86,7 @@ class BufferOwner:
     def __init__(self) -> None:
         self._buffer: Any = None
         self._slots = SlotReplies()
+        self._writes = WriteRings()
         self._channels = OwnerChannels()
 
     def build(
@@ -197,6 +200,31 @@ class BufferOwner:
         """``buffer.refilter(batch)``: the row filters run again on a batch sampled ahead."""
         return encode(self._buffer.refilter(decode(batch)))
 
+    # ------------------------------------------------------------ writes
+    def call_in_slot(
+        self, name: str, ring: str, slot: int, packed: Packed, kwargs: Payload
+    ) -> Payload:
+        """Run a write whose arguments lie in ``slot`` of the client's write ring ``ring``.
+
+        Raises:
+            ValueError: for a call other than the writes (``WRITE_CALLS``).
+        """
+        if name not in WRITE_CALLS:
+            raise ValueError(f"call_in_slot runs only {sorted(WRITE_CALLS)}, got {name!r}.")
+        kw, copy = decode(kwargs), not copies_on_write(self._buffer)
+        result = self._writes.run(
+            ring, slot, packed, copy=copy, call=lambda *args: self._run(name, args, kw)
+        )
+        return encode(result)
+
+    def attach_write_ring(self, path: str, slots: int, slot_bytes: int) -> None:
+        """Map the write ring a client created at ``path``."""
+        self._writes.attach(path, slots, slot_bytes)
+
+    def close_write_ring(self, path: str) -> None:
+        """Forget the write ring at ``path`` (its client is gone)."""
+        self._writes.close(path)
+
     # ------------------------------------------------------------ slots
     def open_ring(self, slots: int, slot_bytes: int) -> str:
         """Create a ring of ``slots`` slots of ``slot_bytes`` bytes; return its path."""
@@ -248,5 +276,6 @@ class BufferOwner:
     def stop(self) -> None:
         """Release the rings, channels and buffer's threads (before the actor is killed)."""
         self._slots.close_all()
+        self._writes.close_all()
         self._channels.close_all()
         self._buffer.shutdown()
