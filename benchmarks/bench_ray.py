@@ -221,7 +221,7 @@ def _sample_for(client: Any, seconds: float) -> float:
     return n / (time.perf_counter() - start)
 
 
-def _collect_for(client: Any, seconds: float, pace: float) -> int:
+def _collect_for(client: Any, seconds: float, pace: float, flush: bool) -> int:
     """Extend ``client`` with 1,000-transition batches at ``pace`` transitions/s for ``seconds``."""
     data = issue_transitions(_EXTEND)
     period, start, sent = _EXTEND / pace, time.perf_counter(), 0
@@ -231,7 +231,7 @@ def _collect_for(client: Any, seconds: float, pace: float) -> int:
         delay = start + sent * period - time.perf_counter()
         if delay > 0:
             time.sleep(delay)
-    if hasattr(client, "flush"):  # rbdata's writes kept in flight
+    if flush:  # rbdata's writes kept in flight (torchrl's client forwards any name)
         client.flush()
     return sent * _EXTEND
 
@@ -263,7 +263,7 @@ def side_by_side_rows(lib: str, seconds: float, shards: tuple[int, ...] = ()) ->
             )
         out["alone"] = ray.get(sampler.remote(rb.client(), seconds))
         writers = [rb.client(write_behind=4) if lib == "rbdata" else rb.client() for _ in range(4)]
-        fleet = [collector.remote(w, seconds + 1.0, _PACE) for w in writers]
+        fleet = [collector.remote(w, seconds + 1.0, _PACE, lib == "rbdata") for w in writers]
         out["fleet"] = ray.get(sampler.remote(rb.client(), seconds))
         ray.get(fleet)
         rb.shutdown()
