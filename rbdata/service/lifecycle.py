@@ -49,6 +49,9 @@ class RayService:
         transport: ``"auto"`` or ``"ray"`` (the Ray object store and shared-memory slots),
             or ``"distributed"`` (torch.distributed process groups for tensor payloads).
         transport_options: for ``"distributed"``: ``{"backend": "gloo" | "nccl"}``.
+        owner: the actor's class (a :class:`BufferOwner`; sharding and recovery extend it).
+        owner_args: its constructor's arguments (Ray passes them again on a restart).
+        max_restarts: how often Ray restarts the actor when its process dies (-1: always).
 
     Raises:
         ValueError: for an unknown transport, or transport options without ``"distributed"``.
@@ -75,6 +78,9 @@ class RayService:
         remote_config: dict[str, Any] | None = None,
         transport: str = "auto",
         transport_options: dict[str, Any] | None = None,
+        owner: type[BufferOwner] = BufferOwner,
+        owner_args: tuple[Any, ...] = (),
+        max_restarts: int = 0,
     ) -> None:
         if transport not in _TRANSPORTS:
             raise ValueError(f"transport must be one of {_TRANSPORTS}, got {transport!r}.")
@@ -99,9 +105,9 @@ class RayService:
         try:
             name = f"rbdata-buffer-{uuid.uuid4().hex}"
             options = {"num_cpus": 1, **(remote_config or {})}
-            options.update(name=name, namespace=runtime.NAMESPACE, max_restarts=0)
-            owner = ray.remote(concurrency_groups={WAIT_GROUP: _WAITERS})(BufferOwner)
-            self._actor = owner.options(**options).remote()
+            options.update(name=name, namespace=runtime.NAMESPACE, max_restarts=max_restarts)
+            remote = ray.remote(concurrency_groups={WAIT_GROUP: _WAITERS})(owner)
+            self._actor = remote.options(**options).remote(*owner_args)
             node, batch_size = runtime.get(
                 # as bytes: arrays pickled with it would arrive as read-only object-store views
                 self._actor.build.remote(ray.cloudpickle.dumps(hosted), not delayed_init),
