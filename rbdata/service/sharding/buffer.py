@@ -2,17 +2,19 @@
 
 Each shard is a :class:`~rbdata.service.sharding.owner.ShardOwner` actor
 hosting a copy of the buffer it was given (so the capacity is N times that
-buffer's), scheduled with Ray's ``SPREAD`` strategy so that the shards land on
-different nodes. Writes go to one shard per call: the client's own shard
-(``routing="sticky"``, a collector writes to one shard) or the next one in
-turn (``"round_robin"``). Sampling is exact over the union: see
-:mod:`rbdata.service.sharding.routing`. A shard that is gone (its process died
-and was not restarted) is skipped: the other shards keep serving writes and
-samples; its items are lost unless it restarts from a checkpoint.
+buffer's), each in a bundle of a SPREAD placement group, so that the shards
+land on different nodes. Writes go to one
+shard per call: the client's own shard (``routing="sticky"``, a collector
+writes to one shard) or the next one in turn (``"round_robin"``). Sampling
+is exact over the union: see :mod:`rbdata.service.sharding.routing`. A
+shard that is gone (its process died and was not restarted) is skipped: the
+other shards keep serving writes and samples; its items are lost unless it
+restarts from a checkpoint.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -28,6 +30,7 @@ from rbdata.errors import ServiceUnavailableError
 from rbdata.service import runtime
 from rbdata.service.client.buffer_client import RayBufferClient
 from rbdata.service.lifecycle import RayService
+from rbdata.service.server.recovery import RecoveryConfig
 from rbdata.service.sharding.owner import ShardMass, ShardOwner
 from rbdata.service.sharding.routing import global_weight, merge, shard_counts, split_index
 from rbdata.service.transport.codec import decode
@@ -39,6 +42,31 @@ logger = logging.getLogger(__name__)
 _ROUTINGS = ("sticky", "round_robin")
 _MANIFEST = "sharded.json"
 _FORMAT = "rbdata-sharded-1"
+
+
+def _spread_group(shards: int, remote_config: dict[str, Any]) -> Any:
+    """A placement group of one bundle per shard (its actor's CPUs and GPUs), SPREAD.
+
+    Ray places a bundle whose node died again elsewhere, and the shard's actor
+    restarts in it.
+    """
+    runtime.ray_module()
+    from ray.util.placement_group import placement_group
+
+    bundle = {"CPU": max(float(remote_config.get("num_cpus", 1)), 0.01)}
+    if remote_config.get("num_gpus"):
+        bundle["GPU"] = float(remote_config["num_gpus"])
+    group = placement_group([bundle] * shards, strategy="SPREAD")
+    runtime.get(group.ready(), "placing the shards")
+    return group
+
+
+def _in_bundle(group: Any, index: int) -> Any:
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return PlacementGroupSchedulingStrategy(
+        placement_group=group, placement_group_bundle_index=index
+    )
 
 
 class ShardedClient:
@@ -340,11 +368,15 @@ class ShardedReplayBuffer(ShardedClient):
             included, so the capacity is ``shards`` times its storage's.
         shards: how many shards.
         routing: ``"sticky"`` (each client writes to its own shard) or ``"round_robin"``.
-        placement: ``"spread"`` (Ray's SPREAD scheduling: the shards on different nodes)
-            or ``"default"`` (Ray's default placement).
+        placement: ``"spread"`` (each shard in a bundle of a placement group with the
+            SPREAD strategy: on different nodes where there are enough; a bundle whose node
+            dies is placed again elsewhere, with its shard) or ``"default"`` (Ray's default
+            placement).
         remote_config: the actors' Ray options (``{"num_cpus": 1}`` by default).
         seed: seeds this handle's shard draws and each shard's generator (``seed + 1 + i``).
         prefetch: requests each shard's client keeps in flight.
+        recovery: each shard checkpoints into ``recovery.directory/shard-NNN`` and is
+            restarted from there when its process dies (None: no recovery).
 
     Raises:
         ValueError: for fewer than one shard, an unknown routing or placement.
@@ -373,9 +405,7 @@ class ShardedReplayBuffer(ShardedClient):
         remote_config: dict[str, Any] | None = None,
         seed: int | None = None,
         prefetch: int = 0,
-        owner: type[ShardOwner] = ShardOwner,
-        owner_args: tuple[Any, ...] = (),
-        max_restarts: int = 0,
+        recovery: RecoveryConfig | None = None,
     ) -> None:
         if isinstance(shards, bool) or not isinstance(shards, int):
             raise TypeError(f"shards must be an int, got {type(shards).__name__}.")
@@ -385,22 +415,24 @@ class ShardedReplayBuffer(ShardedClient):
             raise ValueError(f"routing must be one of {_ROUTINGS}, got {routing!r}.")
         if placement not in ("spread", "default"):
             raise ValueError(f"placement must be 'spread' or 'default', got {placement!r}.")
-        config = dict(remote_config or {})
-        if placement == "spread":
-            config.setdefault("scheduling_strategy", "SPREAD")
         self._services: list[RayService] = []
+        self._group: Any = None
         try:
-            for _ in range(shards):
-                self._services.append(
-                    RayService(
-                        buffer,
-                        prefetch,
-                        remote_config=config,
-                        owner=owner,
-                        owner_args=owner_args,
-                        max_restarts=max_restarts,
-                    )
+            self._group = (
+                _spread_group(shards, dict(remote_config or {})) if placement == "spread" else None
+            )
+            for number in range(shards):
+                config = dict(remote_config or {})
+                if self._group is not None:  # each shard in its bundle of the spread group
+                    config.setdefault("scheduling_strategy", _in_bundle(self._group, number))
+                own = None
+                if recovery is not None:  # each shard checkpoints into its own directory
+                    where = str(Path(recovery.directory) / f"shard-{number:03d}")
+                    own = dataclasses.replace(recovery, directory=where)
+                service = RayService(
+                    buffer, prefetch, remote_config=config, owner=ShardOwner, recovery=own
                 )
+                self._services.append(service)
             clients = [service.client() for service in self._services]
             handles = [client._actor() for client in clients]
             if seed is not None:
@@ -429,6 +461,11 @@ class ShardedReplayBuffer(ShardedClient):
         """Stop every shard's actor (idempotent)."""
         for service in getattr(self, "_services", []):
             service.shutdown()
+        group, self._group = getattr(self, "_group", None), None
+        if group is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(group)
 
     close = shutdown
 

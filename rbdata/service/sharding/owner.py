@@ -10,6 +10,7 @@ weights can be normalised over the whole buffer.
 
 from __future__ import annotations
 
+import os
 from typing import Any, NamedTuple
 
 import torch
@@ -54,6 +55,10 @@ class ShardOwner(BufferOwner):
     def seed(self, seed: int) -> None:
         """Give the hosted buffer a generator seeded with ``seed`` (each shard its own)."""
         self._buffer.set_rng(torch.Generator().manual_seed(seed))
+
+    def pid(self) -> int:
+        """The actor's process id (for operators and the failure tests)."""
+        return os.getpid()
 
     def capacity(self) -> int:
         """The hosted storage's capacity (a sharded index is ``shard * capacity + local``)."""
