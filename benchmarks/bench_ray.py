@@ -149,3 +149,10 @@ class _Empty:
 
     def ping(self) -> None:
         return None
+
+
+def bench_ray_shards() -> list[tuple[str, int, float, str]]:
+    """The 1 vs 2 vs 4 shard rows (per-call costs and sharded extend/sample; bench_shards.py)."""
+    from bench_shards import shard_rows
+
+    return shard_rows()

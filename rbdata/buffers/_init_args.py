@@ -106,8 +106,8 @@ def check_backend(
                 "(service_backend='ray'), not to a direct one."
             )
         return backend
-    known = {"ray_init_config", "remote_config", "recovery"}
-    unknown = sorted(set(service_backend_options or {}) - known)
+    accepted = {"ray_init_config", "remote_config", "recovery"}
+    unknown = sorted(set(service_backend_options or {}) - accepted)
     if unknown:
         raise TypeError(
             "service_backend_options accepts ray_init_config, remote_config and recovery, "
