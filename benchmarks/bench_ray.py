@@ -385,5 +385,12 @@ def main() -> None:
     sys.stdout.write(side_by_side_table(rounds) + "\n")
 
 
+def bench_ray_shards() -> list[tuple[str, int, float, str]]:
+    """The 1 vs 2 vs 4 shard rows (per-call costs and sharded extend/sample; bench_shards.py)."""
+    from bench_shards import shard_rows
+
+    return shard_rows()
+
+
 if __name__ == "__main__":
     main()

@@ -106,10 +106,12 @@ def check_backend(
                 "(service_backend='ray'), not to a direct one."
             )
         return backend
-    unknown = sorted(set(service_backend_options or {}) - {"ray_init_config", "remote_config"})
+    accepted = {"ray_init_config", "remote_config", "recovery"}
+    unknown = sorted(set(service_backend_options or {}) - accepted)
     if unknown:
         raise TypeError(
-            f"service_backend_options accepts ray_init_config and remote_config, got {unknown}."
+            "service_backend_options accepts ray_init_config, remote_config and recovery, "
+            f"got {unknown}."
         )
     return backend
 

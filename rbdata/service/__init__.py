@@ -11,9 +11,13 @@ The package is organised by side:
 - ``lifecycle`` (:class:`RayService`, :func:`attach_ray_service`) and ``runtime``
   (importing Ray, the lease on it, its errors as ours);
 - ``server/``: the owner actor (``owner``), its slot replies filled by the
-  buffer's own read path (``slot_fill``), its torch.distributed channels (``channels``);
+  buffer's own read path (``slot_fill``), its torch.distributed channels (``channels``),
+  its checkpoints and restarts (``recovery``);
 - ``client/``: the forwarded surface, declared once (``surface``), the client
-  (``buffer_client``) and its torch.distributed variant (``distributed_client``);
+  (``buffer_client``), its torch.distributed variant (``distributed_client``) and its
+  retrying, deduplicating variant for recovering owners (``retry``);
+- ``sharding/``: one buffer over several owners (``buffer``: :class:`ShardedReplayBuffer`;
+  ``owner``: the shard actor; ``routing``: sharded indices and the global draw);
 - ``transport/``: what both sides share: the payload codec, shared-memory slots,
   the channel's wire format, the reply kinds (``messages``).
 """
@@ -26,10 +30,23 @@ from typing import Any
 from rbdata.buffers.backends import register_service_backend
 from rbdata.errors import ServiceUnavailableError
 
-__all__ = ["RayBufferClient", "RayService", "ServiceUnavailableError", "attach_ray_service"]
+__all__ = [
+    "RayBufferClient",
+    "RayService",
+    "RecoveringClient",
+    "RecoveryConfig",
+    "ServiceUnavailableError",
+    "ShardedClient",
+    "ShardedReplayBuffer",
+    "attach_ray_service",
+]
 
 _NAMES = {
     "RayBufferClient": "rbdata.service.client.buffer_client",
+    "RecoveringClient": "rbdata.service.client.retry",
+    "RecoveryConfig": "rbdata.service.server.recovery",
+    "ShardedClient": "rbdata.service.sharding.buffer",
+    "ShardedReplayBuffer": "rbdata.service.sharding.buffer",
     "RayService": "rbdata.service.lifecycle",
     "attach_ray_service": "rbdata.service.lifecycle",
 }

@@ -19,8 +19,10 @@ from rbdata.service import runtime
 from rbdata.service.client.buffer_client import OwnerAddress, RayBufferClient
 from rbdata.service.client.distributed_client import DistributedBufferClient
 from rbdata.service.client.proxy import proxy_class
+from rbdata.service.client.retry import RecoveringClient
 from rbdata.service.client.surface import FORWARDED_METHODS
 from rbdata.service.server.owner import BufferOwner
+from rbdata.service.server.recovery import RecoveringOwner, RecoveryConfig
 from rbdata.service.transport.channel import BACKENDS
 from rbdata.service.transport.messages import DRAW_GROUP, WAIT_GROUP
 
@@ -28,7 +30,7 @@ __all__ = ["FORWARDED_METHODS", "RayService", "attach_ray_service"]
 
 logger = logging.getLogger(__name__)
 
-_OPTION_KEYS = frozenset({"ray_init_config", "remote_config"})
+_OPTION_KEYS = frozenset({"ray_init_config", "remote_config", "recovery"})
 _TRANSPORTS = ("auto", "ray", "distributed")
 _WAITERS = 8  # clients that may wait for data at once (threads of the actor's wait group)
 _SERVERS = 8  # calls the actor serves at once (the hosted buffer's locks guard its state)
@@ -49,6 +51,9 @@ class RayService:
         transport: ``"auto"`` or ``"ray"`` (the Ray object store and shared-memory slots),
             or ``"distributed"`` (torch.distributed process groups for tensor payloads).
         transport_options: for ``"distributed"``: ``{"backend": "gloo" | "nccl"}``.
+        owner: the actor's class (a :class:`BufferOwner`; sharding extends it).
+        recovery: checkpoint the actor and restart it from its checkpoint when its process
+            dies, its clients retrying (:mod:`rbdata.service.server.recovery`); None: off.
 
     Raises:
         ValueError: for an unknown transport, or transport options without ``"distributed"``.
@@ -75,6 +80,8 @@ class RayService:
         remote_config: dict[str, Any] | None = None,
         transport: str = "auto",
         transport_options: dict[str, Any] | None = None,
+        owner: type[BufferOwner] = BufferOwner,
+        recovery: RecoveryConfig | None = None,
     ) -> None:
         if transport not in _TRANSPORTS:
             raise ValueError(f"transport must be one of {_TRANSPORTS}, got {transport!r}.")
@@ -84,6 +91,7 @@ class RayService:
                 f"{transport_options!r} with transport={transport!r}."
             )
         self._prefetch = prefetch
+        self._recovery = recovery
         self._transport = "ray" if transport == "auto" else transport
         self._backend = str((transport_options or {}).get("backend", "gloo"))
         unknown = set(transport_options or {}) - {"backend"}
@@ -99,11 +107,17 @@ class RayService:
         try:
             name = f"rbdata-buffer-{uuid.uuid4().hex}"
             options = {"num_cpus": 1, **(remote_config or {})}
-            options.update(name=name, namespace=runtime.NAMESPACE, max_restarts=0)
-            owner = ray.remote(
-                max_concurrency=_SERVERS, concurrency_groups={WAIT_GROUP: _WAITERS, DRAW_GROUP: 1}
-            )(BufferOwner)
-            self._actor = owner.options(**options).remote()
+            restarts = 0 if recovery is None else recovery.max_restarts
+            options.update(name=name, namespace=runtime.NAMESPACE, max_restarts=restarts)
+            if recovery is not None:
+                owner = RecoveringOwner
+            # a recovering owner replays its log one call at a time; a plain one serves 8 at once
+            servers = _SERVERS if recovery is None else 1
+            remote = ray.remote(
+                max_concurrency=servers, concurrency_groups={WAIT_GROUP: _WAITERS, DRAW_GROUP: 1}
+            )(owner)
+            args = () if recovery is None else (recovery,)
+            self._actor = remote.options(**options).remote(*args)
             node, batch_size = runtime.get(
                 # as bytes: arrays pickled with it would arrive as read-only object-store views
                 self._actor.build.remote(ray.cloudpickle.dumps(hosted), not delayed_init),
@@ -119,6 +133,8 @@ class RayService:
     def _make_client(self, prefetch: int, write_behind: int = 0) -> RayBufferClient:
         if self._transport == "distributed":
             return DistributedBufferClient(self._address, backend=self._backend)
+        if self._recovery is not None:
+            return RecoveringClient(self._address, prefetch=prefetch, recovery=self._recovery)
         return RayBufferClient(self._address, prefetch=prefetch, write_behind=write_behind)
 
     # ------------------------------------------------------------ lifecycle
@@ -198,7 +214,9 @@ def attach_ray_service(
     Args:
         buffer: the buffer being constructed (it takes the Ray-backed subclass of its class).
         hosted: a direct copy of it (same class and components) for the actor to host.
-        options: ``service_backend_options``: ``ray_init_config`` and ``remote_config``.
+        options: ``service_backend_options``: ``ray_init_config``, ``remote_config`` and
+            ``recovery`` (a :class:`~rbdata.service.server.recovery.RecoveryConfig` or its
+            arguments as a dict).
         transport: ``"auto"``, ``"ray"`` or ``"distributed"``.
         transport_options: the transport's options (``{"backend": "gloo"}``).
         prefetch: batches the buffer's clients request ahead (its ``prefetch`` argument).
@@ -229,6 +247,8 @@ def attach_ray_service(
         raise TypeError(
             f"service_backend_options accepts only {sorted(_OPTION_KEYS)}, got {sorted(unknown)}."
         )
+    if "recovery" in options:
+        options["recovery"] = RecoveryConfig.from_options(options["recovery"])
     service = RayService(
         hosted,
         prefetch,

@@ -1,0 +1,1 @@
+"""Sharding: one logical buffer spread over several owner actors (see :mod:`.buffer`)."""
