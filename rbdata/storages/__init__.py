@@ -2,12 +2,14 @@
 
 from ._base import Storage, shape_of
 from .compressed import CompressedListStorage
+from .frames import FrameDedupStorage
 from .list import LazyStackStorage, ListStorage
 from .memmap import LazyMemmapStorage
 from .tensor import LazyTensorStorage, TensorStorage
 
 __all__ = [
     "CompressedListStorage",
+    "FrameDedupStorage",
     "LazyMemmapStorage",
     "LazyStackStorage",
     "LazyTensorStorage",
