@@ -44,14 +44,11 @@ class _FrameChain:
     def values(self, views: Leaves, slots: torch.Tensor) -> Leaves:
         """``X`` at ``slots`` (1-D int64, filled slots) for each stored view ``[capacity, ...]``."""
         if self.stack is None:
-            return [view[slots] for view in views]
-        k = self.stack
-        n = slots.shape[0]
-        outs = [view.new_empty((n, k, *view.shape[1:])) for view in views]
+            return [_gather(view, slots) for view in views]
+        k, n = self.stack, slots.shape[0]
+        lags = [slots]  # lags[j]: the slot whose frame is the stack's frame k - 1 - j
         cur = slots
         alive = torch.ones(n, dtype=torch.bool)
-        for out, view in zip(outs, views, strict=True):
-            out[:, k - 1] = view[cur]
         ends = []  # rows whose chain stops: their older frames come from the side store
         for step in range(1, k):
             follows = self.stack_follows[cur]
@@ -60,8 +57,10 @@ class _FrameChain:
                 ends.append((ended.nonzero().flatten(), cur, step - 1))
                 alive = alive & follows
             cur = torch.where(alive, (cur - 1) % self.capacity, cur)
-            for out, view in zip(outs, views, strict=True):
-                out[:, k - 1 - step] = view[cur]
+            lags.append(cur)
+        # one gather of every frame, item by item, oldest first: [n, k, *frame]
+        order = torch.stack(lags[::-1], 1).view(-1)
+        outs = [_gather(view, order).view(n, k, *view.shape[1:]) for view in views]
         for rows, at, back in ends:
             self._from_side(outs, rows, at, back)
         return outs
@@ -80,15 +79,23 @@ class _FrameChain:
 
     def nexts(self, views: Leaves, slots: torch.Tensor) -> Leaves:
         """``("next", X)`` at ``slots`` (1-D int64, filled slots)."""
+        return self.read(views, slots, with_values=False)[1]
+
+    def read(
+        self, views: Leaves, slots: torch.Tensor, with_values: bool = True
+    ) -> tuple[Leaves, Leaves]:
+        """``X`` (empty unless ``with_values``) and ``("next", X)`` at ``slots``, in one gather."""
         follows = self.next_follows[slots]
         succ = torch.where(follows, (slots + 1) % self.capacity, slots)
-        outs = self.values(views, succ)
-        kept = (~follows).nonzero().flatten().tolist()
-        for row in kept:
+        n = slots.shape[0]
+        both = self.values(views, torch.cat([slots, succ]) if with_values else succ)
+        values = [leaf[:n] for leaf in both] if with_values else []
+        outs = [leaf[n:] for leaf in both] if with_values else both
+        for row in (~follows).nonzero().flatten().tolist():
             stored = self.side_next.get(int(slots[row]))
             for i, out in enumerate(outs):
                 out[row] = 0 if stored is None else stored[i]
-        return outs
+        return values, outs
 
     # ---------------------------------------------------------------- write
     def before_write(self, views: Leaves, slots: torch.Tensor, filled: int) -> None:
@@ -189,6 +196,14 @@ class _FrameChain:
         """Bytes held by the side stores."""
         stores = (*self.side_next.values(), *self.side_stack.values())
         return sum(t.numel() * t.element_size() for leaves in stores for t in leaves)
+
+
+def _gather(view: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """``view[slots]`` as one ``index_select`` of whole items (rows of a packed storage)."""
+    shape = view.shape[1:]
+    numel = shape.numel()
+    flat = view.as_strided((view.shape[0], numel), (view.stride(0), 1))
+    return torch.index_select(flat, 0, slots).view(slots.shape[0], *shape)
 
 
 class _Lookup:

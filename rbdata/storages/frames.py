@@ -235,10 +235,10 @@ class FrameDedupStorage(Storage):
     def _read(self, slots: torch.Tensor) -> Any:
         out = self._inner.get(slots)
         views = self._views()
-        values = self._chain.values(views, slots) if self.frame_stack is not None else None
-        nexts = self._chain.nexts(views, slots)
+        stacked = self.frame_stack is not None
+        values, nexts = self._chain.read(views, slots, with_values=stacked)
         for i, key in enumerate(self._keys or []):
-            if values is not None:
+            if stacked:
                 out.set(key, values[i].to(out.device))
             out.set(_next(key), nexts[i].to(out.device))
         return out
