@@ -18,6 +18,8 @@ slots, as a plain storage allows): it reads as zeros, as a plain one does.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 Leaves = list[torch.Tensor]
@@ -191,6 +193,39 @@ class _FrameChain:
         self.stack_follows.zero_()
         self.side_next.clear()
         self.side_stack.clear()
+
+    def state(self, filled: int, specs: list[tuple[torch.Size, torch.dtype]]) -> dict[str, Any]:
+        """Flags of the filled slots and the side stores as tensors (``weights_only``-safe).
+
+        Args:
+            filled: the filled slots.
+            specs: each deduplicated leaf's per-item shape (of ``X`` whole) and dtype.
+        """
+        out: dict[str, Any] = {
+            "stack": self.stack,
+            "next_follows": self.next_follows[:filled].clone(),
+            "stack_follows": self.stack_follows[:filled].clone(),
+        }
+        for name, store in (("side_next", self.side_next), ("side_stack", self.side_stack)):
+            slots = sorted(store)
+            out[name + "_slots"] = torch.tensor(slots, dtype=torch.long)
+            out[name] = [
+                torch.stack([store[s][i] for s in slots])
+                if slots
+                else torch.empty((0, *shape), dtype=dtype)
+                for i, (shape, dtype) in enumerate(specs)
+            ]
+        return out
+
+    def load(self, state: dict[str, Any], filled: int) -> None:
+        """Restore :meth:`state` (checked by the caller: see ``frames``)."""
+        self.clear()
+        self.next_follows[:filled] = state["next_follows"]
+        self.stack_follows[:filled] = state["stack_follows"]
+        for name, store in (("side_next", self.side_next), ("side_stack", self.side_stack)):
+            leaves = state[name]
+            for row, slot in enumerate(state[name + "_slots"].tolist()):
+                store[slot] = [leaf[row].clone() for leaf in leaves]
 
     def side_bytes(self) -> int:
         """Bytes held by the side stores."""

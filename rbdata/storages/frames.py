@@ -256,20 +256,54 @@ class FrameDedupStorage(Storage):
         )
 
     def state_dict(self) -> dict[str, Any]:
-        """The content in :class:`LazyTensorStorage`'s plain layout (every value whole).
+        """The deduplicated content: the rows' state plus ``"frame_dedup"`` (flags, side store).
 
-        A plain storage loads it too; :meth:`load_state_dict` deduplicates again.
+        Only tensors and plain values (``torch.load(weights_only=True)``-safe); it loads
+        into a ``FrameDedupStorage`` of the same ``frame_stack``.
         """
-        plain = LazyTensorStorage(self.max_size)
-        if self._len:
-            plain.set(slice(0, self._len), self._read(torch.arange(self._len)))
-        state = plain.state_dict()
-        state["frame_dedup"] = {"keys": [list(_tuple(k)) for k in self._keys or []]}
+        state = self._inner.state_dict()
+        state["frame_dedup"] = {
+            "keys": [list(_tuple(k)) for k in self._keys or []],
+            **self._chain.state(self._len, self._specs()),
+        }
         return state
 
+    def _specs(self) -> list[tuple[torch.Size, torch.dtype]]:
+        """Per-item shape and dtype of each deduplicated ``X`` (whole stacks)."""
+        specs: list[tuple[torch.Size, torch.dtype]] = []
+        for view in self._views() if self.initialized else []:
+            frame = view.shape[1:]
+            shape = frame if self.frame_stack is None else torch.Size([self.frame_stack, *frame])
+            specs.append((shape, view.dtype))
+        return specs
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` (or a plain tensor storage's); ValueError on mismatch."""
-        state = {k: v for k, v in state_dict.items() if k != "frame_dedup"}
+        """Restore :meth:`state_dict`, or a plain tensor storage's state (deduplicated here).
+
+        Raises ValueError (the storage unchanged) when the state does not fit.
+        """
+        rest = {k: v for k, v in state_dict.items() if k != "frame_dedup"}
+        dedup = state_dict.get("frame_dedup")
+        if dedup is None:
+            self._load_plain(rest)
+            return
+        keys = [_key(tuple(k)) for k in dedup["keys"]]
+        if dedup.get("stack") != self.frame_stack or (
+            self._keys is not None and keys != self._keys
+        ):
+            raise ValueError(
+                f"the state holds keys={keys}, frame_stack={dedup.get('stack')}; this storage "
+                f"has keys={self._keys}, frame_stack={self.frame_stack}."
+            )
+        filled = int(rest["len"])
+        if dedup["next_follows"].shape != (filled,) or dedup["stack_follows"].shape != (filled,):
+            raise ValueError(f"the state's follow flags do not cover its {filled} filled slots.")
+        self._inner.load_state_dict(rest)
+        self._keys = keys
+        self._chain.load(dedup, filled)
+        self._len = len(self._inner)
+
+    def _load_plain(self, state: dict[str, Any]) -> None:
         plain = LazyTensorStorage(self.max_size)
         plain.load_state_dict(state)
         filled = len(plain)

@@ -180,12 +180,14 @@ def test_dumps_loads_give_the_same_samples(
         source.dumps(path)
         back = _dedup(capacity, stacked)
         back.loads(path)
-        as_plain = LazyTensorStorage(capacity)
-        as_plain.loads(path)
-    assert len(back) == len(plain) == len(as_plain)
+        plain.dumps(path)  # a plain storage's dump loads too (deduplicated on load)
+        from_plain = _dedup(capacity, stacked)
+        from_plain.loads(path)
+    assert len(back) == len(plain) == len(from_plain)
     everything = torch.arange(len(plain))
     _same(back.get(everything), plain.get(everything))
-    _same(as_plain.get(everything), plain.get(everything))
+    _same(from_plain.get(everything), plain.get(everything))
+    assert back.side_bytes() == source.side_bytes()
     rbs = [
         rbdata.ReplayBuffer(storage=s, batch_size=7, generator=torch.Generator().manual_seed(seed))
         for s in (back, plain)
@@ -223,6 +225,13 @@ def test_single_items_and_slices_read_like_a_plain_storage() -> None:
     _same(dedup.get(torch.tensor([[1, 2], [7, 0]])), plain.get(torch.tensor([[1, 2], [7, 0]])))
 
 
+def test_an_empty_storage_round_trips() -> None:
+    storage = _dedup(8, stacked=True)
+    back = _dedup(8, stacked=True)
+    back.load_state_dict(storage.state_dict())
+    assert len(back) == 0 and back.side_bytes() == 0
+
+
 def test_memory_stats_count_the_side_store() -> None:
     storage = _dedup(16, stacked=True)
     storage.set(slice(0, 6), _episodes(1, 6, 6))
@@ -252,4 +261,12 @@ def test_refusals_name_what_is_wrong() -> None:
         storage.get_leaf(("next", "pixels"))
     with pytest.raises(RuntimeError, match="cannot be shared"):
         storage.share_memory_()
+    with pytest.raises(ValueError, match="frame_stack=None"):
+        storage.load_state_dict(stacked_state())
     assert len(storage) == 2
+
+
+def stacked_state() -> dict[str, object]:
+    stacked = _dedup(8, stacked=True)
+    stacked.set(slice(0, 3), _episodes(2, 3, 2))
+    return stacked.state_dict()
