@@ -129,6 +129,7 @@ def _line(row: dict[str, Any]) -> str:
         return f"{row['kind']:<6} failed: {row['error']}"
     return (
         f"{row['kind']:<6} {row['transitions']:>10,} {row['rss_bytes'] / 2**30:8.2f} GiB "
+        f"{row['rss_untrimmed_bytes'] / 2**30:8.2f} GiB "
         f"{row['bytes_per_transition']:9,.0f} B {row['side_bytes'] / 2**20:8.1f} MiB "
         f"{row['write_s']:8.1f} s {row['samples_per_s']:9,.0f}/s"
     )
@@ -146,7 +147,8 @@ def main() -> None:
     rows = [_run("dedup", args.dedup), _run("plain", args.plain)]
     print("Atari TED transitions (pixels, ('next', 'pixels') uint8[4, 84, 84]), 32-row samples")
     print(
-        f"{'kind':<6} {'stored':>10} {'RSS growth':>12} {'per trans.':>11} {'side':>12} "
+        f"{'kind':<6} {'stored':>10} {'RSS growth':>12} {'untrimmed':>12} {'per trans.':>11} "
+        f"{'side':>12} "
         f"{'fill':>10} {'samples':>11}"
     )
     for row in rows:

@@ -261,16 +261,47 @@ class _Lookup:
 def _equal_rows(
     left: Leaves, right: Leaves, rows: torch.Tensor, right_rows: torch.Tensor | None
 ) -> torch.Tensor:
-    """Per selected row of ``left``: equal, in every leaf, to its row of ``right``.
+    """Per selected row of ``left``: bit for bit equal, in every leaf, to its row of ``right``.
 
-    ``right_rows`` picks rows of ``right`` (None: ``right`` holds exactly the selected rows).
+    ``rows`` (a mask) selects rows of ``left``; ``right_rows`` picks rows of ``right``
+    (None: ``right`` holds exactly the selected rows). Bits, not ``==``: ``-0.0`` and
+    ``0.0`` differ, as a plain storage would return them.
     """
-    count = int(rows.sum())
+    picked = rows.nonzero().flatten()
+    count = picked.shape[0]
     result = torch.ones(count, dtype=torch.bool)
     if not count:
         return result
+    n = left[0].shape[0]
+    # a write of consecutive slots: each row's neighbour is the next (or previous) row
+    ahead = _shifted(picked, right_rows, n, 1)
+    behind = not ahead and _shifted(picked, right_rows, n, -1)
     for a, b in zip(left, right, strict=True):
-        mine = a[rows]
-        other = b if right_rows is None else b[right_rows]
-        result &= (mine == other).reshape(count, -1).all(1)
+        if ahead:
+            mine, other = a[:-1], b[1:]
+        elif behind:
+            mine, other = a[1:], b[:-1]
+        else:
+            mine = a if count == n else a.index_select(0, picked)
+            other = b if right_rows is None else b.index_select(0, right_rows)
+        result &= (_words(mine) == _words(other)).all(1)
     return result
+
+
+def _shifted(picked: torch.Tensor, right_rows: torch.Tensor | None, n: int, by: int) -> bool:
+    """Whether ``picked`` is all rows but one end and ``right_rows`` is ``picked + by``."""
+    if right_rows is None or picked.shape[0] != n - 1:
+        return False
+    first = 0 if by > 0 else 1
+    return int(picked[0]) == first and torch.equal(right_rows, picked + by)
+
+
+def _words(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (``[m, ...]``) as ``[m, -1]`` raw bytes, as 8-byte words where they align."""
+    flat = t.reshape(t.shape[0], -1)
+    if flat.stride(-1) != 1:
+        flat = flat.contiguous()
+    raw = flat if flat.dtype is torch.uint8 else flat.view(torch.uint8)
+    if raw.shape[1] % 8 == 0 and raw.storage_offset() % 8 == 0 and raw.stride(0) % 8 == 0:
+        return raw.view(torch.int64)
+    return raw
