@@ -270,3 +270,36 @@ def stacked_state() -> dict[str, object]:
     stacked = _dedup(8, stacked=True)
     stacked.set(slice(0, 3), _episodes(2, 3, 2))
     return stacked.state_dict()
+
+
+BUFFERS = {
+    "tensordict": lambda s, g: rbdata.TensorDictReplayBuffer(storage=s, batch_size=8, generator=g),
+    "tensordict_prioritized": lambda s, g: rbdata.TensorDictPrioritizedReplayBuffer(
+        alpha=0.7, beta=0.5, storage=s, batch_size=8, generator=g
+    ),
+    "slices": lambda s, g: rbdata.TensorDictReplayBuffer(
+        storage=s,
+        sampler=rbdata.SliceSampler(slice_len=4, end_key=("next", "done")),
+        batch_size=8,
+        generator=g,
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BUFFERS))
+def test_tensordict_buffers_sample_alike(kind: str) -> None:
+    """TensorDict buffers (``index`` keys, priorities from ``td_error``, trajectory slices)."""
+    data = _episodes(1, 200, 9)
+    make = BUFFERS[kind]
+    dedup = make(_dedup(50, stacked=True), torch.Generator().manual_seed(0))
+    plain = make(LazyTensorStorage(50), torch.Generator().manual_seed(0))
+    for i in range(0, 200, 7):
+        dedup.extend(data[i : i + 7])
+        plain.extend(data[i : i + 7])
+        got, want = dedup.sample(), plain.sample()
+        _same(got, want)
+        if kind == "tensordict_prioritized":
+            errors = torch.rand(8)
+            got["td_error"], want["td_error"] = errors, errors.clone()
+            dedup.update_tensordict_priority(got)
+            plain.update_tensordict_priority(want)
