@@ -18,6 +18,7 @@ import torch
 from tensordict import TensorDictBase
 
 from ._base import Index, Storage, _get_index, _set_index
+from ._counters import spawning
 from ._frame_chain import _FrameChain
 from .tensor import LazyTensorStorage
 
@@ -47,7 +48,9 @@ class FrameDedupStorage(Storage):
     (``uint8[4, 84, 84]`` stacks) costs about 7 GB instead of 56 GB.
 
     Data must be TensorDicts (one item or a batch along dim 0, ``ndim=1``);
-    the other keys are stored as in :class:`LazyTensorStorage`. Sampling costs
+    the other keys are stored as in :class:`LazyTensorStorage`, on the CPU.
+    The storage stays in one process: :meth:`share_memory_` and sending it to
+    a process being started raise ``RuntimeError``. Sampling costs
     ``2 * K`` frame gathers per row instead of one gather of both stacks.
 
     Args:
@@ -57,8 +60,6 @@ class FrameDedupStorage(Storage):
             same shape and dtype, found at the first write.
         frame_stack: depth ``K`` of the frame stacks along dim 0 of each ``X``,
             stored as single frames; None (the default) stores ``X`` whole.
-        device: where the rows live. Defaults to ``"cpu"``; side stores and
-            flags stay on the CPU.
 
     Examples:
         >>> import torch
@@ -81,7 +82,6 @@ class FrameDedupStorage(Storage):
         *,
         keys: Sequence[Key] | None = None,
         frame_stack: int | None = None,
-        device: torch.device | str = "cpu",
     ) -> None:
         super().__init__(max_size)
         if frame_stack is not None and (
@@ -92,7 +92,7 @@ class FrameDedupStorage(Storage):
             raise ValueError(f"keys must be a non-empty sequence of keys, got {keys!r}.")
         self.frame_stack = frame_stack
         self._keys: list[Key] | None = None if keys is None else [_key(k) for k in keys]
-        self._inner = LazyTensorStorage(max_size, device=device)
+        self._inner = LazyTensorStorage(max_size)
         self._chain = _FrameChain(max_size, frame_stack)
 
     # ----------------------------------------------------------- properties
@@ -254,6 +254,11 @@ class FrameDedupStorage(Storage):
             "FrameDedupStorage cannot be shared between processes (its side store is a "
             "per-process dict); use LazyTensorStorage(shared_init=True) for shared buffers."
         )
+
+    def __getstate__(self) -> dict[str, Any]:
+        if spawning():  # the side store would not follow the child's writes
+            self.share_memory_()
+        return self.__dict__.copy()
 
     def state_dict(self) -> dict[str, Any]:
         """The deduplicated content: the rows' state plus ``"frame_dedup"`` (flags, side store).

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import tempfile
 
 import pytest
 import torch
+import torch.multiprocessing as mp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
@@ -230,6 +232,16 @@ def test_an_empty_storage_round_trips() -> None:
     back = _dedup(8, stacked=True)
     back.load_state_dict(storage.state_dict())
     assert len(back) == 0 and back.side_bytes() == 0
+
+
+def test_a_copy_reads_alike_and_a_spawned_child_is_refused() -> None:
+    storage = _dedup(8, stacked=True)
+    storage.set(slice(0, 6), _episodes(4, 6, 3))
+    copied = copy.deepcopy(storage)
+    _same(copied.get(torch.arange(6)), storage.get(torch.arange(6)))
+    rb = rbdata.ReplayBuffer(storage=storage)
+    with pytest.raises(RuntimeError, match="cannot be shared"):
+        mp.get_context("spawn").Process(target=len, args=(rb,)).start()
 
 
 def test_memory_stats_count_the_side_store() -> None:
