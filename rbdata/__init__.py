@@ -40,6 +40,7 @@ from rbdata.samplers.schedulers import (
 )
 from rbdata.storages import (
     CompressedListStorage,
+    FrameDedupStorage,
     LazyMemmapStorage,
     LazyStackStorage,
     LazyTensorStorage,
@@ -96,6 +97,7 @@ __all__ = [
     "Compose",
     "CompressedListStorage",
     "ConditionalUpdateResult",
+    "FrameDedupStorage",
     "filter_trajectories",
     "find_start_stop_traj",
     "ImmutableDatasetWriter",

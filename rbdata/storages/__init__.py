@@ -2,6 +2,7 @@
 
 from ._base import Storage, shape_of
 from .compressed import CompressedListStorage
+from .frames import FrameDedupStorage
 from .lazy_tensor import LazyTensorStorage
 from .list import LazyStackStorage, ListStorage
 from .memmap import LazyMemmapStorage
@@ -9,6 +10,7 @@ from .tensor import TensorStorage
 
 __all__ = [
     "CompressedListStorage",
+    "FrameDedupStorage",
     "LazyMemmapStorage",
     "LazyStackStorage",
     "LazyTensorStorage",
