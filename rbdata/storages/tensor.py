@@ -12,7 +12,7 @@ import os
 from typing import Any, NamedTuple
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, is_tensor_collection
 from torch.utils._pytree import tree_map
 
 from ._base import Index, Storage, _as_index, _get_index, _set_index
@@ -205,7 +205,7 @@ class TensorStorage(Storage):
         """``data`` with its items along dim 0: a list stacked, dim ``dim`` moved first."""
         if isinstance(data, list):
             first = data[0] if data else None
-            stackable = isinstance(first, torch.Tensor | TensorDictBase)
+            stackable = isinstance(first, torch.Tensor) or is_tensor_collection(first)
             data = torch.stack(data) if stackable else torch.as_tensor(data)
         if dim > 0:
             if isinstance(data, torch.Tensor):
@@ -217,8 +217,8 @@ class TensorStorage(Storage):
         return data
 
     def item_as_batch(self, item: Any) -> Any:
-        """``item`` with a leading dim of 1 (tensors, TensorDicts and PyTree leaves)."""
-        if isinstance(item, torch.Tensor | TensorDictBase):
+        """``item`` with a leading dim of 1 (tensors, TensorDicts, tensorclasses, PyTree leaves)."""
+        if isinstance(item, torch.Tensor) or is_tensor_collection(item):
             return item.unsqueeze(0)
         return tree_map(lambda t: torch.as_tensor(t).unsqueeze(0), item)
 

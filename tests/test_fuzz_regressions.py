@@ -1,0 +1,44 @@
+"""Divergences from torchrl 0.14.1 found by the differential fuzzer (tests/compat/test_fuzz.py).
+
+Each test pins what torchrl does in the case the fuzzer found, so that the fix
+stays without torchrl installed.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import tensorclass
+
+from rbdata import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer, TensorStorage
+
+
+@tensorclass
+class _Step:
+    obs: torch.Tensor
+    reward: torch.Tensor
+
+
+def _step(value: float) -> _Step:
+    return _Step(obs=torch.full((2,), value), reward=torch.tensor(value), batch_size=[])
+
+
+def test_add_of_a_tensorclass_item_to_a_lazy_tensor_storage(tmp_path):
+    """torchrl: ``add`` of one tensorclass item writes it (rbdata raised ValueError)."""
+    for storage in (LazyTensorStorage(4), LazyMemmapStorage(4, scratch_dir=tmp_path)):
+        rb = ReplayBuffer(storage=storage)
+        assert rb.add(_step(1.0)) == 0
+        assert rb.add(_step(2.0)) == 1
+        assert rb[:].reward.tolist() == [1.0, 2.0]
+        assert rb[1].obs.tolist() == [2.0, 2.0]
+
+
+def test_extend_with_a_list_of_tensorclasses_stacks_them():
+    """torchrl: a list of tensorclass items is a stack, as a list of TensorDicts is."""
+    rb = ReplayBuffer(
+        storage=TensorStorage(_Step(obs=torch.zeros(4, 2), reward=torch.zeros(4), batch_size=[4]))
+    )
+    assert rb.extend([_step(1.0), _step(2.0)]).tolist() == [0, 1]
+    assert rb[:2].reward.tolist() == [1.0, 2.0]
+    lazy = ReplayBuffer(storage=LazyTensorStorage(4))
+    lazy.extend([_step(3.0)])
+    assert lazy[:].reward.tolist() == [3.0]
