@@ -7,9 +7,15 @@ stays without torchrl installed.
 from __future__ import annotations
 
 import torch
-from tensordict import tensorclass
+from tensordict import TensorDict, tensorclass
 
-from rbdata import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer, TensorStorage
+from rbdata import (
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    ReplayBuffer,
+    TensorDictReplayBuffer,
+    TensorStorage,
+)
 
 
 @tensorclass
@@ -42,3 +48,16 @@ def test_extend_with_a_list_of_tensorclasses_stacks_them():
     lazy = ReplayBuffer(storage=LazyTensorStorage(4))
     lazy.extend([_step(3.0)])
     assert lazy[:].reward.tolist() == [3.0]
+
+
+def test_sample_transforms_do_not_change_the_index_entry():
+    """torchrl: a TensorDict sample's ``"index"`` is set after the transforms run."""
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(4),
+        transform=lambda td: td.apply(lambda t: t * 10),
+        batch_size=3,
+    )
+    rb.extend(TensorDict({"a": torch.arange(4)}, batch_size=[4]))
+    batch, info = rb.sample(return_info=True)
+    assert batch["index"].tolist() == info["index"].tolist()
+    assert (batch["a"] == batch["index"] * 10).all()
