@@ -61,3 +61,12 @@ def test_sample_transforms_do_not_change_the_index_entry():
     batch, info = rb.sample(return_info=True)
     assert batch["index"].tolist() == info["index"].tolist()
     assert (batch["a"] == batch["index"] * 10).all()
+
+
+def test_stats_capacity_of_an_ndim2_storage_counts_its_rounded_up_cells():
+    """torchrl: ``capacity`` is the allocated cells (whole items along dim 0), never below size."""
+    rb = ReplayBuffer(storage=LazyTensorStorage(3, ndim=2))
+    assert rb.stats()["capacity"] == 3  # before the first write: the max_size given
+    rb.extend(torch.zeros(2, 2, 1))  # items of 2 cells: 2 items, 4 cells
+    stats = rb.stats()
+    assert (stats["size"], stats["capacity"], stats["utilization"]) == (4, 4, 1.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -97,6 +98,8 @@ class _BufferState(_BufferBase):
             return out
         size = len(self)
         capacity = self._storage.max_size
+        if self._storage.ndim > 1 and self._storage.initialized:
+            capacity = math.prod(self._storage.shape)  # whole items along dim 0, as torchrl
         return {
             "size": size,
             "write_count": self._writer.write_count,
