@@ -12,7 +12,7 @@ from rbdata.buffers import _persistence
 from rbdata.buffers._components import _BufferBase
 from rbdata.buffers._prefetch import check_prefetch_state
 from rbdata.buffers.protocol import StatsSource
-from rbdata.storages import Storage
+from rbdata.storages import Storage, TensorStorage
 
 
 class _BufferState(_BufferBase):
@@ -98,8 +98,9 @@ class _BufferState(_BufferBase):
             return out
         size = len(self)
         capacity = self._storage.max_size
-        if self._storage.ndim > 1 and self._storage.initialized:
-            capacity = math.prod(self._storage.shape)  # whole items along dim 0, as torchrl
+        storage = self._storage
+        if isinstance(storage, TensorStorage) and storage.ndim > 1 and storage.initialized:
+            capacity = math.prod(storage.shape)  # whole items along dim 0, as torchrl
         return {
             "size": size,
             "write_count": self._writer.write_count,
