@@ -70,3 +70,17 @@ def test_stats_capacity_of_an_ndim2_storage_counts_its_rounded_up_cells():
     rb.extend(torch.zeros(2, 2, 1))  # items of 2 cells: 2 items, 4 cells
     stats = rb.stats()
     assert (stats["size"], stats["capacity"], stats["utilization"]) == (4, 4, 1.0)
+
+
+def test_cursor_wraps_after_the_first_item_of_a_lazy_ndim2_storage(tmp_path):
+    """torchrl: one ``[4, 1]`` item fills ``max_size=4`` (ndim=2): the cursor is back at 0."""
+    for storage in (
+        LazyTensorStorage(4, ndim=2),
+        LazyMemmapStorage(4, scratch_dir=tmp_path, ndim=2),
+    ):
+        rb = ReplayBuffer(storage=storage)
+        rb.extend(torch.zeros(4, 1, 3))
+        assert (rb.write_count, rb.writer.cursor, len(rb)) == (1, 0, 4)
+        rb.extend(torch.ones(4, 1, 3))  # overwrites the one item
+        assert (rb.write_count, rb.writer.cursor) == (2, 0)
+        assert rb[:].sum().item() == 12
