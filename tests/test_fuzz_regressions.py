@@ -6,6 +6,7 @@ stays without torchrl installed.
 
 from __future__ import annotations
 
+import pytest
 import torch
 from tensordict import TensorDict, tensorclass
 
@@ -84,3 +85,16 @@ def test_cursor_wraps_after_the_first_item_of_a_lazy_ndim2_storage(tmp_path):
         rb.extend(torch.ones(4, 1, 3))  # overwrites the one item
         assert (rb.write_count, rb.writer.cursor) == (2, 0)
         assert rb[:].sum().item() == 12
+
+
+def test_reading_an_uninitialized_tensor_storage_is_a_runtime_error(tmp_path):
+    """torchrl: ``rb[i]``, ``rb[[i, j]]`` and ``rb[a:b]`` before the first write: RuntimeError."""
+    for storage in (LazyTensorStorage(4), LazyMemmapStorage(4, scratch_dir=tmp_path)):
+        rb = ReplayBuffer(storage=storage)
+        for index in (0, 5, [1, 0], torch.tensor([2]), slice(0, 1)):
+            with pytest.raises(RuntimeError, match="not initialized"):
+                rb[index]
+    rb = ReplayBuffer(storage=LazyTensorStorage(4))
+    rb.extend(torch.zeros(2))
+    with pytest.raises(IndexError):  # out of range of a written storage: still IndexError
+        rb[5]

@@ -380,8 +380,8 @@ class TensorStorage(Storage):
         index = _as_index(index)
         if isinstance(index, slice):
             return self._get_items(range(*index.indices(self._len)))
+        structure, _, rows = self._allocated()  # before the bounds: RuntimeError, as torchrl
         slots = _get_index(index, len(self))
-        structure, _, rows = self._allocated()
         if isinstance(slots, int):
             leaves = rows.split(rows.read_range(slots, slots + 1), _SCALAR)
             return structure.build(leaves, _SCALAR, self._out_device)
