@@ -98,3 +98,29 @@ def test_reading_an_uninitialized_tensor_storage_is_a_runtime_error(tmp_path):
     rb.extend(torch.zeros(2))
     with pytest.raises(IndexError):  # out of range of a written storage: still IndexError
         rb[5]
+
+
+@pytest.mark.parametrize("kind", ["lazy", "memmap"])
+def test_ndim2_storage_of_one_cell_per_item(kind, tmp_path):
+    """torchrl: items of one cell (``[1, T]`` batches, ndim=2) write, read and reload."""
+
+    def storage():
+        if kind == "lazy":
+            return LazyTensorStorage(3, ndim=2)
+        return LazyMemmapStorage(
+            3, ndim=2, scratch_dir=tmp_path / str(len(list(tmp_path.iterdir())))
+        )
+
+    rb = ReplayBuffer(storage=storage())
+    index = rb.extend(torch.arange(6).reshape(1, 6, 1))  # 6 items of 1 cell: the last 3 stay
+    assert index.tolist() == [[0, 0], [1, 0], [2, 0], [0, 0], [1, 0], [2, 0]]
+    assert (len(rb), rb.write_count, rb.writer.cursor) == (3, 6, 0)
+    assert rb[:].squeeze(-1).tolist() == [[3, 4, 5]]
+    assert rb.add(torch.tensor([[7]])).tolist() == [[0, 0]]
+    assert rb[:].squeeze(-1).tolist() == [[7, 4, 5]]
+    again = ReplayBuffer(storage=storage())
+    again.load_state_dict(rb.state_dict())
+    assert again[:].squeeze(-1).tolist() == [[7, 4, 5]]
+    td = ReplayBuffer(storage=storage())
+    td.extend(TensorDict({"a": torch.ones(1, 2)}, batch_size=[1, 2]))
+    assert td[:]["a"].tolist() == [[1.0, 1.0]]

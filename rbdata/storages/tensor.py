@@ -288,7 +288,7 @@ class TensorStorage(Storage):
         return self._rows.aliases(leaves)
 
     def _set(self, index: Index, data: Any) -> int:
-        if type(index) is slice and self._cells == 1 and self._rows is not None:
+        if type(index) is slice and self._cells == 1 and self.ndim == 1 and self._rows is not None:
             # the writers' hot path: items in range (``plain`` checks that the bounds are ints)
             start: int = index.start
             stop: int = index.stop
@@ -334,7 +334,7 @@ class TensorStorage(Storage):
         _, layout, rows = self._allocated()
         cells = self._cells
         leaves = rows.unaliased(leaves)
-        if cells != 1:
+        if cells != 1 or self.ndim > 1:  # [n, *lead, *shape] -> one row per cell
             leaves = [t.reshape(-1, *shape) for t, shape in zip(leaves, layout.shapes, strict=True)]
         elif not batched:
             leaves = [t.unsqueeze(0) for t in leaves]
@@ -400,7 +400,7 @@ class TensorStorage(Storage):
             packed = rows.read_index(
                 self._to_cells(torch.arange(items.start, items.stop, items.step))
             )
-        if cells == 1:
+        if cells == 1 and self.ndim == 1:
             batch = torch.Size([n])
             return structure.build(rows.split(packed, batch), batch, self._out_device)
         lead = self._lead
