@@ -11,6 +11,7 @@ import torch
 from tensordict import TensorDict, tensorclass
 
 from rbdata import (
+    LazyStackStorage,
     LazyMemmapStorage,
     LazyTensorStorage,
     ReplayBuffer,
@@ -124,3 +125,14 @@ def test_ndim2_storage_of_one_cell_per_item(kind, tmp_path):
     td = ReplayBuffer(storage=storage())
     td.extend(TensorDict({"a": torch.ones(1, 2)}, batch_size=[1, 2]))
     assert td[:]["a"].tolist() == [[1.0, 1.0]]
+
+
+def test_an_empty_selection_of_a_lazy_stack_storage_is_a_runtime_error():
+    """torchrl: ``rb[:]`` of an empty LazyStackStorage, or an empty slice of a full one."""
+    rb = ReplayBuffer(storage=LazyStackStorage(4))
+    with pytest.raises(RuntimeError, match="zero items"):
+        rb[:]
+    rb.extend(torch.zeros(4, 2))
+    with pytest.raises(RuntimeError, match="zero items"):
+        rb[3:1]
+    assert rb[1:3].shape == (2, 2)
