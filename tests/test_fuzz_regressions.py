@@ -11,8 +11,8 @@ import torch
 from tensordict import TensorDict, tensorclass
 
 from rbdata import (
-    LazyStackStorage,
     LazyMemmapStorage,
+    LazyStackStorage,
     LazyTensorStorage,
     ReplayBuffer,
     TensorDictReplayBuffer,
