@@ -1,0 +1,175 @@
+"""The documented differences a fuzzer program can reach (docs/torchrl-compat.md).
+
+:func:`known` names the row of the migration page a diverging step falls under,
+or returns None for a new divergence. A program stops being compared at its
+first documented divergence: what follows starts from states the page already
+says differ. Each rule is ``(reason, predicate)``; the predicate gets a
+:class:`Step`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ._fuzz_program import LIST_STORAGES, Config
+
+#: stats() entries rbdata adds to torchrl's (deliberate)
+EXTRA_STATS = ("skipped_priority_updates",)
+
+
+def normalized(op: tuple[Any, ...], outcome: Any) -> Any:
+    """``outcome`` with what rbdata deliberately adds left out."""
+    if op[0] == "stats" and isinstance(outcome, dict):
+        return {k: v for k, v in outcome.items() if k not in EXTRA_STATS}
+    return outcome
+
+
+@dataclass(frozen=True)
+class Step:
+    """One diverging step: the program's configuration, the operation, both outcomes."""
+
+    cfg: Config
+    op: tuple[Any, ...]
+    before: Any  # the state both libraries agreed on before the step
+    theirs: Any  # torchrl's outcome
+    ours: Any  # rbdata's outcome
+    our_state: Any
+
+    @property
+    def name(self) -> str:
+        return str(self.op[0])
+
+    def outside(self, index: int) -> bool:
+        """Whether ``index`` lies outside the items written before the step."""
+        size = self.before["len"] if isinstance(self.before, dict) else 0
+        return not -size <= index < size
+
+
+def raises(outcome: Any, *types: str) -> bool:
+    """Whether ``outcome`` is a raised exception (of one of ``types``, if given)."""
+    return (
+        isinstance(outcome, tuple)
+        and len(outcome) == 2
+        and outcome[0] == "raises"
+        and (not types or outcome[1] in types)
+    )
+
+
+def _kinds(outcome: Any) -> Any:
+    """The kinds, shapes and dtypes of an outcome, without its contents."""
+    if isinstance(outcome, tuple) and outcome and outcome[0] == "with_info":
+        return ("with_info", outcome[1][0], outcome[2])
+    if isinstance(outcome, list):
+        return [_kinds(o) for o in outcome]
+    if isinstance(outcome, tuple) and len(outcome) == 2 and not raises(outcome):
+        return outcome[0]
+    return outcome
+
+
+def _same_kinds(s: Step) -> bool:
+    return not raises(s.theirs) and _kinds(s.theirs) == _kinds(s.ours)
+
+
+Rule = tuple[str, Callable[[Step], bool]]
+
+#: (reason: the migration-page row, predicate), first match wins
+RULES: tuple[Rule, ...] = (
+    (
+        "a mismatched write is refused before writing (torchrl: RuntimeError, writes part)",
+        lambda s: (
+            s.name in ("extend_bad", "extend", "add")
+            and raises(s.theirs, "RuntimeError")
+            and raises(s.ours, "ValueError", "TypeError", "KeyError")
+        ),
+    ),
+    (
+        "a mismatched write is refused before writing (error types)",
+        lambda s: s.name == "extend_bad" and raises(s.theirs) and raises(s.ours),
+    ),
+    (
+        "extend of zero items: a no-op on ndim=1 (ValueError on ndim>1; torchrl raises)",
+        lambda s: s.name == "extend" and s.op[1] == 0 and raises(s.theirs),
+    ),
+    (
+        "sample() with no batch size anywhere: ValueError",
+        lambda s: (
+            s.name in ("sample", "iterate")
+            and s.cfg.batch_size is None
+            and (s.name == "iterate" or s.op[1] is None)
+            and raises(s.theirs, "RuntimeError")
+            and raises(s.ours, "ValueError")
+        ),
+    ),
+    (
+        "iterating an empty buffer yields nothing",
+        lambda s: s.name == "iterate" and raises(s.theirs, "RuntimeError") and s.ours == [],
+    ),
+    (
+        "state_dict and dumps round-trip every storage and data kind (torchrl raises or converts)",
+        lambda s: s.name in ("state_dict", "dumps") and s.ours == s.before,
+    ),
+    (
+        "TensorDict buffers accept data that is not a TensorDict (a list)",
+        lambda s: (
+            s.name == "extend"
+            and s.cfg.buffer == "TensorDictReplayBuffer"
+            and s.op[2] == "list"
+            and raises(s.theirs, "ValueError")
+            and not raises(s.ours)
+        ),
+    ),
+    (
+        "update_priority of slots never written: ValueError",
+        lambda s: (
+            s.name == "update_priority"
+            and not raises(s.theirs)
+            and raises(s.ours, "ValueError")
+            and any(s.outside(i) for i in s.op[1])
+        ),
+    ),
+    (
+        "rb[i] = x outside the written items (rbdata: IndexError, or len grows)",
+        lambda s: s.name == "setitem" and s.op[2] == "raw" and s.outside(s.op[1]),
+    ),
+    (
+        "rb[i] = x with a transform: torchrl raises TypeError (its inverse of a callable)",
+        lambda s: (
+            s.name == "setitem" and s.cfg.transform is not None and raises(s.theirs, "TypeError")
+        ),
+    ),
+    (
+        "rb[-i] = x: torchrl counts -i from the capacity, rbdata from len",
+        lambda s: s.name == "setitem" and s.op[2] == "raw" and s.op[1] < 0,
+    ),
+    (
+        "consume_after_n_samples: the same distribution, other draws for a seed",
+        lambda s: s.name in ("sample", "iterate") and s.cfg.consume is not None and _same_kinds(s),
+    ),
+    (
+        "ndim>1 storages: the same distribution over cells, another cell order for a seed",
+        lambda s: s.name in ("sample", "iterate") and s.cfg.ndim > 1 and _same_kinds(s),
+    ),
+    (
+        "rb[index] on ndim>1 storages: rbdata indexes storage dim 0, torchrl dim dim_extend",
+        lambda s: s.name == "getitem" and s.cfg.ndim > 1 and s.op[1] != ("slice", None, None),
+    ),
+    (
+        "dumps of a ListStorage or LazyStackStorage round-trips",
+        lambda s: s.name == "dumps" and s.cfg.storage in LIST_STORAGES and raises(s.theirs),
+    ),
+    (
+        "TensorDictMaxValueWriter: items outranked later in the same batch count as writes",
+        lambda s: (
+            s.name in ("extend", "extend_bad")
+            and s.cfg.writer == "TensorDictMaxValueWriter"
+            and s.theirs == s.ours
+        ),
+    ),
+)
+
+
+def known(step: Step) -> str | None:
+    """The migration-page row covering this diverging step, if any."""
+    return next((reason for reason, applies in RULES if applies(step)), None)
