@@ -14,7 +14,9 @@ from rbdata import (
     LazyMemmapStorage,
     LazyStackStorage,
     LazyTensorStorage,
+    ListStorage,
     ReplayBuffer,
+    TensorDictMaxValueWriter,
     TensorDictReplayBuffer,
     TensorStorage,
 )
@@ -136,3 +138,14 @@ def test_an_empty_selection_of_a_lazy_stack_storage_is_a_runtime_error():
     with pytest.raises(RuntimeError, match="zero items"):
         rb[3:1]
     assert rb[1:3].shape == (2, 2)
+
+
+@pytest.mark.parametrize("storage", [ListStorage, LazyTensorStorage])
+def test_max_value_writer_refuses_complex_ranks_and_writes_nothing(storage):
+    """torchrl: TypeError (complex values do not compare); rbdata wrote them."""
+    rb = TensorDictReplayBuffer(storage=storage(4), writer=TensorDictMaxValueWriter(rank_key="r"))
+    rb.extend(TensorDict({"r": torch.tensor([1.0, 2.0])}, batch_size=[2]))
+    bad = TensorDict({"r": torch.tensor([3.0, 4.0], dtype=torch.complex64)}, batch_size=[2])
+    with pytest.raises(TypeError, match="complex"):
+        rb.extend(bad)
+    assert (len(rb), rb.write_count) == (2, 2)
