@@ -16,6 +16,7 @@ from rbdata import (
     LazyTensorStorage,
     ListStorage,
     ReplayBuffer,
+    SamplerWithoutReplacement,
     TensorDictMaxValueWriter,
     TensorDictReplayBuffer,
     TensorStorage,
@@ -149,3 +150,27 @@ def test_max_value_writer_refuses_complex_ranks_and_writes_nothing(storage):
     with pytest.raises(TypeError, match="complex"):
         rb.extend(bad)
     assert (len(rb), rb.write_count) == (2, 2)
+
+
+def test_the_next_without_replacement_pass_is_drawn_when_the_last_one_ends():
+    """torchrl draws the next permutation in the call that ends a pass: same draws per seed."""
+
+    def draws() -> list[list[int]]:
+        rb = ReplayBuffer(storage=LazyTensorStorage(8), sampler=SamplerWithoutReplacement())
+        rb.extend(torch.arange(4))
+        out = []
+        for seed in range(4):  # passes of 2 batches: a new pass at seeds 1 and 3
+            torch.manual_seed(seed)
+            out.append(rb.sample(2).tolist())
+        return out
+
+    torch.manual_seed(1)
+    second_pass = torch.randperm(4).tolist()  # drawn in the call that ended the first pass
+    got = draws()
+    assert got[2] + got[3] == second_pass
+    assert sorted(got[0] + got[1]) == [0, 1, 2, 3]
+    rb = ReplayBuffer(storage=LazyTensorStorage(8), sampler=SamplerWithoutReplacement())
+    rb.extend(torch.arange(2))
+    rb.sample(2)  # ends a pass: the next one is drawn over 2 items
+    rb.extend(torch.arange(2, 5))  # grown before the next pass began: drawn again over 5
+    assert sorted(rb.sample(5).tolist()) == [0, 1, 2, 3, 4]

@@ -17,8 +17,9 @@ class SamplerWithoutReplacement(Sampler):
     (``shuffle=False``) of the slots filled when the pass starts, handed out
     in order. The last batch of a pass is shorter than ``batch_size`` unless
     ``drop_last``, which skips it. ``ran_out`` is True right after the last
-    batch of a pass; the next ``sample`` starts a new pass. Items written
-    during a pass are picked up in the next one.
+    batch of a pass, and the next pass is drawn then, as torchrl draws it (the
+    same draws for a seed); it is drawn again if the storage grew before its
+    first batch. Items written during a pass are picked up in the next one.
 
     With consume-after-n, a pass covers the live items only, and each batch
     counts towards their consumption.
@@ -78,7 +79,9 @@ class SamplerWithoutReplacement(Sampler):
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         n = len(storage)
         remaining = self._remaining()
-        if remaining == 0 or (self.drop_last and remaining < batch_size):
+        fresh_but_stale = live is None and self._cursor == 0 and remaining != n
+        if remaining == 0 or (self.drop_last and remaining < batch_size) or fresh_but_stale:
+            # (a pass drawn at the end of the last one, before the storage grew: drawn again)
             self._new_pass(n, None if live is None else live.live.clone())
         if self.drop_last and self._remaining() < batch_size:
             raise ValueError(
@@ -102,7 +105,11 @@ class SamplerWithoutReplacement(Sampler):
             live.consume(index)
         remaining = self._remaining()
         self._ran_out = remaining == 0 or (self.drop_last and remaining < batch_size)
-        if self._ran_out:
+        if self._ran_out and live is None:
+            # the next pass is drawn now, as torchrl does: the same draws for a seed
+            self._new_pass(n, None)
+            self._ran_out = True
+        elif self._ran_out:  # the live items are known when the next pass starts
             self._perm = None
             self._cursor = 0
         return index, {}
