@@ -174,3 +174,22 @@ def test_the_next_without_replacement_pass_is_drawn_when_the_last_one_ends():
     rb.sample(2)  # ends a pass: the next one is drawn over 2 items
     rb.extend(torch.arange(2, 5))  # grown before the next pass began: drawn again over 5
     assert sorted(rb.sample(5).tolist()) == [0, 1, 2, 3, 4]
+
+
+def test_a_refused_drop_last_sample_leaves_the_pass_as_it_was():
+    """torchrl checks ``batch_size > len`` before drawing: the pass (and the RNG) stay."""
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(8),
+        sampler=SamplerWithoutReplacement(drop_last=True),
+        batch_size=2,
+    )
+    rb.extend(torch.arange(4))
+    torch.manual_seed(0)
+    first = rb.sample().tolist()
+    state = rb.sampler.state_dict()
+    rng = torch.get_rng_state()
+    with pytest.raises(ValueError, match="greater than the storage capacity of 4"):
+        rb.sample(5)
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert torch.equal(rb.sampler.state_dict()["perm"], state["perm"])
+    assert sorted(first + rb.sample().tolist()) == [0, 1, 2, 3]

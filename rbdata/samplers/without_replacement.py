@@ -78,16 +78,18 @@ class SamplerWithoutReplacement(Sampler):
         self, storage: Any, batch_size: int, live: _LiveSet | None
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         n = len(storage)
+        sampleable = n if live is None else len(live)
+        if self.drop_last and sampleable < batch_size:
+            # checked before a pass is drawn: the refused call leaves the pass as it was
+            raise ValueError(
+                f"The batch size {batch_size} is greater than the storage capacity of "
+                f"{sampleable} sampleable item(s): with drop_last=True no batch can be made."
+            )
         remaining = self._remaining()
         fresh_but_stale = live is None and self._cursor == 0 and remaining != n
         if remaining == 0 or (self.drop_last and remaining < batch_size) or fresh_but_stale:
             # (a pass drawn at the end of the last one, before the storage grew: drawn again)
             self._new_pass(n, None if live is None else live.live.clone())
-        if self.drop_last and self._remaining() < batch_size:
-            raise ValueError(
-                f"The batch size {batch_size} is greater than the storage capacity of "
-                f"{self._remaining()} sampleable item(s): with drop_last=True no batch can be made."
-            )
         assert self._perm is not None
         parts = []
         taken = 0
