@@ -23,7 +23,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 
-from ._fuzz_known import Step, known, normalized
+from ._fuzz_known import Step, known, leaves_comparable_states, normalized, raises
 from ._fuzz_program import Config, programs
 from ._fuzz_run import Program
 from ._libs import load
@@ -39,13 +39,18 @@ def compare(cfg: Config, ops: tuple[tuple[Any, ...], ...]) -> str | None:
     with tempfile.TemporaryDirectory() as scratch:
         theirs = Program(load("torchrl"), cfg, Path(scratch)).run(ops)
         ours = Program(load("rbdata"), cfg, Path(scratch)).run(ops)
-    before = None
+    before, mismatched = None, False
     for (op, t_out, t_state), (_, r_out, r_state) in zip(theirs, ours, strict=True):
         t_out, r_out = normalized(op, t_out), normalized(op, r_out)
+        step = Step(cfg, op, before, t_out, r_out, r_state, t_state, mismatched)
         if t_out == r_out and t_state == r_state:
+            reason = leaves_comparable_states(step)
+            if reason is not None:
+                return reason
             before = t_state
+            mismatched |= op[0] == "extend_bad" and not raises(t_out)
             continue
-        reason = known(Step(cfg, op, before, t_out, r_out, r_state))
+        reason = known(step)
         if reason is not None:
             return reason
         raise AssertionError(
