@@ -193,3 +193,27 @@ def test_a_refused_drop_last_sample_leaves_the_pass_as_it_was():
     assert torch.equal(torch.get_rng_state(), rng)
     assert torch.equal(rb.sampler.state_dict()["perm"], state["perm"])
     assert sorted(first + rb.sample().tolist()) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("kind", ["lazy", "memmap"])
+def test_extend_with_a_list_of_pytrees_stacks_them_leaf_by_leaf(kind, tmp_path):
+    """torchrl: a list of PyTree items is stacked leaf-wise; mismatched items: RuntimeError."""
+    storage = (
+        LazyTensorStorage(20) if kind == "lazy" else LazyMemmapStorage(20, scratch_dir=tmp_path)
+    )
+    rb = ReplayBuffer(storage=storage, sampler=SamplerWithoutReplacement())
+    items = [
+        (
+            torch.full((3,), i),
+            {"a": torch.full((3,), i), "b": torch.full((2,), i)},
+            [torch.full((1,), i)],
+        )
+        for i in range(10)
+    ]
+    assert rb.extend(items).tolist() == list(range(10))
+    batch = rb.sample(10)
+    for leaf in torch.utils._pytree.tree_leaves(batch):
+        assert leaf.unique(sorted=True).tolist() == list(range(10))
+    with pytest.raises(RuntimeError, match="Stacking the elements of the list"):
+        rb.extend([torch.ones(4), torch.ones(1)])
+    assert len(rb) == 10

@@ -19,6 +19,7 @@ from ._base import Index, Storage, _as_index, _get_index, _set_index
 from ._layout import _PackedLayout
 from ._packed import _PackedRows
 from ._pytree import _Structure
+from ._stack import _stacked
 from ._state import _parse_state
 from ._validate import _check_leaves, _check_ndim, _tails
 
@@ -204,9 +205,7 @@ class TensorStorage(Storage):
     def as_batch(self, data: Any, dim: int) -> Any:
         """``data`` with its items along dim 0: a list stacked, dim ``dim`` moved first."""
         if isinstance(data, list):
-            first = data[0] if data else None
-            stackable = isinstance(first, torch.Tensor) or is_tensor_collection(first)
-            data = torch.stack(data) if stackable else torch.as_tensor(data)
+            data = _stacked(data)
         if dim > 0:
             if isinstance(data, torch.Tensor):
                 data = data.movedim(dim, 0)
