@@ -284,6 +284,15 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     (
+        "TensorDictMaxValueWriter.add of an item ranked too low returns -1 (torchrl None)",
+        lambda s: (
+            s.name == "add"
+            and s.cfg.writer == "TensorDictMaxValueWriter"
+            and s.theirs == ("NoneType", None)
+            and s.ours == ("int", -1)
+        ),
+    ),
+    (
         "dumps of a ListStorage or LazyStackStorage round-trips",
         lambda s: s.name == "dumps" and s.cfg.storage in LIST_STORAGES and raises(s.theirs),
     ),

@@ -69,9 +69,16 @@ def as_list(cfg: Config, data: Any) -> Any:
     """``data`` as a list of items (``extend``'s list form)."""
     if cfg.data == "objects":
         return data
-    if cfg.data in ("pytree", "tuple") or cfg.ndim == 2:
-        return data  # PyTrees, and ndim=2 batches (items along dim 1): the batch form stands
+    if cfg.ndim == 2:
+        return data  # ndim=2 batches (items along dim 1): the batch form stands
+    if cfg.data in ("pytree", "tuple"):
+        return [torch.utils._pytree.tree_map(lambda t, i=i: t[i], data) for i in range(n_of(data))]
     return [data[i] for i in range(data.shape[0])]
+
+
+def n_of(data: Any) -> int:
+    """The number of items of a PyTree batch (its first leaf's first dim)."""
+    return int(torch.utils._pytree.tree_leaves(data)[0].shape[0])
 
 
 def bad_batch(cfg: Config, how: str, start: int) -> Any:
