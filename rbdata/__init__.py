@@ -11,7 +11,6 @@ import importlib
 from typing import Any
 
 import rbdata.service  # registers service_backend="ray" (Ray itself is imported on use)
-from rbdata.boundaries import find_start_stop_traj
 from rbdata.buffers import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
@@ -48,7 +47,7 @@ from rbdata.storages import (
     Storage,
     TensorStorage,
 )
-from rbdata.trajectory import Trajectory
+from rbdata.trajectories import Trajectory, find_start_stop_traj
 from rbdata.transforms import Compose, PolicyAgeFilter, Transform
 from rbdata.writers import (
     ImmutableDatasetWriter,
@@ -71,7 +70,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "load_minari": ("rbdata.datasets", "minari"),
     "MinariReader": ("rbdata.datasets", "minari"),
     "OfflineToOnlineReplayBuffer": ("rbdata.buffers.offline_to_online", None),
-    "RayBufferClient": ("rbdata.service.client", None),
+    "RayBufferClient": ("rbdata.service.client.buffer_client", None),
 }
 
 

@@ -10,9 +10,11 @@ import torch
 from tensordict import TensorDictBase
 
 from rbdata._component.checks import NestedKey, normalize_key
-from rbdata._episode_edges import RingLayout, scan_edges
-from rbdata._trajectories import TrajectoryIndex, storage_keys
-from rbdata.storages import TensorStorage
+from rbdata.storages import Storage, TensorStorage, shape_of
+from rbdata.trajectories.edges import scan_edges
+from rbdata.trajectories.index import TrajectoryIndex
+from rbdata.trajectories.reading import storage_keys
+from rbdata.trajectories.ring import RingLayout
 
 __all__ = ["SampleUnit", "Sequence", "Transition"]
 
@@ -37,12 +39,12 @@ class SampleUnit:
     """
 
     def expand(
-        self, anchors: torch.Tensor, info: dict[str, Any], storage: Any
+        self, anchors: torch.Tensor, info: dict[str, Any], storage: Storage
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Return the slots to read for ``anchors`` and the matching info."""
         raise NotImplementedError
 
-    def anchors_of(self, batch: Any, storage: Any) -> torch.Tensor | None:
+    def anchors_of(self, batch: Any, storage: Storage) -> torch.Tensor | None:
         """The slot of the anchor of each record of ``batch``; None when records are anchors.
 
         Priority updates of a sampled batch go to these slots (see
@@ -79,7 +81,7 @@ class Transition(SampleUnit):
     """
 
     def expand(
-        self, anchors: torch.Tensor, info: dict[str, Any], storage: Any
+        self, anchors: torch.Tensor, info: dict[str, Any], storage: Storage
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Return ``anchors`` and ``info`` unchanged."""
         return anchors, info
@@ -238,16 +240,19 @@ class Sequence(SampleUnit):
     # ------------------------------------------------------------ sampling
     @overload
     def expand(
-        self, anchors: torch.Tensor, info: dict[str, Any], storage: Any
+        self, anchors: torch.Tensor, info: dict[str, Any], storage: Storage
     ) -> tuple[torch.Tensor, dict[str, Any]]: ...
 
     @overload
     def expand(
-        self, anchors: tuple[torch.Tensor, ...], info: dict[str, Any], storage: Any
+        self, anchors: tuple[torch.Tensor, ...], info: dict[str, Any], storage: Storage
     ) -> tuple[tuple[torch.Tensor, ...], dict[str, Any]]: ...
 
     def expand(
-        self, anchors: torch.Tensor | tuple[torch.Tensor, ...], info: dict[str, Any], storage: Any
+        self,
+        anchors: torch.Tensor | tuple[torch.Tensor, ...],
+        info: dict[str, Any],
+        storage: Storage,
     ) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], dict[str, Any]]:
         """Return the flat windows of ``anchors`` and their info (see the class).
 
@@ -284,7 +289,7 @@ class Sequence(SampleUnit):
             slots = slots.mul_(layout.cells).add_(_repeat(lane, t))
         return slots, out
 
-    def anchors_of(self, batch: Any, storage: Any) -> torch.Tensor | None:
+    def anchors_of(self, batch: Any, storage: Storage) -> torch.Tensor | None:
         """The flat anchor slot of each record of a batch this unit expanded.
 
         Reads ``batch["anchor_index"]`` (coordinates ``[records, ndim]`` are
@@ -298,12 +303,12 @@ class Sequence(SampleUnit):
         anchor = torch.as_tensor(anchor, dtype=torch.long)
         ndim = getattr(storage, "ndim", 1)
         if ndim > 1 and anchor.ndim >= 2 and anchor.shape[-1] == ndim:
-            shape = tuple(storage.shape)
+            shape = shape_of(storage)
             strides = [math.prod(shape[d + 1 :]) for d in range(ndim)]
             anchor = (anchor * torch.tensor(strides, device=anchor.device)).sum(-1)
         return anchor.reshape(-1)
 
-    def _check_storage(self, storage: Any) -> None:
+    def _check_storage(self, storage: Storage) -> None:
         if not isinstance(storage, TensorStorage):
             raise TypeError(
                 f"Sequence needs a TensorStorage (LazyTensorStorage, LazyMemmapStorage) of "
@@ -320,7 +325,7 @@ class Sequence(SampleUnit):
             )
 
     def _span(
-        self, storage: Any, layout: RingLayout, time: torch.Tensor, lane: torch.Tensor
+        self, storage: Storage, layout: RingLayout, time: torch.Tensor, lane: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(pos, lo, hi)``: each anchor and its episode's first and last record, on one line.
 
@@ -338,7 +343,7 @@ class Sequence(SampleUnit):
         return time, lo, hi
 
     def _tracked_span(
-        self, storage: Any, time: torch.Tensor
+        self, storage: Storage, time: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The span from the episodes kept up to date from the reported writes."""
         index = self._index
@@ -375,7 +380,7 @@ def _repeat(value: torch.Tensor, t: int) -> torch.Tensor:
 
 
 def _split_anchors(
-    anchors: torch.Tensor | tuple[torch.Tensor, ...], storage: Any, layout: RingLayout
+    anchors: torch.Tensor | tuple[torch.Tensor, ...], storage: Storage, layout: RingLayout
 ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
     """``(time, lane, lane coordinates)`` of each anchor (flat lane: ``0`` for ``ndim == 1``)."""
     ndim = storage.ndim
@@ -386,7 +391,7 @@ def _split_anchors(
                 f"with ndim > 1; got {len(anchors)} for ndim={ndim}."
             )
         coords = [torch.as_tensor(c, dtype=torch.long).reshape(-1) for c in anchors]
-        lead = tuple(storage.shape)[1:]
+        lead = shape_of(storage)[1:]
         lane = torch.zeros_like(coords[0])
         for c, size in zip(coords[1:], lead, strict=True):
             lane = lane * size + c

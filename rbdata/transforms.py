@@ -106,6 +106,19 @@ class _CallableTransform(Transform):
         return f"{type(self).__name__}({self.fn!r}, invert={self.invert})"
 
 
+class _ForeignTransform(_CallableTransform):
+    """A callable with its own ``inv`` (torchrl's env transforms): ``inv`` runs on extend.
+
+    torchrl's buffers call ``transform.inv(data)`` on every extend; so does this wrapper.
+    """
+
+    def forward(self, data: Any) -> Any:
+        return self.fn.inv(data) if self.invert else self.fn(data)  # type: ignore[attr-defined]
+
+    def inv(self, data: Any) -> Any:
+        return self.fn(data) if self.invert else self.fn.inv(data)  # type: ignore[attr-defined]
+
+
 class _Inverted(Transform):
     """A Transform whose directions are swapped (``append_transform(t, invert=True)``)."""
 
@@ -124,6 +137,8 @@ def as_transform(fn: Transform | Callable[[Any], Any], *, invert: bool = False) 
     """Wrap ``fn`` into a :class:`Transform`, swapping its directions if ``invert``."""
     if isinstance(fn, Transform):
         return _Inverted(fn) if invert else fn
+    if callable(getattr(fn, "inv", None)):
+        return _ForeignTransform(fn, invert=invert)
     return _CallableTransform(fn, invert=invert)
 
 

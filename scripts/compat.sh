@@ -11,6 +11,11 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# torchrl's example scripts (tests/compat/test_torchrl_examples.py) are read from a pytorch/rl
+# git mirror, never vendored: the one the search tool's `fetch` lays out, when it is there.
+if [ -z "${RBDATA_TORCHRL_MIRROR:-}" ] && [ -d /work/.mirror/pytorch+rl/repo ]; then
+    export RBDATA_TORCHRL_MIRROR=/work/.mirror/pytorch+rl/repo
+fi
 
 if [ -n "${RBDATA_COMPAT_VENV:-}" ]; then
     VENV="$RBDATA_COMPAT_VENV"
@@ -46,6 +51,9 @@ for dep in project["optional-dependencies"]["dev"]:
         print(dep)
 EOF
 )
+# gymnasium and h5py: what torchrl's examples/replay-buffers scripts need to run
+# (tests/compat/test_torchrl_examples.py runs them on both libraries).
+DEPS+=(gymnasium h5py)
 "$PY" -m pip install --quiet -c "$PINS" "${DEPS[@]}"
 
 "$PY" -c "import torch, tensordict, torchrl; print(f'[compat] torch {torch.__version__}, tensordict {tensordict.__version__}, torchrl {torchrl.__version__}')"

@@ -16,12 +16,13 @@ from rbdata.buffers._init_args import (
     check_buffer_args,
 )
 from rbdata.buffers._prefetch import _BatchPrefetcher
+from rbdata.buffers._sharing import _WriteFollower, check_shared_prefetch, share_transform
 from rbdata.buffers._stats import _BufferStats
 from rbdata.buffers._sync import _BufferSync
 from rbdata.buffers.backends import get_service_backend
 from rbdata.sample_units import SampleUnit, Transition
 from rbdata.samplers import RandomSampler, Sampler
-from rbdata.storages import ListStorage, Storage, TensorStorage
+from rbdata.storages import ListStorage, Storage, shape_of
 from rbdata.transforms import Compose, Transform, as_transform
 from rbdata.writers import RoundRobinWriter, Writer
 
@@ -92,6 +93,7 @@ class _BufferBase:
             generator=generator,
             dim_extend=dim_extend,
         )
+        check_shared_prefetch(bool(shared), prefetch)
         self._service_backend = backend
         self._remote: Any = None
         self._args: dict[str, Any] = {
@@ -168,6 +170,7 @@ class _BufferBase:
                 f"reuse the slots of consumed ones); {type(self._writer).__name__} has none."
             )
         self._writer.register_storage(self._storage)
+        self._follower = _WriteFollower(self._writer.write_count)
         self._sampler.set_rng(self._generator)
         self._sampler.set_consume_after_n(self._consume_after_n)
         factory = args["transform_factory"]
@@ -187,9 +190,62 @@ class _BufferBase:
         self._initialized = True
 
     def _share(self) -> None:
-        self._storage.share_memory_()
+        """Storage rows, counters, generations and transforms' state into shared memory."""
+        self._storage.share_memory_()  # a list storage is refused when sent to a child
         self._writer.share_memory_()
         self._sync.share()
+        share_transform(self._transform)
+
+    def share(self: _B, shared: bool = True) -> _B:
+        """Share this buffer with ``torch.multiprocessing`` children (torchrl's ``share()``).
+
+        The storage rows, its length, the writer's cursor, write count and
+        generations move to shared memory, the transforms' write state too, and
+        writes and draws take one lock from the spawn context. Hand the buffer
+        to ``Process(args=...)`` (forked or spawned): children that ``extend``
+        it write where this process samples, and this process's sampler
+        catches up with their writes before each draw. ``share(False)`` goes
+        back to a thread lock (the memory stays shared).
+
+        Args:
+            shared: share (True) or stop excluding other processes (False).
+
+        Returns:
+            the buffer itself.
+
+        Raises:
+            RuntimeError: if a transform keeps write state it cannot share.
+
+        Examples:
+            >>> import torch
+            >>> from rbdata import LazyTensorStorage, ReplayBuffer
+            >>> rb = ReplayBuffer(storage=LazyTensorStorage(8)).share()
+            >>> _ = rb.extend(torch.arange(4))
+            >>> rb.storage._rows.packed.is_shared(), rb.lock.__class__.__module__
+            (True, 'multiprocessing.synchronize')
+        """
+        if not isinstance(shared, bool):
+            raise TypeError(f"shared must be a bool, got {type(shared).__name__}.")
+        check_shared_prefetch(shared, self._prefetch)
+        if not shared:
+            self._shared = False
+            self._sync.unshare()
+            return self
+        if self._initialized:
+            self._share()
+        self._shared = True
+        return self
+
+    def _follow_writes(self) -> None:
+        """Tell the sampler and sample unit of the writes other buffers or processes made."""
+        writer = self._writer
+        count = writer.write_count
+        if count == self._follower.seen:
+            return
+        ring = writer.writes_in_ring_order and self._consume_after_n is None
+        missed = self._follower.missed(count, writer._capacity(), ring)
+        if missed is not None:
+            self._note_written(missed)
 
     @property
     def initialized(self) -> bool:
@@ -307,6 +363,7 @@ class _BufferBase:
             self._init()
             prev, self._storage = self._storage, storage
             self._writer.register_storage(storage)
+            self._follower.seen = self._writer.write_count
             self._collate_arg = collate_fn
             self._collate_fn = collate_fn or storage.default_collate_fn()
             return prev
@@ -316,6 +373,7 @@ class _BufferBase:
         with self._sync.lock:
             self._init()
             prev, self._sampler = self._sampler, sampler
+            self._follower.seen = self._writer.write_count
             sampler.set_rng(self._generator)
             sampler.set_consume_after_n(self._consume_after_n)
             return prev
@@ -326,6 +384,7 @@ class _BufferBase:
             self._init()
             prev, self._writer = self._writer, writer
             writer.register_storage(self._storage)
+            self._follower.seen = writer.write_count
             return prev
 
     def set_rng(self, generator: torch.Generator | None) -> None:
@@ -343,14 +402,20 @@ class _BufferBase:
         self: _B, transform: Transform | Callable[[Any], Any], *, invert: bool = False
     ) -> _B:
         """Append a transform (``invert=True``: run it on writes, its inverse on reads)."""
-        self.transform.append(as_transform(transform, invert=invert))
+        transform = as_transform(transform, invert=invert)
+        if self._shared:
+            share_transform(transform)
+        self.transform.append(transform)
         return self
 
     def insert_transform(
         self: _B, index: int, transform: Transform | Callable[[Any], Any], *, invert: bool = False
     ) -> _B:
         """Insert a transform at ``index`` (``invert`` as in :meth:`append_transform`)."""
-        self.transform.insert(index, as_transform(transform, invert=invert))
+        transform = as_transform(transform, invert=invert)
+        if self._shared:
+            share_transform(transform)
+        self.transform.insert(index, transform)
         return self
 
     def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
@@ -367,10 +432,7 @@ class _BufferBase:
 
     def _storage_shape(self) -> tuple[int, ...]:
         """The storage's shape: ``[capacity, *lead]`` (only tensor storages have ``ndim > 1``)."""
-        storage = self._storage
-        if isinstance(storage, TensorStorage):
-            return tuple(storage.shape)
-        return (storage.max_size,)
+        return shape_of(self._storage)
 
     def _cells_per_item(self) -> int:
         """The cells of one item along dim 0 (1 for ``ndim == 1``)."""

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
 
 from rbdata._component.checks import NestedKey, check_indices, normalize_key
+from rbdata.storages import Storage, TensorStorage
+from rbdata.writers import Writer
 
 __all__ = ["ConditionalUpdateResult", "conditional_update"]
 
@@ -79,8 +80,8 @@ def _winners_by_version(index: torch.Tensor, version: torch.Tensor) -> torch.Ten
 
 
 def conditional_update(
-    storage: Any,
-    writer: Any,
+    storage: Storage,
+    writer: Writer,
     *,
     index: torch.Tensor,
     generation: torch.Tensor,
@@ -90,7 +91,7 @@ def conditional_update(
     require_newer: bool,
 ) -> ConditionalUpdateResult:
     """Validate everything, then patch the live records (see ``ReplayBuffer.update_if_present``)."""
-    if not hasattr(storage, "get_leaf"):
+    if not isinstance(storage, TensorStorage):
         raise RuntimeError(
             f"{type(storage).__name__} does not support conditional updates; use a tensor "
             "storage (LazyTensorStorage, LazyMemmapStorage, TensorStorage)."

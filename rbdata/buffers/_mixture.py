@@ -13,12 +13,17 @@ be kept (a ReplayDataset's pending batches, a checkpoint) and gathered later:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
 
+from rbdata._component.checks import check_number, check_optional_int
+from rbdata._component.stateful import transaction
+from rbdata.buffers._priority import check_priorities
 from rbdata.buffers.protocol import INFO_KEYS
+from rbdata.buffers.replay import ReplayBuffer
 from rbdata.storages import Storage, TensorStorage
 
 SOURCE_KEY = "is_offline"
@@ -149,3 +154,124 @@ def as_tuple(key: str | tuple[str, ...]) -> tuple[str, ...]:
 def without_content(state: dict[str, Any]) -> dict[str, Any]:
     """A buffer state without its storage content (the offline data is not saved)."""
     return {key: value for key, value in state.items() if key not in ("storage", "_storage")}
+
+
+def route_priority_update(
+    parts: tuple[ReplayBuffer, ReplayBuffer],
+    index: torch.Tensor | int,
+    priority: torch.Tensor | float,
+    generation: torch.Tensor | None,
+    is_offline: torch.Tensor | None,
+) -> None:
+    """Update a mixed batch's priorities, each row in its part (``(offline, online)``).
+
+    Every argument is checked before either part changes, and the two parts'
+    samplers change together or not at all.
+
+    Raises:
+        ValueError: without ``is_offline``, for one of another length, or for
+            a negative, NaN or infinite priority; nothing changes then.
+    """
+    offline, online = parts
+    index = torch.as_tensor(index).reshape(-1)
+    priority = check_priorities(priority)
+    if priority.numel() == 1 and index.numel() != 1:
+        priority = priority.expand(index.numel())
+    if priority.numel() != index.numel():
+        raise ValueError(
+            f"priority has {priority.numel()} entries, expected one per index ({index.numel()})."
+        )
+    if is_offline is None:
+        raise ValueError(
+            "update_priority needs is_offline=batch['is_offline']: a mixed batch's index "
+            "holds each row's index in its own part."
+        )
+    source = torch.as_tensor(is_offline, dtype=torch.bool).reshape(-1)
+    if source.numel() != index.numel():
+        raise ValueError(
+            f"is_offline has {source.numel()} entries, expected one per index ({index.numel()})."
+        )
+    generation = None if generation is None else torch.as_tensor(generation).reshape(-1)
+    todo = [(p, rows) for p, rows in ((offline, source), (online, ~source))]
+    todo = [(p, rows) for p, rows in todo if p.prioritized and bool(rows.any())]
+    with transaction(*(p.sampler for p, _ in todo)):  # both parts, or neither
+        for part, rows in todo:
+            part.update_priority(
+                index[rows],
+                priority[rows],
+                generation=None if generation is None else generation[rows],
+            )
+
+
+def check_count(value: Any, name: str) -> int:
+    """``value`` if it is an int >= 0 (a count of batches); ValueError naming ``name`` if not."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}.")
+    return value
+
+
+def check_mixture_args(
+    offline: Any,
+    online_storage: Any,
+    online_capacity: Any,
+    offline_fraction: Any,
+    batch_size: Any,
+    generator: Any,
+) -> float | Callable[[int], float]:
+    """Check :class:`~rbdata.OfflineToOnlineReplayBuffer`'s arguments; the checked fraction.
+
+    Raises:
+        TypeError: for an ``offline`` that is neither a TensorDict nor a ReplayBuffer,
+            a non-numeric ``offline_fraction``, a bad ``online_storage`` or ``generator``.
+        ValueError: for an empty offline TensorDict, an ``offline_fraction``
+            outside ``[0, 1]``, a bad ``batch_size`` or ``online_capacity``, or
+            when not exactly one of ``online_storage`` and ``online_capacity`` is given.
+    """
+    if isinstance(offline, TensorDictBase):
+        if offline.batch_dims != 1 or offline.shape[0] == 0:
+            raise ValueError(
+                f"offline must be a non-empty TensorDict with one batch dimension, got "
+                f"batch_size {list(offline.shape)}."
+            )
+    elif not isinstance(offline, ReplayBuffer):
+        raise TypeError(
+            f"offline must be a TensorDict or a ReplayBuffer holding the offline data, got "
+            f"{type(offline).__name__}."
+        )
+    if (online_storage is None) == (online_capacity is None):
+        given = "both" if online_storage is not None else "neither"
+        raise ValueError(f"give exactly one of online_storage and online_capacity, got {given}.")
+    check_optional_int(online_capacity, "online_capacity", minimum=1)
+    if online_storage is not None and not isinstance(online_storage, Storage):
+        raise TypeError(f"online_storage must be a Storage, got {type(online_storage).__name__}.")
+    fraction: float | Callable[[int], float] = (
+        offline_fraction
+        if callable(offline_fraction)
+        else check_fraction(offline_fraction, "offline_fraction")
+    )
+    check_optional_int(batch_size, "batch_size", minimum=1)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"generator must be a torch.Generator or None, got {type(generator).__name__}."
+        )
+    return fraction
+
+
+def check_fraction(value: Any, what: str) -> float:
+    """``value`` as a float in ``[0, 1]``; TypeError/ValueError naming ``what`` otherwise."""
+    return check_number(value, what, minimum=0.0, maximum=1.0)
+
+
+def fraction_at(fraction: float | Callable[[int], float], step: int) -> float:
+    """The offline fraction of batch ``step``: the constant, or the schedule's checked value."""
+    if not callable(fraction):
+        return fraction
+    return check_fraction(fraction(step), f"offline_fraction schedule's value for batch {step}")
+
+
+def part_draw(part: ReplayBuffer, n: int) -> tuple[torch.Tensor, dict[str, Any]] | None:
+    """``n`` rows drawn from one part (index and info); None for no rows."""
+    if not n:
+        return None
+    draw = part.draw(n)
+    return (draw.index, draw.info) if draw.index.numel() else None

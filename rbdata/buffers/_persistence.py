@@ -12,6 +12,7 @@ from typing import Any, NamedTuple, Protocol
 import torch
 
 from rbdata._component.stateful import transaction
+from rbdata.buffers._torchrl_dump import is_torchrl_dump, read_torchrl_dump
 from rbdata.checkpoint import read_dump, write_dump
 from rbdata.errors import CheckpointError
 from rbdata.sample_units import SampleUnit
@@ -153,6 +154,24 @@ def _components(rb: _Persistable) -> dict[str, str]:
     }
 
 
+def _capacities(sd: dict[str, Any], ndim: Any, generator: Any) -> dict[str, Any]:
+    """What the state's shapes are checked against: slots, storage ndim, generator device.
+
+    The writer's generations and the sampler's priorities have one entry per slot.
+    ``rbdata verify`` checks the state against them (see :mod:`rbdata.checkpoint`).
+    """
+    rows = {}
+    for name, section, key in (
+        ("generations", "_writer", "_generation"),
+        ("priorities", "_sampler", "leaves"),
+    ):
+        value = (sd.get(section) or {}).get(key)
+        rows[name] = int(value.shape[0]) if isinstance(value, torch.Tensor) and value.ndim else None
+    rows["ndim"] = ndim if type(ndim) is int else None
+    device = generator.device.type if isinstance(generator, torch.Generator) else None
+    return {"capacities": rows, "generator": device}
+
+
 def _dumps(rb: _Persistable, path: str | os.PathLike[str]) -> None:
     """Write ``rb`` atomically to the directory ``path`` (see :mod:`rbdata.checkpoint`)."""
     sd = rb.state_dict()
@@ -170,8 +189,20 @@ def _dumps(rb: _Persistable, path: str | os.PathLike[str]) -> None:
         "cursor": writer.cursor,
         "write_count": writer.write_count,
         "spec": storage_sd.get("spec"),
+        **_capacities(sd, getattr(rb.storage, "ndim", None), getattr(rb, "generator", None)),
     }
     write_dump(path, manifest, sd, objects)
+
+
+def _load_torchrl_dump(rb: _Persistable, path: str | os.PathLike[str], allow_pickle: bool) -> None:
+    """Load a directory torchrl's ``dumps`` wrote (everything it holds, or CheckpointError)."""
+    state = read_torchrl_dump(path, allow_pickle)
+    try:
+        rb.load_state_dict(state)
+    except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as err:
+        if isinstance(err, CheckpointError):
+            raise
+        raise CheckpointError(f"torchrl dump at {str(path)!r} does not load: {err}") from err
 
 
 def _loads(rb: _Persistable, path: str | os.PathLike[str], allow_pickle: bool) -> None:
@@ -179,6 +210,9 @@ def _loads(rb: _Persistable, path: str | os.PathLike[str], allow_pickle: bool) -
 
     Pickled objects are unpickled only with ``allow_pickle`` and only into a list storage.
     """
+    if is_torchrl_dump(path):
+        _load_torchrl_dump(rb, path, allow_pickle)
+        return
     holds_objects = isinstance(rb.storage, ListStorage)
     manifest, sd, objects = read_dump(path, allow_pickle=allow_pickle and holds_objects)
     expected = _components(rb)

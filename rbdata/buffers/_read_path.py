@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -10,6 +11,7 @@ import torch
 from rbdata.buffers._components import _BufferBase
 from rbdata.buffers._coordinates import to_coordinates
 from rbdata.buffers._gather import finish_batch
+from rbdata.buffers._gather_into import read_rows, reading_into
 from rbdata.buffers._init_args import (
     resolve_batch_size,
 )
@@ -39,6 +41,7 @@ class _ReadPath(_BufferBase):
 
     def _draw(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """Draw one batch's rows (call under the lock); raises when nothing is sampleable."""
+        self._follow_writes()
         index, info = self._sampler.sample(self._storage, batch_size)
         index, info = self._sample_unit.expand(index, info, self._storage)
         info = dict(info)
@@ -62,6 +65,7 @@ class _ReadPath(_BufferBase):
         """
         self._init()
         with self._sync.lock:
+            self._follow_writes()
             if self._sampler.exhausted(self._storage):
                 return Draw.empty()
             index, info = self._draw(batch_size)
@@ -71,9 +75,17 @@ class _ReadPath(_BufferBase):
         """Read the rows of ``draw`` (a copy) with its info attached, transforms applied."""
         return self._fetch(draw.index, draw.info, keep_info=True)
 
+    def reading_into(self, memory: torch.Tensor) -> AbstractContextManager[None]:
+        """A block whose first batch read (``sample``, ``gather``) lands in ``memory`` (uint8).
+
+        The batch's tensors then view ``memory`` where the read path keeps them
+        (see :mod:`rbdata.buffers._gather_into`); a Ray owner fills its slots so.
+        """
+        return reading_into(self, memory)
+
     def _fetch(self, index: torch.Tensor, info: Mapping[str, Any], *, keep_info: bool) -> Any:
         with self._sync.lock:  # a write must not tear the rows being gathered
-            data = self._storage.get(index if index.ndim == 1 else index.reshape(-1))
+            data = read_rows(self, self._storage, index if index.ndim == 1 else index.reshape(-1))
         return finish_batch(
             data,
             index,
@@ -123,6 +135,7 @@ class _ReadPath(_BufferBase):
     def _sample_ahead(self, batch_size: int) -> tuple[Any, dict[str, Any], bool] | None:
         """A batch sampled ahead, with whether it ended a pass; None when nothing is sampleable."""
         with self._sync.lock:
+            self._follow_writes()
             if self._sampler.exhausted(self._storage) and len(self._storage):
                 return None
             index, info = self._draw(batch_size)

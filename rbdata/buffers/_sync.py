@@ -37,9 +37,21 @@ class _BufferSync:
         return self._shared
 
     def share(self) -> None:
-        """Switch to a lock and condition that ``torch.multiprocessing`` children share."""
-        lock = mp.RLock()
-        self.lock, self.cond, self._shared = lock, mp.Condition(lock), True
+        """Switch to a lock and condition that ``torch.multiprocessing`` children share.
+
+        They come from the spawn context, whose semaphores both forked and
+        spawned children can use (a fork-context lock cannot be sent to a
+        spawned child). A lock that is shared already is kept.
+        """
+        if self._shared:
+            return
+        context = mp.get_context("spawn")
+        lock = context.RLock()
+        self.lock, self.cond, self._shared = lock, context.Condition(lock), True
+
+    def unshare(self) -> None:
+        """Back to a thread lock (``share(False)``): other processes no longer exclude this one."""
+        _BufferSync.__init__(self)
 
     def renew(self) -> None:
         """Give this copy a fresh thread lock (a forked child's private copy of a buffer).

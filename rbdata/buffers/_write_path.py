@@ -52,11 +52,13 @@ class _WritePath(_BufferBase):
             if len(self._transform):
                 data = self._transform.inv(data)
             free = self._sampler.reusable_slots(1) if self._consume_after_n is not None else None
+            self._follow_writes()
             if free is not None and free.numel():
                 slot = int(self._writer.write_at(free, [data])[0])
             else:
                 slot = self._writer.add(data)
             self._note_written(torch.tensor([slot]))
+            self._follower.seen = self._writer.write_count
             self._sync.cond.notify_all()
         return slot
 
@@ -87,8 +89,10 @@ class _WritePath(_BufferBase):
                 return torch.empty((0, ndim) if ndim > 1 else 0, dtype=torch.long)
             self._validate_extend(data, update_priority)
             self._check_sampler_fits(data)
+            self._follow_writes()
             index = self._write(data)
             self._note_written(index[index >= 0] if self._writer.drops_items else index)
+            self._follower.seen = self._writer.write_count
             if self._storage.ndim == 1:
                 self._after_extend(data, index, update_priority)
                 self._sync.cond.notify_all()
@@ -171,6 +175,7 @@ class _WritePath(_BufferBase):
             self._writer._empty(empty_write_count)
             self._sampler._empty()
             self._sample_unit._empty()
+            self._follower.seen = self._writer.write_count
             self._sync.cond.notify_all()
 
 

@@ -11,19 +11,22 @@ import torch
 from tensordict import TensorDictBase
 from torch.utils.hooks import RemovableHandle
 
-from rbdata._component.checks import check_number, check_optional_int
 from rbdata._component.stateful import transaction
 from rbdata.buffers._init_args import resolve_batch_size
 from rbdata.buffers._mixture import (
     SOURCE_KEY,
+    check_count,
+    check_mixture_args,
     check_online_data,
     concat,
+    fraction_at,
     merge_draws,
+    part_draw,
+    route_priority_update,
     split_draw,
     tag,
     without_content,
 )
-from rbdata.buffers._priority import check_priorities
 from rbdata.buffers._stats import _BufferStats
 from rbdata.buffers.protocol import INFO_KEYS, Draw, StatsSource
 from rbdata.buffers.replay import ReplayBuffer
@@ -129,34 +132,9 @@ class OfflineToOnlineReplayBuffer:
         online_writer: Writer | None = None,
         online_transform: Transform | Callable[[Any], Any] | None = None,
     ) -> None:
-        if isinstance(offline, TensorDictBase):
-            if offline.batch_dims != 1 or offline.shape[0] == 0:
-                raise ValueError(
-                    f"offline must be a non-empty TensorDict with one batch dimension, got "
-                    f"batch_size {list(offline.shape)}."
-                )
-        elif not isinstance(offline, ReplayBuffer):
-            raise TypeError(
-                f"offline must be a TensorDict or a ReplayBuffer holding the offline data, got "
-                f"{type(offline).__name__}."
-            )
-        if (online_storage is None) == (online_capacity is None):
-            given = "both" if online_storage is not None else "neither"
-            raise ValueError(
-                f"give exactly one of online_storage and online_capacity, got {given}."
-            )
-        check_optional_int(online_capacity, "online_capacity", minimum=1)
-        if online_storage is not None and not isinstance(online_storage, Storage):
-            raise TypeError(
-                f"online_storage must be a Storage, got {type(online_storage).__name__}."
-            )
-        if not callable(offline_fraction):
-            offline_fraction = _check_fraction(offline_fraction, "offline_fraction")
-        check_optional_int(batch_size, "batch_size", minimum=1)
-        if generator is not None and not isinstance(generator, torch.Generator):
-            raise TypeError(
-                f"generator must be a torch.Generator or None, got {type(generator).__name__}."
-            )
+        offline_fraction = check_mixture_args(
+            offline, online_storage, online_capacity, offline_fraction, batch_size, generator
+        )
         if isinstance(offline, TensorDictBase):
             offline = TensorDictReplayBuffer(
                 storage=TensorStorage(offline),
@@ -230,7 +208,7 @@ class OfflineToOnlineReplayBuffer:
     @property
     def offline_fraction(self) -> float:
         """The offline fraction of the next batch (the schedule's current value)."""
-        return self._fraction_at(self._batches_sampled)
+        return fraction_at(self._fraction, self._batches_sampled)
 
     def set_rng(self, generator: torch.Generator | None) -> None:
         """Use ``generator`` for both parts' sampling from now on (None: torch's global RNG)."""
@@ -260,36 +238,9 @@ class OfflineToOnlineReplayBuffer:
             ValueError: without ``is_offline``, for one of another length, or for
                 a negative, NaN or infinite priority; nothing changes then.
         """
-        index = torch.as_tensor(index).reshape(-1)
-        priority = check_priorities(priority)
-        if priority.numel() == 1 and index.numel() != 1:
-            priority = priority.expand(index.numel())
-        if priority.numel() != index.numel():
-            raise ValueError(
-                f"priority has {priority.numel()} entries, expected one per index "
-                f"({index.numel()})."
-            )
-        if is_offline is None:
-            raise ValueError(
-                "update_priority needs is_offline=batch['is_offline']: a mixed batch's index "
-                "holds each row's index in its own part."
-            )
-        source = torch.as_tensor(is_offline, dtype=torch.bool).reshape(-1)
-        if source.numel() != index.numel():
-            raise ValueError(
-                f"is_offline has {source.numel()} entries, expected one per index "
-                f"({index.numel()})."
-            )
-        generation = None if generation is None else torch.as_tensor(generation).reshape(-1)
-        parts = [(p, rows) for p, rows in ((self._offline, source), (self._online, ~source))]
-        parts = [(p, rows) for p, rows in parts if p.prioritized and bool(rows.any())]
-        with transaction(*(p.sampler for p, _ in parts)):  # both parts, or neither
-            for part, rows in parts:
-                part.update_priority(
-                    index[rows],
-                    priority[rows],
-                    generation=None if generation is None else generation[rows],
-                )
+        route_priority_update(
+            (self._offline, self._online), index, priority, generation, is_offline
+        )
 
     @property
     def prioritized(self) -> bool:
@@ -391,25 +342,18 @@ class OfflineToOnlineReplayBuffer:
     def draw(self, batch_size: int) -> Draw:
         """Draw one mixed batch: each part's indices and info, merged (see ``_mixture``)."""
         with self._lock:
-            fraction = self._fraction_at(self._batches_sampled)
+            fraction = fraction_at(self._fraction, self._batches_sampled)
             n_offline = batch_size if len(self._online) == 0 else round(fraction * batch_size)
             if n_offline and len(self._offline) == 0:
                 raise RuntimeError(
                     f"cannot sample {n_offline} offline rows: the offline buffer is empty."
                 )
-            offline = self._part_draw(self._offline, n_offline)
-            online = self._part_draw(self._online, batch_size - n_offline)
+            offline = part_draw(self._offline, n_offline)
+            online = part_draw(self._online, batch_size - n_offline)
             self._batches_sampled += 1
         if offline is None and online is None:
             return Draw.empty()
         return Draw(*merge_draws(offline, online))
-
-    @staticmethod
-    def _part_draw(part: ReplayBuffer, n: int) -> tuple[torch.Tensor, dict[str, Any]] | None:
-        if not n:
-            return None
-        draw = part.draw(n)
-        return (draw.index, draw.info) if draw.index.numel() else None
 
     def gather(self, draw: Draw) -> Any:
         """Gather a mixed draw: each part gathers (and transforms) its own rows."""
@@ -445,13 +389,6 @@ class OfflineToOnlineReplayBuffer:
         """Merge ``source()``'s counters into :meth:`stats` until the handle is removed."""
         return self._stats.register(source)
 
-    def _fraction_at(self, step: int) -> float:
-        if not callable(self._fraction):
-            return self._fraction
-        return _check_fraction(
-            self._fraction(step), f"offline_fraction schedule's value for batch {step}"
-        )
-
     # ------------------------------------------------- state and stats
     def stats(self) -> dict[str, Any]:
         """A snapshot: sizes of both parts, the current offline fraction, the online stats.
@@ -483,9 +420,7 @@ class OfflineToOnlineReplayBuffer:
 
     def load_sampling_state(self, state: dict[str, Any]) -> None:
         """Load :meth:`sampling_state`'s output (absent entries: kept); unchanged on error."""
-        count = state.get("batches_sampled", self._batches_sampled)
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ValueError(f"batches_sampled must be an int >= 0, got {count!r}.")
+        count = check_count(state.get("batches_sampled", self._batches_sampled), "batches_sampled")
         with transaction(self._offline.sampler, self._online.sampler):
             self._offline.load_sampling_state(state.get("offline", {}))
             self._online.load_sampling_state(state.get("online", {}))
@@ -510,9 +445,10 @@ class OfflineToOnlineReplayBuffer:
         Raises:
             ValueError: if ``batches_sampled`` is not an int >= 0.
         """
-        count = state_dict.get("batches_sampled", self._batches_sampled)
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ValueError(f"state_dict['batches_sampled'] must be an int >= 0, got {count!r}.")
+        count = check_count(
+            state_dict.get("batches_sampled", self._batches_sampled),
+            "state_dict['batches_sampled']",
+        )
         with self._lock, transaction(self._offline.sampler, self._offline.writer):
             if "offline" in state_dict:
                 self._offline.load_state_dict(without_content(state_dict["offline"]))
@@ -558,8 +494,3 @@ class OfflineToOnlineReplayBuffer:
             f"{type(self).__name__}(offline_size={len(self._offline)}, online_size="
             f"{len(self._online)}, offline_fraction={fraction}, batch_size={self._batch_size})"
         )
-
-
-def _check_fraction(value: Any, what: str) -> float:
-    """``value`` as a float in ``[0, 1]``; TypeError/ValueError naming ``what`` otherwise."""
-    return check_number(value, what, minimum=0.0, maximum=1.0)

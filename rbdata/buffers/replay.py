@@ -13,6 +13,7 @@ from rbdata.buffers._indexing import _Indexing
 from rbdata.buffers._prefetch import _BatchPrefetcher
 from rbdata.buffers._priority_updates import _PriorityUpdates
 from rbdata.buffers._read_path import _ReadPath
+from rbdata.buffers._sharing import _WriteFollower
 from rbdata.buffers._state import _BufferState
 from rbdata.buffers._sync import _BufferSync
 from rbdata.buffers._write_path import _WritePath
@@ -74,13 +75,15 @@ class ReplayBuffer(_WritePath, _ReadPath, _Indexing, _PriorityUpdates, _BufferSt
     def reader(self, sampler: Sampler) -> ReplayBuffer:
         """A buffer sharing this one's storage, writer and transforms that draws with ``sampler``.
 
-        It has its own lock; used by DataLoader worker processes, which read a
-        private copy of the buffer.
+        It has its own lock (a shared buffer's keeps the cross-process one, so
+        that writers in other processes do not tear the rows it reads); used by
+        DataLoader worker processes, which read a private copy of the buffer.
         """
         self._init()
         copy = object.__new__(type(self))
         copy.__dict__.update(self.__dict__)
-        copy._sync = _BufferSync()
+        copy._sync = self._sync if self._sync.shared else _BufferSync()
+        copy._follower = _WriteFollower(self._follower.seen)
         copy._prefetcher = _BatchPrefetcher(0)
         copy._iterator = None
         copy._sampler = sampler

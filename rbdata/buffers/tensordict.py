@@ -10,10 +10,12 @@ import torch
 from tensordict import TensorDictBase
 
 from rbdata.buffers._priority import check_priorities
-from rbdata.buffers.prioritized import with_prioritized_sampler
+from rbdata.buffers.prioritized import _PrioritySync, with_prioritized_sampler
 from rbdata.buffers.protocol import INFO_KEYS
 from rbdata.buffers.replay import ReplayBuffer
+from rbdata.samplers import PrioritizedSampler
 from rbdata.storages import Storage
+from rbdata.storages._torchrl import without_index_entry
 from rbdata.writers import TensorDictRoundRobinWriter
 
 __all__ = ["TensorDictPrioritizedReplayBuffer", "TensorDictReplayBuffer"]
@@ -73,6 +75,51 @@ class TensorDictReplayBuffer(ReplayBuffer):
             )
         return super().sample(batch_size, return_info)
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a state (see :meth:`ReplayBuffer.load_state_dict`); torchrl's too.
+
+        A torchrl TensorDict buffer's state holds each row's ``"index"``; it is left out.
+        """
+        super().load_state_dict(without_index_entry(state_dict))
+
+    def update_priority(
+        self,
+        index: Any,
+        priority: torch.Tensor | float | None = None,
+        *,
+        generation: torch.Tensor | None = None,
+    ) -> None:
+        """Update priorities: ``(index, priority)``, or a sampled batch alone (an extension).
+
+        ``update_priority(batch)`` with one argument, a TensorDict sampled from
+        this buffer, does what :meth:`update_tensordict_priority` does (torchrl's
+        SAC and TD3 scripts call it so; torchrl 0.14.1 raises TypeError there).
+
+        Raises:
+            TypeError: if ``priority`` is missing and ``index`` is not a TensorDict,
+                or ``generation`` is given with a TensorDict.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from rbdata import LazyTensorStorage, TensorDictPrioritizedReplayBuffer
+            >>> rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0,
+            ...     storage=LazyTensorStorage(4), batch_size=2)
+            >>> _ = rb.extend(TensorDict({"obs": torch.zeros(4)}, [4]))
+            >>> batch = rb.sample().set("td_error", torch.full((2,), 3.0))
+            >>> rb.update_priority(batch)
+        """
+        if priority is not None:
+            super().update_priority(index, priority, generation=generation)
+            return
+        if not isinstance(index, TensorDictBase) or generation is not None:
+            raise TypeError(
+                "update_priority takes (index, priority) or one sampled TensorDict, got "
+                f"{type(index).__name__} without a priority"
+                f"{' and a generation' if generation is not None else ''}."
+            )
+        self.update_tensordict_priority(index)
+
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
         """Update priorities from a sampled batch (``index``, ``priority_key``, generations).
 
@@ -91,7 +138,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         self._update_record_priority(data, index, priority, data.get("index_generation", None))
 
 
-class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
+class TensorDictPrioritizedReplayBuffer(_PrioritySync, TensorDictReplayBuffer):
     """A prioritized buffer of TensorDicts; samples carry ``index`` and ``priority_weight``.
 
     Keyword Args:
@@ -101,6 +148,9 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         eps: added to priorities.
         dtype: dtype of the priority tree.
         reduction: how duplicate indices in one priority update combine.
+        sampler_device: where the priority tree lives (None: the storage's device).
+        sync: False lets writer processes started with the buffer write without
+            the priority tree (see :class:`PrioritizedReplayBuffer`). Defaults to True.
         **kwargs: the :class:`ReplayBuffer` arguments (except ``sampler``).
 
     Examples:
@@ -126,18 +176,22 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         dtype: torch.dtype = torch.float,
         storage: Storage | None = None,
         reduction: str = "max",
+        sampler_device: torch.device | str | None = None,
+        sync: bool = True,
         **kwargs: Any,
     ) -> None:
         storage, kwargs = with_prioritized_sampler(
             type(self).__name__,
             kwargs,
             storage,
+            sampler_device,
             alpha=alpha,
             beta=beta,
             eps=eps,
             dtype=dtype,
             reduction=reduction,
         )
+        self._check_sync(sync, storage)
         super().__init__(priority_key=priority_key, storage=storage, **kwargs)
 
     def _data_priority(self, data: Any, update_priority: bool | None) -> torch.Tensor | None:
@@ -157,7 +211,7 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
 
     def _after_extend(self, data: Any, index: torch.Tensor, update_priority: bool | None) -> None:
         priority = self._data_priority(data, update_priority)
-        if priority is None:
-            return
+        if priority is None or not isinstance(self._sampler, PrioritizedSampler):
+            return  # a sync=False writer process: the learner sets the priorities
         keep = index >= 0
         self.update_priority(index[keep], priority[keep])

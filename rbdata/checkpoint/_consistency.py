@@ -9,6 +9,7 @@ import torch
 from rbdata.errors import CheckpointError
 
 from ._files import dtype_name
+from ._state_checks import check_buffer, check_rng, check_sampler, check_storage, check_writer
 
 
 def _section(state: Any, name: str, where: str) -> dict[str, Any]:
@@ -40,6 +41,9 @@ def check_consistency(manifest: dict[str, Any], state: Any, objects: Any, where:
 
     Raises:
         CheckpointError: naming the first disagreement.
+
+    The components' sections are checked too (:mod:`._state_checks`): ``loads``
+    and ``rbdata verify`` both come here, so they reject the same dumps.
     """
     storage, writer = _section(state, "storage", where), _section(state, "writer", where)
     length, max_size = _count(manifest, "length", where), _count(manifest, "max_size", where)
@@ -67,6 +71,11 @@ def check_consistency(manifest: dict[str, Any], state: Any, objects: Any, where:
     if isinstance(objects, list) and len(objects) != length:
         raise CheckpointError(f"{where}: length {length}, but {len(objects)} objects are stored.")
     _check_content(manifest, storage, length, where)
+    check_writer(manifest, writer, where)
+    check_sampler(manifest, state.get("_sampler", state.get("sampler")), where)
+    check_rng(manifest, state, where)
+    check_buffer(state, where)
+    check_storage(manifest, storage, where)
 
 
 def _check_content(

@@ -9,8 +9,8 @@ from typing import Any
 
 from rbdata.errors import CheckpointError
 
+from ._dump_paths import FORMAT_VERSION, OBJECTS, is_data_dir_name, is_leaf_name
 from ._files import BYTEORDER, parse_dtype
-from ._layout import FORMAT_VERSION, OBJECTS, is_data_dir_name, is_leaf_name
 
 RESERVED = ("format_version", "byteorder", "data", "files", "state", "objects")
 _CHECKSUM = re.compile(r"[0-9a-f]{16}")

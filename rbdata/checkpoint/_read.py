@@ -20,11 +20,11 @@ import torch
 
 from rbdata.errors import CheckpointError
 
-from ._codec import decode
 from ._consistency import check_consistency
+from ._dump_paths import MANIFEST, MAX_MANIFEST_BYTES, OBJECTS, is_data_dir_name, leaf_name
 from ._files import open_entry, read_bytes, read_tensor
-from ._layout import MANIFEST, MAX_MANIFEST_BYTES, OBJECTS, is_data_dir_name, leaf_name
 from ._manifest import parse_manifest
+from ._state_tree import decode
 
 _DIRECTORY = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
 

@@ -20,8 +20,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ._dump_paths import MANIFEST, is_temporary_of
 from ._files import fsync_dir
-from ._layout import MANIFEST, is_temporary_of
 
 logger = logging.getLogger(__name__)
 

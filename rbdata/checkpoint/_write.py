@@ -15,9 +15,7 @@ from tqdm.auto import tqdm
 
 from rbdata.errors import CheckpointError, Unencodable
 
-from ._codec import encode
-from ._files import BYTEORDER, fsync_dir, write_file, write_tensor
-from ._layout import (
+from ._dump_paths import (
     FORMAT_VERSION,
     MANIFEST,
     OBJECTS,
@@ -26,7 +24,9 @@ from ._layout import (
     new_id,
     temporary_name,
 )
+from ._files import BYTEORDER, fsync_dir, write_file, write_tensor
 from ._manifest import RESERVED
+from ._state_tree import encode
 from ._swap import remove_temporaries, swap_into_place
 
 _PROGRESS_BYTES = 1 << 30  # dumps this large show a progress bar

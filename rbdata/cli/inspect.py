@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from typing import Any
 
@@ -23,7 +24,9 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "inspect",
         help="describe a dump: size, components, keys, priorities, policy ages",
-        description="Describe a replay-buffer dump: its length and capacity, its storage, "
+        description="Describe a replay-buffer dump: its length and capacity (and the memory "
+        "they take: bytes an item, resident for the items held, for the whole capacity), its "
+        "storage, "
         "sampler and writer, its keys with shapes and dtypes, and summaries of its priorities "
         "(prioritized samplers), policy versions (a 'policy_version' entry) and trajectory "
         "lengths (('next', 'done') flags or an 'episode' entry).",
@@ -83,6 +86,14 @@ def summarize(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, t
             for key, spec in (manifest.get("spec") or {}).items()
         },
     }
+    item_bytes = _item_bytes(summary["keys"])
+    if item_bytes is not None:
+        capacity = summary["capacity"]
+        summary["bytes"] = {
+            "item": item_bytes,
+            "resident": length * item_bytes,
+            "capacity": None if capacity is None else int(capacity) * item_bytes,
+        }
     series: dict[str, torch.Tensor] = {}
     leaves = (state.get("_sampler") or state.get("sampler") or {}).get("leaves")
     if isinstance(leaves, torch.Tensor) and leaves.numel() >= length > 0:
@@ -150,6 +161,17 @@ def _trajectory_lengths(items: TensorDictBase) -> torch.Tensor | None:
     return None
 
 
+def _item_bytes(keys: dict[str, dict[str, Any]]) -> int | None:
+    """Bytes one item's leaves take, from the dump's spec; None without a full spec."""
+    total = 0
+    for spec in keys.values():
+        shape, dtype = spec.get("shape"), getattr(torch, str(spec.get("dtype")), None)
+        if not isinstance(shape, list) or not isinstance(dtype, torch.dtype):
+            return None
+        total += math.prod(shape) * dtype.itemsize
+    return total or None
+
+
 def _stats(values: torch.Tensor) -> dict[str, float]:
     return {
         "min": float(values.min()),
@@ -164,6 +186,13 @@ def _text(summary: dict[str, Any]) -> str:
         f"{summary['write_count']} written",
         f"storage {summary['storage']}, sampler {summary['sampler']}, writer {summary['writer']}",
     ]
+    if "bytes" in summary:
+        b = summary["bytes"]
+        capacity = "?" if b["capacity"] is None else _size(b["capacity"])
+        lines.append(
+            f"memory: {_size(b['resident'])} resident of {capacity} capacity "
+            f"({b['item']} bytes an item; rows not yet written cost nothing)"
+        )
     if summary["keys"]:
         width = max(len(key) for key in summary["keys"])
         lines.append("keys:")
@@ -191,3 +220,12 @@ def _text(summary: dict[str, Any]) -> str:
 
 def _range(stats: dict[str, float]) -> str:
     return f"min {stats['min']:.4g}, mean {stats['mean']:.4g}, max {stats['max']:.4g}"
+
+
+def _size(nbytes: int) -> str:
+    """``nbytes`` in binary units: ``512 B``, ``1.5 KiB``, ``26.3 GiB``."""
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    value, exponent = float(nbytes), 0
+    while value >= 1024 and exponent < len(units) - 1:
+        value, exponent = value / 1024, exponent + 1
+    return f"{nbytes} B" if exponent == 0 else f"{value:.3g} {units[exponent]}"

@@ -30,6 +30,7 @@ from rbdata.buffers.protocol import aligned_info
 from rbdata.loader._batch import as_replay_batch
 from rbdata.loader._settings import DatasetSettings
 from rbdata.samplers import RandomSampler, Sampler, SamplerWithoutReplacement
+from rbdata.storages import LazyMemmapStorage, Storage, TensorStorage
 
 _USE_PREFETCH = (
     "use num_workers=0 with ReplayDataset(prefetch=k), which samples on a background thread "
@@ -82,12 +83,10 @@ def check(ds: DatasetSettings) -> ReplayBuffer:
     return buffer
 
 
-def _readable_by_workers(storage: Any) -> bool:
-    from rbdata.storages import LazyMemmapStorage
-
+def _readable_by_workers(storage: Storage) -> bool:
     if isinstance(storage, LazyMemmapStorage):
         return True
-    if not (hasattr(storage, "leaf_keys") and getattr(storage, "initialized", False)):
+    if not (isinstance(storage, TensorStorage) and storage.initialized):
         return False
     return all(storage.get_leaf(key).is_shared() for key in storage.leaf_keys())
 
@@ -157,7 +156,7 @@ class _ShardedPasses(Sampler):
         self._global = 0
 
     def _sample(
-        self, storage: Any, batch_size: int, live: Any
+        self, storage: Storage, batch_size: int, live: Any
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Return this worker's next batch of the shared passes."""
         n = len(storage)

@@ -12,6 +12,7 @@ from rbdata._component.checks import check_int
 from rbdata._component.state_file import read_state, write_state
 from rbdata.samplers._live import _LiveSet
 from rbdata.samplers._replacement import _SamplerMeta
+from rbdata.samplers._torchrl import sampler_state
 
 __all__ = ["Sampler"]
 
@@ -246,7 +247,12 @@ class Sampler(metaclass=_SamplerMeta):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output; unknown keys are ignored, missing ones kept."""
+        """Restore :meth:`state_dict`'s output; unknown keys are ignored, missing ones kept.
+
+        torchrl's sampler states are read too (see :mod:`rbdata.samplers._torchrl`), or
+        refused with a ValueError naming what cannot be read.
+        """
+        state_dict = sampler_state(state_dict, self)
         if "consume_after_n" in state_dict:
             self.set_consume_after_n(state_dict["consume_after_n"])
         live = state_dict.get("live")

@@ -174,6 +174,10 @@ class _DeviceSumTree:
     def __getitem__(self, index: torch.Tensor) -> torch.Tensor:
         return self._leaves[index]
 
+    def query(self, start: int, end: int) -> float:
+        """The sum of leaves ``start .. end - 1`` (torchrl's segment-tree ``query``)."""
+        return float(self._leaves[max(start, 0) : min(end, self.capacity)].sum())
+
     # ------------------------------------------------------------ writes
     def update(
         self,

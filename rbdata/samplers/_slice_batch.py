@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from rbdata._component.checks import NestedKey
-from rbdata._trajectories import read_leaf, storage_keys
+from rbdata.trajectories.reading import read_leaf, storage_keys
 
 #: Where ``pad_output`` puts the mask of real (True) and repeated (False) steps.
 MASK_KEY: NestedKey = ("collector", "mask")

@@ -9,8 +9,9 @@ from typing import Any
 import torch
 
 from rbdata._component.checks import NestedKey
-from rbdata._trajectories import Markers, read_leaf, storage_keys
 from rbdata.errors import MarkerShapeError
+from rbdata.trajectories.markers import Markers
+from rbdata.trajectories.reading import read_leaf, storage_keys
 
 #: Trajectory-id entries tried, in order, when no ``traj_key`` is given (torchrl's two first).
 AUTO_ID_KEYS: tuple[NestedKey, ...] = (("collector", "traj_ids"), "episode", "traj_ids")

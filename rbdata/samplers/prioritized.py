@@ -19,6 +19,7 @@ from rbdata.samplers._priority_store import (
     priority_store,
     update_bounds,
 )
+from rbdata.storages._counters import spawning
 
 _REDUCTIONS = {"max": "amax", "min": "amin", "sum": "sum", "mean": "mean", "median": "median"}
 # Reductions that commute with the increasing (p + eps) ** alpha: the tree's leaves merge
@@ -126,6 +127,16 @@ class PrioritizedSampler(Sampler):
         self._initial_priority: float = (1.0 + self._eps) ** self._alpha
         self._max_seen: float = self._initial_priority
         self._max_raw = 1.0  # the largest raw priority written (alpha = 0 cannot recover it)
+
+    def __getstate__(self) -> dict[str, Any]:
+        if spawning():
+            raise RuntimeError(
+                f"Samplers of type {type(self).__name__} cannot be shared between processes: "
+                "the priority tree is this process's. Use TensorDictPrioritizedReplayBuffer("
+                "sync=False) (or PrioritizedReplayBuffer(sync=False)) instead: writer processes "
+                "get a uniform sampler and the learner keeps the prioritized one."
+            )
+        return self.__dict__.copy()
 
     # ------------------------------------------------------------ settings
     @property

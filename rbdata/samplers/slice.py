@@ -10,14 +10,15 @@ import torch
 from typing_extensions import Unpack
 
 from rbdata._component.checks import NestedKey, check_int, check_optional_int, normalize_key
-from rbdata._trajectories import TrajectoryIndex, read_leaf
-from rbdata._trajectory_layouts import FragmentedTrajectoryIndex, GridTrajectoryIndex
 from rbdata.errors import BatchSizeError, ExclusiveArgumentsError, SliceSizeError
 from rbdata.samplers._base import Sampler
 from rbdata.samplers._live import _LiveSet
 from rbdata.samplers._slice_batch import SliceBatcher, Slices
 from rbdata.samplers._slice_markers import DEFAULT_END_KEY, MarkerRule
 from rbdata.samplers._slice_weight import SliceWeight, span_amount
+from rbdata.trajectories.index import TrajectoryIndex
+from rbdata.trajectories.layouts import FragmentedTrajectoryIndex, GridTrajectoryIndex
+from rbdata.trajectories.reading import read_leaf
 
 SpanArg = bool | int | tuple[bool | int, bool | int]
 

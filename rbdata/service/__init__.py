@@ -5,6 +5,17 @@ Importing this package registers it as the buffers' ``"ray"`` backend
 then calls :func:`attach_ray_service`;
 ``rb.client()`` returns a picklable :class:`RayBufferClient`. Importing this
 package does not import Ray; starting a service needs the ``ray`` extra.
+
+The package is organised by side:
+
+- ``lifecycle`` (:class:`RayService`, :func:`attach_ray_service`) and ``runtime``
+  (importing Ray, the lease on it, its errors as ours);
+- ``server/``: the owner actor (``owner``), its slot replies filled by the
+  buffer's own read path (``slot_fill``), its torch.distributed channels (``channels``);
+- ``client/``: the forwarded surface, declared once (``surface``), the client
+  (``buffer_client``) and its torch.distributed variant (``distributed_client``);
+- ``transport/``: what both sides share: the payload codec, shared-memory slots,
+  the channel's wire format, the reply kinds (``messages``).
 """
 
 from __future__ import annotations
@@ -18,10 +29,9 @@ from rbdata.errors import ServiceUnavailableError
 __all__ = ["RayBufferClient", "RayService", "ServiceUnavailableError", "attach_ray_service"]
 
 _NAMES = {
-    "RayBufferClient": "rbdata.service.client",
-    "RayService": "rbdata.service.service",
-    "attach_ray_service": "rbdata.service.service",
-    "ServiceUnavailableError": "rbdata.service._runtime",
+    "RayBufferClient": "rbdata.service.client.buffer_client",
+    "RayService": "rbdata.service.lifecycle",
+    "attach_ray_service": "rbdata.service.lifecycle",
 }
 
 
@@ -33,7 +43,7 @@ def __getattr__(name: str) -> Any:
 
 def _attach_ray_service(*args: Any, **kwargs: Any) -> Any:
     """:func:`attach_ray_service`, imported when a Ray-backed buffer is first built."""
-    from rbdata.service.service import attach_ray_service
+    from rbdata.service.lifecycle import attach_ray_service
 
     return attach_ray_service(*args, **kwargs)
 

@@ -1,6 +1,6 @@
 """Storages: where a replay buffer's items live."""
 
-from ._base import Storage
+from ._base import Storage, shape_of
 from .compressed import CompressedListStorage
 from .list import LazyStackStorage, ListStorage
 from .memmap import LazyMemmapStorage
@@ -14,4 +14,5 @@ __all__ = [
     "ListStorage",
     "Storage",
     "TensorStorage",
+    "shape_of",
 ]

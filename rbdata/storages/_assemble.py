@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ._layout import _PackedLayout
+from ._row_layout import _PackedLayout
 
 _PIECE = torch.float32
 _PIECE_BYTES = 4

@@ -13,6 +13,8 @@ import torch
 from rbdata._component.checks import check_bool, check_int
 from rbdata._component.state_file import read_state, write_state
 
+from ._counters import SharedCounters
+
 Index = int | slice | torch.Tensor
 
 
@@ -58,8 +60,8 @@ class Storage(abc.ABC):
     def __init__(self, max_size: int, *, compilable: bool = False) -> None:
         self.max_size = check_int(max_size, "max_size", minimum=1)
         self._compilable = check_bool(compilable, "compilable")
-        self._len_value = 0
-        self._len_shared: torch.Tensor | None = None
+        # [filled items, mutation revision, last slot written]: seen by child processes
+        self._counters = SharedCounters([0, 0, -1])
         self._save_hooks: list[Callable[[Any], Any]] = []
         self._load_hooks: list[Callable[[Any], Any]] = []
         self._newest_of: Callable[[], int] | None = None
@@ -67,17 +69,29 @@ class Storage(abc.ABC):
     # -------------------------------------------------------------- length
     @property
     def _len(self) -> int:
-        """Filled items along the first storage dim (shared between processes when shared)."""
-        shared = self._len_shared
-        return self._len_value if shared is None else int(shared.item())
+        """Filled items along the first storage dim (shared with child processes)."""
+        return self._counters.cells[0]
 
     @_len.setter
     def _len(self, value: int) -> None:
-        shared = self._len_shared
-        if shared is None:
-            self._len_value = value
-        else:
-            shared.fill_(value)
+        self._counters.cells[0] = value
+
+    @property
+    def _mutation_revision(self) -> int:
+        """How many times the content changed (writes, ``empty()``); children's writes count."""
+        return self._counters[1]
+
+    @property
+    def _last_cursor_index(self) -> int | None:
+        """The slot (along the first dim) of the last item written, None before any."""
+        last = self._counters[2]
+        return None if last < 0 else last
+
+    def _note_mutation(self, last: int | None = None) -> None:
+        cells = self._counters.cells
+        cells[1] += 1
+        if last is not None:
+            cells[2] = last
 
     def __len__(self) -> int:
         return self._len
@@ -126,13 +140,14 @@ class Storage(abc.ABC):
     def share_memory_(self) -> Storage:
         """Move the items to shared memory, for ``torch.multiprocessing`` (``shared=True``).
 
-        Raises:
-            ValueError: this storage cannot be shared (tensor storages can).
+        Tensor storages do; this base keeps its items where they are (torchrl's
+        ``shared=True`` accepts any storage): a storage of Python objects refuses
+        instead to be sent to a child process being started (``RuntimeError``).
+
+        Returns:
+            the storage itself.
         """
-        raise ValueError(
-            f"shared=True needs a storage with share_memory_() (LazyTensorStorage, "
-            f"LazyMemmapStorage, TensorStorage); got {type(self).__name__}."
-        )
+        return self
 
     def set(self, index: Index, data: Any) -> None:
         """Write ``data`` at ``index`` (an int, a slice or a 1-D LongTensor).
@@ -142,12 +157,26 @@ class Storage(abc.ABC):
         anything is written: on error the storage is unchanged.
         """
         stop = self._set(index, data)
-        if stop > self._len:
-            self._len = stop
+        cells = self._counters.cells
+        if stop > cells[0]:
+            cells[0] = stop
+        cells[1] += 1  # the mutation revision
+        last = _last_slot(index, stop)
+        if last is not None:
+            cells[2] = last
 
     def get(self, index: Index) -> Any:
         """Read the items at ``index`` (an int, a slice or an integer tensor)."""
         return self._get(index)
+
+    def read_into(self, index: torch.Tensor, memory: torch.Tensor) -> Any | None:
+        """``get(index)`` with the items' bytes read into ``memory`` (a uint8 tensor).
+
+        The data returned views ``memory``; None when this storage cannot read
+        into caller memory (the caller then calls :meth:`get`). The base class
+        never can; tensor storages on CPU can, for a 1-D int64 ``index``.
+        """
+        return None
 
     def __getitem__(self, index: Index) -> Any:
         return self.get(index)
@@ -159,6 +188,7 @@ class Storage(abc.ABC):
         """Forget every item (slots are kept allocated)."""
         self._empty()
         self._len = 0
+        self._note_mutation()
 
     def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
         """Register a callable applied to the content before it is saved by ``dumps``."""
@@ -210,6 +240,14 @@ class Storage(abc.ABC):
         """``item`` given to ``add`` as a batch of one, or None to write it as one item."""
         return None
 
+    def memory_stats(self) -> dict[str, int]:
+        """What the items cost in memory: ``capacity_bytes``, ``resident_bytes`` where known.
+
+        ``stats()`` of a buffer reports these. The base reports nothing (a list
+        of objects has no fixed row size).
+        """
+        return {}
+
     def _reads_own_memory(self, data: Any) -> bool:
         """Whether ``data`` is a view of this storage's memory (writes must copy it first)."""
         return False
@@ -235,6 +273,18 @@ class Storage(abc.ABC):
 
 
 # ------------------------------------------------------------ index helpers
+def _last_slot(index: Index, stop: int) -> int | None:
+    """The slot a write at ``index`` ended on (its last element), None when unknown."""
+    if type(index) is slice:  # the writers' case first
+        end = index.stop
+        return end - 1 if type(end) is int and end > 0 and index.step in (None, 1) else None
+    if type(index) is int:
+        return index
+    if isinstance(index, torch.Tensor) and index.numel():
+        return int(index.reshape(-1)[-1])
+    return None
+
+
 def _as_index(index: Any) -> int | slice | torch.Tensor:
     """Bring the accepted index kinds to an int, a slice or an int64 tensor."""
     if type(index) is torch.Tensor:
@@ -354,3 +404,17 @@ def _as_runs(index: torch.Tensor, capacity: int) -> range | tuple[range, range] 
     if end <= capacity:
         return range(first, end)
     return range(first, capacity), range(0, end - capacity)
+
+
+def shape_of(storage: Storage) -> tuple[int, ...]:
+    """A storage's shape: ``(capacity, *lead)`` for a tensor storage, ``(max_size,)`` otherwise.
+
+    Only tensor storages have ``ndim > 1`` (items of several cells along the lead dims).
+
+    Examples:
+        >>> from rbdata import LazyTensorStorage, ListStorage
+        >>> shape_of(ListStorage(5)), shape_of(LazyTensorStorage(5))
+        ((5,), (5,))
+    """
+    shape = getattr(storage, "shape", None)  # TensorStorage.shape; a list storage has none
+    return (storage.max_size,) if shape is None else tuple(shape)

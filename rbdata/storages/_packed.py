@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from ._assemble import _RowAssembler
-from ._layout import _WORD, _PackedLayout
 from ._recycle import _GatherPool
+from ._row_layout import _WORD, _PackedLayout
 
 _SHAPE_CACHE_SIZE = 64
 
@@ -74,6 +74,37 @@ class _PackedRows:
             return rows if self.out_device is None else rows.to(self.out_device)
         out = self._pool.take((index.shape[0], source.shape[1]))
         return torch.index_select(source, 0, index, out=out)
+
+    def read_index_into(
+        self, index: torch.Tensor, filled: int, memory: torch.Tensor
+    ) -> torch.Tensor | None:
+        """The rows at ``index`` gathered into ``memory`` (a uint8 CPU tensor), as words.
+
+        None when they cannot be: rows or memory off the CPU, ``memory`` too small
+        or not word-aligned, an index that is not 1-D int64, or an entry outside
+        rows ``0 .. filled - 1`` (the caller then reads the usual way, which
+        reports it).
+        """
+        word = self.words.element_size()
+        if (
+            self.device.type != "cpu"
+            or self.out_device is not None
+            or memory.device.type != "cpu"
+            or memory.dtype is not torch.uint8
+            or index.dtype is not torch.int64
+            or index.ndim != 1
+            or memory.data_ptr() % word
+        ):
+            return None
+        n, row_words = index.shape[0], self.words.shape[1]
+        if n * row_words * word > memory.numel():
+            return None
+        out = memory[: n * row_words * word].view(_WORD).view(n, row_words)
+        source = self.words if filled == self.capacity else self.words[:filled]
+        try:
+            return torch.index_select(source, 0, index, out=out)
+        except IndexError:
+            return None
 
     def read_range(self, start: int, stop: int) -> torch.Tensor:
         """Fresh copy of rows ``start .. stop - 1``."""

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from ._layout import _PackedLayout
 from ._pytree import _Structure
+from ._row_layout import _PackedLayout
 
 
 def _parse_dtype(name: Any, key: str) -> torch.dtype:

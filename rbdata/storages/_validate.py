@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ._layout import _PackedLayout
 from ._pytree import _Structure
+from ._row_layout import _PackedLayout
 
 
 def _check_ndim(ndim: int) -> None:

@@ -15,9 +15,10 @@ from typing import Any, cast
 import torch
 
 from ._base import Index, Storage, _as_index, _get_index, _set_index
-from ._codecs import _Codec, _default_codec
+from ._compression import _Codec, _default_codec
 from ._pytree import _Structure
 from ._recycle import _GatherPool
+from ._torchrl import refuse_compressed
 
 Frame = bytes  # one compressed leaf of one item (the class's bytes() method shadows the name)
 Frames = tuple[Frame, ...]
@@ -161,7 +162,7 @@ class CompressedListStorage(Storage):
         self.decompression_fn = decompression_fn
         self._codec: _Codec = _default_codec(compression_level)
         self._device = torch.device(device)
-        self._frames: list[Frames | None] = [None] * max_size
+        self._frames: list[Frames | None] = []  # grows with the slots written
         self._schema: _Schema | None = None
         self._nbytes = 0
         self._pool = _GatherPool(torch.uint8, torch.device("cpu"))
@@ -185,6 +186,10 @@ class CompressedListStorage(Storage):
     def bytes(self) -> int:
         """Compressed bytes held by the stored items."""
         return self._nbytes
+
+    def memory_stats(self) -> dict[str, int]:
+        """``resident_bytes``: the compressed frames held (no capacity is set aside)."""
+        return {"resident_bytes": self._nbytes}
 
     def __repr__(self) -> str:
         keys = [] if self._schema is None else self._schema.structure.leaf_keys()
@@ -222,6 +227,9 @@ class CompressedListStorage(Storage):
         items = self._compress(leaves, n, batched)  # before any write: a failure changes nothing
         self._schema = schema
         frames = self._frames
+        missing = max(positions, default=-1) + 1 - len(frames)
+        if missing > 0:
+            frames.extend([None] * missing)
         for position, item in zip(positions, items, strict=True):
             old = frames[position]
             if old is not None:
@@ -322,7 +330,7 @@ class CompressedListStorage(Storage):
         return out.reshape(torch.Size((*batch, *shape)))
 
     def _empty(self) -> None:
-        self._frames = [None] * self.max_size
+        self._frames = []
         self._schema = None
         self._nbytes = 0
 
@@ -354,6 +362,7 @@ class CompressedListStorage(Storage):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output (on a misfit: ValueError, storage unchanged)."""
+        refuse_compressed(state_dict)
         filled = state_dict.get("len", 0)
         if not isinstance(filled, int) or not 0 <= filled <= self.max_size:
             raise ValueError(
@@ -370,7 +379,7 @@ class CompressedListStorage(Storage):
             return
         schema = _parse_schema(state_dict)
         items = _parse_frames(state_dict, filled, len(schema.shapes))
-        self._frames = [*items, *([None] * (self.max_size - filled))]
+        self._frames = items
         self._schema = schema
         self._nbytes = sum(sum(map(len, item)) for item in items if item is not None)
         self._len = filled

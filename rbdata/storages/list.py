@@ -12,6 +12,8 @@ from torch.utils.data._utils.collate import default_collate
 from rbdata._component.checks import check_int
 
 from ._base import Index, Storage, _as_index, _get_index, _identity, _set_index
+from ._counters import spawning
+from ._torchrl import is_torchrl_layout, list_storage_state
 
 
 def _collate_list(items: list[Any]) -> Any:
@@ -60,6 +62,15 @@ class ListStorage(Storage):
         super().__init__(max_size, compilable=compilable)
         self.device = None if device is None else torch.device(device)
         self._items: list[Any] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        if spawning():
+            raise RuntimeError(
+                f"Cannot share a storage of type {type(self).__name__} between processes: its "
+                "items are Python objects in this process's memory. Use a LazyTensorStorage or "
+                "a LazyMemmapStorage for a buffer that child processes write."
+            )
+        return self.__dict__.copy()
 
     def default_collate_fn(self) -> Callable[[Any], Any]:
         """Stack the items read together (TensorDicts, tensors, numbers, PyTrees of them)."""
@@ -139,7 +150,12 @@ class ListStorage(Storage):
         return {"len": self._len, "items": list(self._items[: self._len])}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the items of :meth:`state_dict`; ValueError (storage unchanged) if too many."""
+        """Restore the items of :meth:`state_dict`; ValueError (storage unchanged) if too many.
+
+        A torchrl list-storage state (``{"_storage": [...]}``) is read too.
+        """
+        if is_torchrl_layout(state_dict):
+            state_dict = list_storage_state(state_dict)
         items = list(state_dict.get("items", []))
         length = state_dict.get("len", len(items))
         if len(items) > self.max_size or length != len(items):

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from tensordict import MemoryMappedTensor
 
+from ._rendezvous import _Rendezvous
 from .tensor import LazyTensorStorage
 
 _PACKED_FILE = "packed.memmap"
@@ -38,8 +39,9 @@ class LazyMemmapStorage(LazyTensorStorage):
             overwritten; if False, the first write raises ``RuntimeError``.
             Defaults to False.
         compilable: accepted as torchrl's argument (see :class:`~rbdata.Storage`).
-        shared_init: accepted as torchrl's argument: the rows are a file, which
-            every process that maps it shares already.
+        shared_init: fix the scratch directory now, so that whichever process
+            the storage was sent to writes first, every other one maps the same
+            rows file (torchrl's multiprocess initialization).
         auto_cleanup: remove ``scratch_dir`` when the storage is garbage
             collected or :meth:`cleanup` is called. Defaults to True for a
             temporary directory (``scratch_dir=None``), False for one you gave.
@@ -81,6 +83,8 @@ class LazyMemmapStorage(LazyTensorStorage):
         self._cleaned_up = False
         self._mmap: MemoryMappedTensor | None = None
         self._cleanup: weakref.finalize[..., LazyMemmapStorage] | None = None
+        if self.shared_init:  # any process it is sent to may write first
+            self._rendezvous = self._new_rendezvous()
 
     @property
     def filename(self) -> str | None:
@@ -108,6 +112,27 @@ class LazyMemmapStorage(LazyTensorStorage):
             (rows, row_bytes), dtype=torch.uint8, filename=path, existsok=True
         )
         self.scratch_dir, self._cleanup = directory, cleanup
+        return self._mmap.as_subclass(torch.Tensor)
+
+    def _new_rendezvous(self) -> _Rendezvous:
+        """The scratch directory, fixed now (a fresh temporary one if none was given)."""
+        if self.scratch_dir is None:
+            self.scratch_dir = tempfile.mkdtemp(prefix="rbdata-memmap-")
+        elif os.path.exists(os.path.join(self.scratch_dir, _PACKED_FILE)) and not self.existsok:
+            raise RuntimeError(
+                f"{os.path.join(self.scratch_dir, _PACKED_FILE)} already exists; pass "
+                "existsok=True to overwrite it, or another scratch_dir."
+            )
+        if self._auto_cleanup:
+            self._cleanup = weakref.finalize(
+                self, shutil.rmtree, self.scratch_dir, ignore_errors=True
+            )
+        return _Rendezvous(self.scratch_dir, _PACKED_FILE)
+
+    def _map_rows(self, path: str, rows: int, row_bytes: int) -> torch.Tensor:
+        self._mmap = MemoryMappedTensor.from_filename(
+            filename=path, dtype=torch.uint8, shape=torch.Size([rows, row_bytes])
+        )
         return self._mmap.as_subclass(torch.Tensor)
 
     def cleanup(self) -> bool:

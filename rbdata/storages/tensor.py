@@ -8,7 +8,7 @@ same kind with a leading batch dimension.
 from __future__ import annotations
 
 import math
-import os
+import warnings
 from typing import Any, NamedTuple
 
 import torch
@@ -16,11 +16,21 @@ from tensordict import TensorDictBase, is_tensor_collection
 from torch.utils._pytree import tree_map
 
 from ._base import Index, Storage, _as_index, _get_index, _set_index
-from ._layout import _PackedLayout
+from ._counters import spawning
 from ._packed import _PackedRows
+from ._pages import compact, expand, reserve, reserve_shared, row_memory
 from ._pytree import _Structure
+from ._rendezvous import (
+    _Rendezvous,
+    describe_record,
+    layout_from_record,
+    layout_record,
+    map_shared_file,
+)
+from ._row_layout import _PackedLayout
 from ._stack import _stacked
 from ._state import _parse_state
+from ._torchrl import is_torchrl_layout, tensor_storage_state
 from ._validate import _check_leaves, _check_ndim, _tails
 
 _SCALAR = torch.Size([])
@@ -120,16 +130,32 @@ class TensorStorage(Storage):
         self._device = torch.device(device)
         self._structure: _Structure | None = None
         self._layout: _PackedLayout | None = None
-        self._rows: _PackedRows | None = None
+        self._rows_value: _PackedRows | None = None
+        # set when the storage is shared before its first write (see _rendezvous)
+        self._rendezvous: _Rendezvous | None = None
         self._lead: tuple[int, ...] = ()
         self._cells = 1
         self._capacity = max_size
         self._tails: list[torch.Size] = []
         self._batch_shapes: dict[int, list[torch.Size]] = {}
-        self._owner_pid: int | None = None
         self._out_device = self._device
 
     # ----------------------------------------------------------- properties
+    @property
+    def _rows(self) -> _PackedRows | None:
+        """The packed rows; a shared storage another process initialized is mapped here."""
+        rows = self._rows_value
+        if rows is None and self._rendezvous is not None:
+            found = self._rendezvous.attach(self._map_rows)
+            if found is not None:
+                self._adopt(*found)
+                rows = self._rows_value
+        return rows
+
+    @_rows.setter
+    def _rows(self, rows: _PackedRows | None) -> None:
+        self._rows_value = rows
+
     @property
     def initialized(self) -> bool:
         """Whether the packed rows are allocated."""
@@ -389,6 +415,16 @@ class TensorStorage(Storage):
         leaves = rows.split(rows.read_index(flat), batch)
         return structure.build(leaves, batch, self._out_device)
 
+    def read_into(self, index: torch.Tensor, memory: torch.Tensor) -> Any | None:
+        """``get(index)`` as one gather of packed rows into ``memory`` (None: it cannot)."""
+        if self._rows is None or self._structure is None or not len(self):
+            return None
+        packed = self._rows.read_index_into(index, len(self), memory)
+        if packed is None:
+            return None
+        leaves = self._rows.split(packed, index.shape)
+        return self._structure.build(leaves, index.shape, self._out_device)
+
     def _get_items(self, items: range) -> Any:
         structure, _, rows = self._allocated()
         cells, n = self._cells, len(items)
@@ -410,26 +446,66 @@ class TensorStorage(Storage):
     def _allocate(
         self, structure: _Structure, layout: _PackedLayout, lead: tuple[int, ...]
     ) -> None:
-        if self._owner_pid is not None and os.getpid() != self._owner_pid:
-            raise RuntimeError(
-                "this shared storage was sent to another process before its first write: "
-                "write to it (initialize it) in the process that called share_memory_() "
-                "before sharing it."
-            )
         cells = math.prod(lead)
         capacity = -(-self.max_size // cells)  # ceil: the last item along dim 0 may overshoot
-        packed = self._new_packed(capacity * cells, layout.row_bytes)
+        if self._rendezvous is None:
+            packed = self._new_packed(capacity * cells, layout.row_bytes)
+            self._install(structure, layout, lead, packed)
+            return
+        # shared before any write: meet the other processes (see _rendezvous)
+        self._on_cpu_for_sharing()
+        wanted = layout_record(structure, layout, lead)
+        found, packed = self._rendezvous.claim(
+            wanted, capacity * cells, layout.row_bytes, self._map_rows
+        )
+        if found != wanted:
+            raise ValueError(
+                "another process initialized this shared storage with other data: its items "
+                f"hold {describe_record(found)}, this write {describe_record(wanted)}."
+            )
+        self._adopt(found, packed)
+
+    def _adopt(self, record: dict[str, Any], packed: torch.Tensor) -> None:
+        """Take the rows and layout a rendezvous gave (made here or by another process)."""
+        self._install(*layout_from_record(record), packed)
+
+    def _install(
+        self,
+        structure: _Structure,
+        layout: _PackedLayout,
+        lead: tuple[int, ...],
+        packed: torch.Tensor,
+    ) -> None:
         self._structure, self._layout, self._lead = structure, layout, lead
-        self._cells, self._capacity = cells, capacity
+        self._cells = math.prod(lead)
+        self._capacity = packed.shape[0] // self._cells
         self._tails = _tails(layout, lead)
         self._batch_shapes = {}
         self._set_rows(layout, packed)
 
+    def _on_cpu_for_sharing(self) -> None:
+        if self._device.type != "cpu":
+            warnings.warn(
+                f"shared_init=True keeps the rows in CPU shared memory: device={self._device} "
+                "cannot be honored; the storage is on the CPU.",
+                UserWarning,
+                stacklevel=4,
+            )
+            self._device = self._out_device = torch.device("cpu")
+
+    def _new_rendezvous(self) -> _Rendezvous:
+        """Where processes sharing this storage before its first write meet."""
+        return _Rendezvous.temporary(owner=self)
+
+    def _map_rows(self, path: str, rows: int, row_bytes: int) -> torch.Tensor:
+        return map_shared_file(path, rows, row_bytes)
+
     def _new_packed(self, rows: int, row_bytes: int) -> torch.Tensor:
-        packed = torch.zeros((rows, row_bytes), dtype=torch.uint8, device=self._device)
-        if self._owner_pid is not None and packed.device.type == "cpu":
-            packed.share_memory_()
-        return packed
+        """Zeroed rows; on CPU only reserved: a page is committed when first written."""
+        if self._device.type != "cpu":
+            return torch.zeros((rows, row_bytes), dtype=torch.uint8, device=self._device)
+        flat = reserve(rows * row_bytes)
+        return flat.view(rows, row_bytes)
 
     def _set_rows(self, layout: _PackedLayout, packed: torch.Tensor) -> None:
         out_device = None if packed.device == self._device else self._device
@@ -442,30 +518,60 @@ class TensorStorage(Storage):
     def share_memory_(self) -> TensorStorage:
         """Move the rows and the length to shared memory, for ``torch.multiprocessing``.
 
-        A storage that is not yet initialized allocates its rows in shared memory
-        at its first write, which must happen in this process before the storage
-        is sent to another one (a child writing first raises ``RuntimeError``).
+        A storage that is not yet initialized names a directory in shared memory
+        where the first process to write to it, this one or a child it was sent
+        to, lays out the rows; the others map them from there.
 
         Returns:
             the storage itself.
         """
-        if self._len_shared is None:
-            self._len_shared = torch.tensor([self._len_value], dtype=torch.int64).share_memory_()
-        if self._owner_pid is None:
-            self._owner_pid = os.getpid()
+        self._counters.share()
         if self._rows is not None:
             self._share_rows()
+        elif self._rendezvous is None:
+            self._rendezvous = self._new_rendezvous()
         return self
 
     def _share_rows(self) -> None:
+        """Rows into fresh shared memory: the filled rows copied, the rest left unwritten.
+
+        Copying only the filled rows keeps the shared file as sparse as the rows
+        were (``share_memory_()`` on the tensor would write every page of the
+        capacity). Views taken from the storage before do not follow the move.
+        """
         _, layout, rows = self._allocated()
         packed = rows.packed
         if packed.device.type == "cpu" and not packed.is_shared():
-            self._set_rows(layout, packed.share_memory_())
+            shared = reserve_shared(packed.numel()).view(packed.shape)
+            used = self._len * self._cells
+            shared[:used].copy_(packed[:used])
+            self._set_rows(layout, shared)
+
+    def memory_stats(self) -> dict[str, int]:
+        """``capacity_bytes`` (rows allocated) and ``resident_bytes`` (of those, in memory).
+
+        On CPU the rows are reserved, not committed: ``resident_bytes`` counts the
+        pages of the filled rows the kernel holds in memory (the unwritten rest
+        costs nothing). Device memory is committed whole. Empty before the first
+        write.
+        """
+        rows = self._rows
+        return {} if rows is None else row_memory(rows.packed, self._len * self._cells)
 
     def __getstate__(self) -> dict[str, Any]:
+        if spawning():  # a child being started gets the rows by handle
+            if self._rows is None and self._rendezvous is None:
+                raise RuntimeError(
+                    f"Cowardly refusing to share a storage of type {type(self).__name__} between "
+                    "processes if it has not been initialized yet: write some data in this "
+                    "process first, or build it with shared_init=True."
+                )
+            if self._rows is not None:
+                self._share_rows()  # sparse, rather than torch's copy of every page
         state = self.__dict__.copy()
-        rows = state.pop("_rows")
+        rows = state.pop("_rows_value")
+        if self._rendezvous is not None:  # the receiver maps the rows file itself
+            rows = None
         state["_packed"] = None if rows is None else self._packed_to_pickle(rows.packed)
         if self._structure is not None:
             state["_structure"] = self._structure.state()
@@ -481,10 +587,11 @@ class TensorStorage(Storage):
             self._set_rows(self._layout, self._packed_from_pickle(packed))
 
     def _packed_to_pickle(self, packed: torch.Tensor) -> Any:
-        return packed
+        """The rows for a pickle: by handle when shared, else the filled ones (``compact``)."""
+        return compact(packed, self._len * self._cells)
 
-    def _packed_from_pickle(self, obj: torch.Tensor) -> torch.Tensor:
-        return obj
+    def _packed_from_pickle(self, obj: Any) -> torch.Tensor:
+        return expand(obj)
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -509,7 +616,13 @@ class TensorStorage(Storage):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` content; on mismatch ValueError, storage unchanged."""
+        """Restore :meth:`state_dict` content; on mismatch ValueError, storage unchanged.
+
+        A torchrl storage state (``_storage``, ``initialized``, ``_len``) is read too.
+        """
+        if is_torchrl_layout(state_dict):
+            scratch = LazyTensorStorage(self.max_size)  # lays rows out as rbdata saves them
+            state_dict = tensor_storage_state(state_dict, self, scratch)
         parsed = _parse_state(state_dict, self)
         if parsed is None:
             self.empty()
@@ -532,6 +645,12 @@ class LazyTensorStorage(TensorStorage):
     cells, ``get(LongTensor)`` takes flat cell indices, the capacity is
     ``ceil(max_size / prod(lead))`` items, as in torchrl) and ``storage[:]`` returns the items
     shaped ``[*lead, n_items]``.
+
+    On CPU the rows are reserved, not filled: memory is committed page by page
+    as rows are written (unwritten rows read as zeros), so a buffer sized for a
+    whole run, even past the machine's memory, costs what it holds;
+    ``memory_stats()`` (and a buffer's ``stats()``) report ``capacity_bytes``
+    and ``resident_bytes``.
 
     Args:
         max_size: number of slots (cells).

@@ -13,6 +13,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from rbdata._component.checks import check_bool
 from rbdata._component.state_file import read_state, write_state
 from rbdata.storages import Storage
+from rbdata.storages._counters import SharedCounters
 
 __all__ = ["Writer", "batch_len", "slice_batch"]
 
@@ -88,26 +89,44 @@ class Writer(abc.ABC):
         self._compilable = check_bool(compilable, "compilable")
         self._track_generations = check_bool(track_generations, "track_generations")
         self._storage: Storage | None = None
-        # [cursor, write_count]: a list, or a shared int64 tensor after share_memory_().
-        self._counters: list[int] | torch.Tensor = [0, 0]
-        self._generation: torch.Tensor | None = None
+        # [cursor, write_count], seen by child processes (as torchrl's mp.Value cells)
+        self._counters = SharedCounters([0, 0])
+        # the stamps live on the storage (every writer of it advances them); kept here
+        # until a storage is registered
+        self._unattached_generation: torch.Tensor | None = None
 
     # ------------------------------------------------------------ counters
     @property
     def _cursor(self) -> int:
-        return int(self._counters[0])
+        return self._counters.cells[0]
 
     @_cursor.setter
     def _cursor(self, value: int) -> None:
-        self._counters[0] = value
+        self._counters.cells[0] = value
 
     @property
     def _write_count(self) -> int:
-        return int(self._counters[1])
+        return self._counters.cells[1]
 
     @_write_count.setter
     def _write_count(self, value: int) -> None:
-        self._counters[1] = value
+        self._counters.cells[1] = value
+
+    @property
+    def _generation(self) -> torch.Tensor | None:
+        """The per-slot stamps: the storage's ``_slot_generations`` once one is registered."""
+        storage = self._storage
+        if storage is None:
+            return self._unattached_generation
+        stamps: torch.Tensor | None = getattr(storage, "_slot_generations", None)
+        return stamps
+
+    @_generation.setter
+    def _generation(self, value: torch.Tensor | None) -> None:
+        if self._storage is None:
+            self._unattached_generation = value
+        else:
+            self._storage._slot_generations = value  # type: ignore[attr-defined]
 
     @property
     def cursor(self) -> int:
@@ -127,13 +146,16 @@ class Writer(abc.ABC):
     # ------------------------------------------------------------ storage
     def register_storage(self, storage: Storage) -> None:
         """Attach the storage this writer writes into."""
+        pending, self._unattached_generation = self._generation, None
         self._storage = storage
         if self.writes_in_ring_order:
             storage.follow_writes(self._newest_slot)
-        if self._track_generations and (
-            self._generation is None or self._generation.numel() != self._capacity()
-        ):
-            self._generation = torch.full((self._capacity(),), -1, dtype=torch.long)
+        if self._track_generations:
+            slots = self._capacity()
+            current = self._generation
+            if current is None or current.numel() != slots:
+                fits = pending is not None and pending.numel() == slots
+                self._generation = pending if fits else torch.full((slots,), -1, dtype=torch.long)
 
     @property
     def storage(self) -> Storage:
@@ -158,7 +180,7 @@ class Writer(abc.ABC):
 
     def share_memory_(self) -> Writer:
         """Move the cursor, counters and generations to shared memory (for child processes)."""
-        self._counters = torch.tensor([int(c) for c in self._counters]).share_memory_()
+        self._counters.share()
         if self._generation is not None:
             self._generation.share_memory_()
         return self
@@ -174,7 +196,7 @@ class Writer(abc.ABC):
             int64 stamps shaped like ``index``.
         """
         index = torch.as_tensor(index, dtype=torch.long)
-        generation = self._generation
+        generation = self._generation if self._track_generations else None
         if generation is None or not generation.numel():
             return torch.full(index.shape, -1, dtype=torch.long, device=index.device)
         n = generation.numel()
@@ -243,7 +265,7 @@ class Writer(abc.ABC):
     def state_dict(self) -> dict[str, Any]:
         """The cursor, the write count and (when tracked) a copy of the generations."""
         state: dict[str, Any] = {"_cursor": self._cursor, "_write_count": self._write_count}
-        if self._generation is not None:
+        if self._generation is not None and self._track_generations:
             state["_generation"] = self._generation.clone()
         return state
 

@@ -10,6 +10,7 @@ from tensordict import TensorDictBase
 from rbdata._component.checks import normalize_key
 from rbdata.errors import UnsupportedDataError
 from rbdata.storages import Storage
+from rbdata.storages._counters import spawning
 from rbdata.writers._base import Writer
 
 __all__ = ["TensorDictMaxValueWriter"]
@@ -69,6 +70,14 @@ class TensorDictMaxValueWriter(Writer):
         self._rank_key = ("next", "reward") if rank_key is None else normalize_key(rank_key)
         self._reduction = reduction
         self._ranks: torch.Tensor | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        if spawning():
+            raise RuntimeError(
+                f"Writers of type {type(self).__name__} cannot be shared between processes: "
+                "the rank table that picks the slots is this process's; write from one process."
+            )
+        return self.__dict__.copy()
 
     def register_storage(self, storage: Storage) -> None:
         """Attach the storage and allocate the per-slot rank table.

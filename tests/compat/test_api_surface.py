@@ -21,8 +21,6 @@ from ._surface import init_params, public_members
 MISSING_PARAMS = {
     "ReplayBuffer": {"checkpointer"},
     "TensorDictReplayBuffer": {"checkpointer"},
-    "PrioritizedReplayBuffer": {"sampler_device", "sync"},
-    "TensorDictPrioritizedReplayBuffer": {"sampler_device", "sync"},
     "Storage": {"checkpointer"},
     "ConditionalUpdateResult": {"batch_size", "device", "names"},
     "Transform": {"in_keys_inv", "out_keys_inv"},
@@ -30,7 +28,7 @@ MISSING_PARAMS = {
     "OfflineToOnlineReplayBuffer": {"offline_dataset", "transform"},
 }
 
-_BUFFER = {"can_sample", "mark_update", "share", "submit_update_if_present", "synchronize"}
+_BUFFER = {"can_sample", "mark_update", "submit_update_if_present", "synchronize"}
 _STORAGE = {
     "attach", "checkpointer", "contains", "dump", "flatten", "load", "save",
     "supports_conditional_update",
@@ -42,8 +40,8 @@ _SLICE = _SAMPLER
 MISSING_MEMBERS = {
     "ReplayBuffer": _BUFFER,
     "TensorDictReplayBuffer": _BUFFER,
-    "PrioritizedReplayBuffer": _BUFFER | {"prioritized_sampler"},
-    "TensorDictPrioritizedReplayBuffer": _BUFFER | {"prioritized_sampler"},
+    "PrioritizedReplayBuffer": _BUFFER,
+    "TensorDictPrioritizedReplayBuffer": _BUFFER,
     "ListStorage": _STORAGE | {"shape"},
     "LazyStackStorage": _STORAGE | {"shape"},
     "TensorStorage": _STORAGE,

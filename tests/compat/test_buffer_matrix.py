@@ -44,7 +44,7 @@ DATA_FOR_STORAGE = {
 }
 
 #: stats() entries rbdata adds to torchrl's (deliberate, see the migration page)
-EXTRA_STATS = {"skipped_priority_updates"}
+EXTRA_STATS = {"skipped_priority_updates", "capacity_bytes", "resident_bytes"}
 PERSISTENCE_STEPS = ("load_state_dict", "dumps_loads")
 
 

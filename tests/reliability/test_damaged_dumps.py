@@ -354,15 +354,15 @@ DAMAGES: dict[str, tuple[Callable[[Path], Path], bool]] = {
         lambda d: (
             rewrite_tensor(d, ("_writer", "_generation"), torch.zeros(ROWS // 2).long()) and d
         ),
-        False,
+        True,
     ),
     "NaN priority": (
         lambda d: rewrite_tensor(d, ("_sampler", "leaves"), priorities(float("nan"))) and d,
-        False,
+        True,
     ),
     "negative priority": (
         lambda d: rewrite_tensor(d, ("_sampler", "leaves"), priorities(-1.0)) and d,
-        False,
+        True,
     ),
     "components of another buffer": (
         lambda d: edit(d, lambda m: m["components"].__setitem__("sampler", "RandomSampler")) and d,

@@ -1,0 +1,1 @@
+"""The client's side: picklable handles on a hosted buffer, and the surface they forward."""

@@ -1,0 +1,316 @@
+"""RayService: starting, serving and stopping the actor behind a Ray-backed buffer.
+
+:func:`attach_ray_service` is what ``ReplayBuffer(..., service_backend="ray")``
+calls: it starts a :class:`~rbdata.service.server.owner.BufferOwner` actor hosting
+a direct copy of the buffer being built and makes the calling buffer forward its
+methods to it, by binding the forwarding callables into the instance's
+``__dict__`` (instance attributes shadow the class's methods), so the
+buffer stays an instance of the class that was called. Properties and
+dunders cannot be shadowed that way; the buffer class forwards those to the
+:class:`RayService` this function returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from rbdata.errors import ServiceUnavailableError
+from rbdata.service import runtime
+from rbdata.service.client.buffer_client import OwnerAddress, RayBufferClient
+from rbdata.service.client.distributed_client import DistributedBufferClient
+from rbdata.service.client.surface import FORWARDED_METHODS, REFUSED_MEMBERS
+from rbdata.service.server.owner import BufferOwner
+from rbdata.service.transport.channel import BACKENDS
+from rbdata.service.transport.messages import WAIT_GROUP
+
+__all__ = ["FORWARDED_METHODS", "RayService", "attach_ray_service"]
+
+logger = logging.getLogger(__name__)
+
+_OPTION_KEYS = frozenset({"ray_init_config", "remote_config"})
+_TRANSPORTS = ("auto", "ray", "distributed")
+_WAITERS = 8  # clients that may wait for data at once (threads of the actor's wait group)
+
+
+class RayService:
+    """Starts the actor hosting a buffer and owns its lifecycle.
+
+    Args:
+        hosted: the direct buffer the actor hosts (pickled to it, components included).
+        prefetch: batches the clients request ahead (see :class:`RayBufferClient`).
+        delayed_init: let the hosted buffer build its components on first use (else the
+            actor builds them at once, and a bad component fails the construction).
+        ray_init_config: ``ray.init`` arguments, used when this process is not attached to
+            Ray yet (Ray started here is shut down with the last buffer that started it).
+        remote_config: the actor's Ray options (``num_cpus``, ``num_gpus``, ``resources``...);
+            default ``{"num_cpus": 1}``.
+        transport: ``"auto"`` or ``"ray"`` (the Ray object store and shared-memory slots),
+            or ``"distributed"`` (torch.distributed process groups for tensor payloads).
+        transport_options: for ``"distributed"``: ``{"backend": "gloo" | "nccl"}``.
+
+    Raises:
+        ValueError: for an unknown transport, or transport options without ``"distributed"``.
+        TypeError: for an unknown transport option.
+
+    Examples:
+        Arguments are checked before anything starts (a run: :func:`attach_ray_service`):
+
+        >>> from rbdata import ReplayBuffer
+        >>> from rbdata.service import RayService
+        >>> RayService(ReplayBuffer(), 0, transport="tcp")
+        Traceback (most recent call last):
+        ...
+        ValueError: transport must be one of ('auto', 'ray', 'distributed'), got 'tcp'.
+    """
+
+    def __init__(
+        self,
+        hosted: Any,
+        prefetch: int,
+        *,
+        delayed_init: bool = False,
+        ray_init_config: dict[str, Any] | None = None,
+        remote_config: dict[str, Any] | None = None,
+        transport: str = "auto",
+        transport_options: dict[str, Any] | None = None,
+    ) -> None:
+        if transport not in _TRANSPORTS:
+            raise ValueError(f"transport must be one of {_TRANSPORTS}, got {transport!r}.")
+        if transport != "distributed" and transport_options:
+            raise ValueError(
+                f"transport_options are used by transport='distributed' only; got "
+                f"{transport_options!r} with transport={transport!r}."
+            )
+        self._prefetch = prefetch
+        self._transport = "ray" if transport == "auto" else transport
+        self._backend = str((transport_options or {}).get("backend", "gloo"))
+        unknown = set(transport_options or {}) - {"backend"}
+        if unknown:
+            raise TypeError(f"transport_options accepts only 'backend', got {sorted(unknown)}.")
+        if self._backend not in BACKENDS:
+            raise ValueError(
+                f"transport_options['backend'] must be one of {BACKENDS}, got {self._backend!r}."
+            )
+        ray = runtime.ray_module()
+        self._lease = runtime.Lease(ray_init_config)
+        self._actor: Any = None
+        try:
+            name = f"rbdata-buffer-{uuid.uuid4().hex}"
+            options = {"num_cpus": 1, **(remote_config or {})}
+            options.update(name=name, namespace=runtime.NAMESPACE, max_restarts=0)
+            owner = ray.remote(concurrency_groups={WAIT_GROUP: _WAITERS})(BufferOwner)
+            self._actor = owner.options(**options).remote()
+            node, batch_size = runtime.get(
+                # as bytes: arrays pickled with it would arrive as read-only object-store views
+                self._actor.build.remote(ray.cloudpickle.dumps(hosted), not delayed_init),
+                "starting the hosted buffer",
+            )
+            cluster = ray.get_runtime_context().gcs_address
+            self._address = OwnerAddress(name, cluster, node, batch_size)
+            self._client = self._make_client(self._prefetch)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _make_client(self, prefetch: int) -> RayBufferClient:
+        if self._transport == "distributed":
+            return DistributedBufferClient(self._address, backend=self._backend)
+        return RayBufferClient(self._address, prefetch=prefetch)
+
+    # ------------------------------------------------------------ lifecycle
+    @property
+    def is_alive(self) -> bool:
+        """Whether the actor is running (not shut down, and its process alive)."""
+        if self._actor is None:
+            return False
+        try:
+            runtime.get(self._actor.node_id.remote(), "is_alive")
+        except ServiceUnavailableError:
+            return False
+        return True
+
+    def start(self) -> None:
+        """Check that the service is running (it starts at construction).
+
+        Raises:
+            RuntimeError: after :meth:`shutdown`: a stopped service cannot be restarted.
+        """
+        if self._actor is None:
+            raise RuntimeError(
+                "this Ray-backed buffer was shut down; a stopped service cannot be restarted: "
+                "build a new buffer."
+            )
+
+    def client(self, *, prefetch: int | None = None) -> RayBufferClient:
+        """A picklable client (no lifecycle methods) for tasks, actors and other processes.
+
+        Args:
+            prefetch: requests the client keeps in flight; None: the buffer's ``prefetch``.
+
+        Raises:
+            RuntimeError: after :meth:`shutdown`.
+        """
+        self.start()
+        return self._make_client(self._prefetch if prefetch is None else prefetch)
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Stop the actor (its rings and threads first) and release Ray (idempotent).
+
+        Ray is shut down only when this buffer's construction started it and no
+        other buffer still uses it; Ray started by the user keeps running.
+
+        Args:
+            timeout: seconds to wait for the actor's orderly stop before it is killed.
+        """
+        actor, self._actor = self._actor, None
+        if actor is not None:
+            ray = runtime.ray_module()
+            try:
+                ray.get(actor.stop.remote(), timeout=timeout)
+            except Exception as err:  # noqa: BLE001 - the actor is killed whatever happened
+                logger.debug("the replay buffer actor did not stop cleanly: %s", err)
+            ray.kill(actor, no_restart=True)
+        self._lease.release()
+
+    # ------------------------------------------------- forwarded attributes
+    @property
+    def batch_size(self) -> int | None:
+        """The hosted buffer's default batch size."""
+        return self._client.batch_size
+
+    @property
+    def write_count(self) -> int:
+        """Items written so far."""
+        return self._client.write_count
+
+    @property
+    def dim_extend(self) -> int:
+        """The dimension ``extend`` iterates over."""
+        return self._client.dim_extend
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether priority updates change what is drawn."""
+        return self._client.prioritized
+
+    @property
+    def lock(self) -> Any:
+        """The owner-side client's lock (see :attr:`RayBufferClient.lock`)."""
+        return self._client.lock
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the hosted buffer's components are built."""
+        return self._client.initialized
+
+    def __len__(self) -> int:
+        return len(self._client)
+
+    def getitem(self, index: Any) -> Any:
+        """``hosted_buffer[index]``."""
+        return self._client[index]
+
+    def setitem(self, index: Any, data: Any) -> None:
+        """``hosted_buffer[index] = data``."""
+        self._client[index] = data
+
+    def next(self) -> Any:
+        """The next batch of the hosted buffer's iterator (None when a pass ends)."""
+        return self._client.next()
+
+    def forwarders(self, buffer: Any) -> dict[str, Any]:
+        """Callables for ``buffer``: forwarded methods, refused ones, and the lifecycle methods.
+
+        The forwarded methods are the surface's ``FORWARDED_METHODS``
+        (:mod:`rbdata.service.client.surface`); one that returns the client
+        returns ``buffer`` instead. The surface's refused methods raise
+        NotImplementedError with its message.
+        """
+        out = {name: _returning(buffer, getattr(self._client, name)) for name in FORWARDED_METHODS}
+        out.update({name: _refusing(message) for name, message in REFUSED_MEMBERS.items()})
+
+        def start() -> Any:
+            self.start()
+            return buffer
+
+        out.update(start=start, shutdown=self.shutdown, close=self.shutdown, client=self.client)
+        return out
+
+
+def _returning(buffer: Any, method: Any) -> Any:
+    client = method.__self__
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        result = method(*args, **kwargs)
+        return buffer if result is client else result
+
+    forward.__name__ = method.__name__
+    forward.__doc__ = method.__doc__
+    return forward
+
+
+def _refusing(message: str) -> Any:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(message)
+
+    return refuse
+
+
+def attach_ray_service(
+    buffer: Any,
+    hosted: Any,
+    options: dict[str, Any] | None,
+    transport: str,
+    transport_options: dict[str, Any] | None,
+    *,
+    prefetch: int = 0,
+    delayed_init: bool = False,
+) -> RayService:
+    """Host ``hosted`` in a Ray actor and make ``buffer`` forward to it.
+
+    Args:
+        buffer: the buffer being constructed (it keeps its class; its methods are shadowed).
+        hosted: a direct copy of it (same class and components) for the actor to host.
+        options: ``service_backend_options``: ``ray_init_config`` and ``remote_config``.
+        transport: ``"auto"``, ``"ray"`` or ``"distributed"``.
+        transport_options: the transport's options (``{"backend": "gloo"}``).
+        prefetch: batches the buffer's clients request ahead (its ``prefetch`` argument).
+        delayed_init: build the hosted buffer's components on first use, not now.
+
+    Returns:
+        The service; the buffer class forwards its properties and dunders to it.
+
+    Raises:
+        TypeError: for an unknown key of ``options``.
+        ImportError: if Ray is not installed (the ``ray`` extra).
+
+    Examples:
+        >>> import ray, torch
+        >>> from rbdata import LazyTensorStorage, ReplayBuffer
+        >>> _ = ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(10), service_backend="ray",
+        ...                   service_backend_options={"remote_config": {"num_cpus": 0}})
+        >>> isinstance(rb, ReplayBuffer), rb.service_backend
+        (True, 'ray')
+        >>> _ = rb.extend(torch.arange(3)); len(rb)
+        3
+        >>> rb.shutdown(); ray.shutdown()
+    """
+    options = dict(options or {})
+    unknown = set(options) - _OPTION_KEYS
+    if unknown:
+        raise TypeError(
+            f"service_backend_options accepts only {sorted(_OPTION_KEYS)}, got {sorted(unknown)}."
+        )
+    service = RayService(
+        hosted,
+        prefetch,
+        delayed_init=delayed_init,
+        **options,
+        transport=transport,
+        transport_options=transport_options,
+    )
+    buffer.__dict__.update(service.forwarders(buffer))
+    return service

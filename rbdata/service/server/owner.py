@@ -1,0 +1,218 @@
+"""BufferOwner: the Ray actor that hosts one real rbdata buffer and serves its clients.
+
+The actor runs its calls one at a time, in the order each caller sent them
+(Ray's default for an actor), except :meth:`BufferOwner.wait_for_write`,
+which runs in a concurrency group of its own so that a waiting client never
+blocks a collector's ``extend``. Arguments and results travel as
+:class:`~rbdata.service.transport.codec.Payload` objects (numpy buffers, no tensor
+pickled by value); a batch for a client on this node is read straight into
+one of that client's shared-memory slots by the buffer's own read path when
+one is free (:mod:`rbdata.service.server.slot_fill`), and only the slot's
+number travels.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+from rbdata.buffers.protocol import Draw
+from rbdata.service.client.surface import OWNER_CALLS, OWNER_READS
+from rbdata.service.server.channels import OwnerChannels
+from rbdata.service.server.slot_fill import SlotReplies
+from rbdata.service.transport.channel import Wire
+from rbdata.service.transport.codec import Payload, decode, encode
+from rbdata.service.transport.messages import (
+    Raised,
+    Reply,
+    ReturnsSelf,
+)
+
+__all__ = ["BufferOwner"]
+
+
+class BufferOwner:
+    """Hosts one buffer inside a Ray actor (see the module docstring); :meth:`build` makes it.
+
+    The buffer arrives through a method rather than the constructor so that
+    an error there reaches the caller as it was raised (Ray reports a failed
+    actor constructor as a dead actor).
+
+    Examples:
+        >>> import pickle, torch
+        >>> from rbdata import LazyTensorStorage, ReplayBuffer
+        >>> from rbdata.service.transport.codec import encode
+        >>> from rbdata.service.server.owner import BufferOwner
+        >>> owner = BufferOwner()
+        >>> owner.build(pickle.dumps(ReplayBuffer(storage=LazyTensorStorage(10))), True, node=False)
+        (None, None)
+        >>> _ = owner.call("extend", encode((torch.arange(4),)), encode({}))
+        >>> owner.read("write_count")
+        4
+    """
+
+    def __init__(self) -> None:
+        self._buffer: Any = None
+        self._slots = SlotReplies()
+        self._channels = OwnerChannels()
+
+    def build(
+        self, buffer: bytes, initialize: bool, node: bool = True
+    ) -> tuple[str | None, int | None]:
+        """Host the pickled ``buffer``; return this actor's node id and its batch size.
+
+        Args:
+            buffer: a direct buffer (what the Ray-backed buffer's construction copied),
+                pickled (cloudpickle: components may be lambdas).
+            initialize: build its components now (a bad one raises here).
+            node: look the node id up (False outside Ray: None is returned for it).
+        """
+        self._buffer = pickle.loads(buffer)
+        if initialize:
+            _ = self._buffer.storage  # the property builds the components
+        return (self.node_id() if node else None), self._buffer.batch_size
+
+    # ------------------------------------------------------------ control
+    def node_id(self) -> str:
+        """The Ray node this actor runs on (clients on it use shared-memory slots)."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
+    def call(self, name: str, args: Payload, kwargs: Payload) -> Payload:
+        """Run ``buffer.<name>(*args, **kwargs)`` and return its result, encoded.
+
+        Raises:
+            ValueError: for a name the forwarded surface does not declare (``OWNER_CALLS``).
+        """
+        return encode(self._run(name, decode(args), decode(kwargs)))
+
+    def read(self, name: str) -> Any:
+        """The buffer's attribute ``name`` (``write_count``, ``batch_size``, ``len``...).
+
+        Raises:
+            ValueError: for a name the forwarded surface does not declare (``OWNER_READS``).
+        """
+        if name not in OWNER_READS:
+            raise ValueError(
+                f"the replay buffer's actor reads only {sorted(OWNER_READS)}, got {name!r}."
+            )
+        if name == "len":
+            return len(self._buffer)
+        if name == "filters_rows":
+            return bool(self._buffer.transform.filters_rows)
+        return getattr(self._buffer, name)
+
+    def wait_for_write(self, write_count: int, timeout: float) -> int:
+        """Wait up to ``timeout`` s for ``write_count`` to change; return the current count."""
+        buffer = self._buffer
+        buffer.wait_for_data(lambda: buffer.write_count != write_count, timeout)
+        return int(buffer.write_count)
+
+    # ------------------------------------------------------------ sampling
+    def sample(self, batch_size: int | None, ring: str | None) -> Reply:
+        """``buffer.sample(batch_size, return_info=True)``, read into a slot of ``ring`` if free."""
+        buffer = self._buffer
+        return self._slots.reply(buffer, ring, lambda: buffer.sample(batch_size, return_info=True))[
+            0
+        ]
+
+    def draw_gather(self, batch_size: int, ring: str | None) -> Reply:
+        """Draw a batch and gather it: ``(index, info, ends_pass, batch)``, one reply."""
+        return self._draw_gather(batch_size, ring)[0]
+
+    def _draw_gather(self, batch_size: int, ring: str | None) -> tuple[Reply, bool]:
+        """:meth:`draw_gather`'s reply, and whether the draw holds rows."""
+        reply, value = self._slots.reply(
+            self._buffer, ring, lambda: self._draw_and_gather(batch_size)
+        )
+        return reply, value[3] is not None
+
+    def sample_many(self, batch_size: int | None, count: int, ring: str | None) -> list[Any]:
+        """``count`` replies of :meth:`sample`, one request (a failure ends the group)."""
+        out: list[Any] = []
+        for _ in range(count):
+            try:
+                out.append(self.sample(batch_size, ring))
+            except Exception as err:  # noqa: BLE001 - re-raised by the client when it gets there
+                out.append(Raised(err))
+                break
+        return out
+
+    def draw_gather_many(self, batch_size: int, count: int, ring: str | None) -> list[Any]:
+        """``count`` replies of :meth:`draw_gather` (an empty draw or a failure ends the group)."""
+        out: list[Any] = []
+        for _ in range(count):
+            try:
+                reply, drew = self._draw_gather(batch_size, ring)
+            except Exception as err:  # noqa: BLE001 - re-raised by the client when it gets there
+                out.append(Raised(err))
+                break
+            out.append(reply)
+            if not drew:  # nothing sampleable: the rest would be empty too
+                break
+        return out
+
+    def _draw_and_gather(self, batch_size: int) -> tuple[Any, ...]:
+        draw = self._buffer.draw(batch_size) if len(self._buffer) else Draw.empty()
+        batch = self._buffer.gather(draw) if len(draw) else None
+        return draw.index, draw.info, draw.ends_pass, batch
+
+    def gather(self, index: Any, info: dict[str, Any], ring: str | None) -> Reply:
+        """Gather the rows of a draw made earlier (a restored one) into a reply."""
+        buffer = self._buffer
+        return self._slots.reply(buffer, ring, lambda: buffer.gather(Draw(index, info)))[0]
+
+    def refilter(self, batch: Payload) -> Payload:
+        """``buffer.refilter(batch)``: the row filters run again on a batch sampled ahead."""
+        return encode(self._buffer.refilter(decode(batch)))
+
+    # ------------------------------------------------------------ slots
+    def open_ring(self, slots: int, slot_bytes: int) -> str:
+        """Create a ring of ``slots`` slots of ``slot_bytes`` bytes; return its path."""
+        return self._slots.open(slots, slot_bytes)
+
+    def ring_attached(self, path: str) -> None:
+        """The client mapped the ring at ``path``: remove its name from ``/dev/shm``."""
+        self._slots.attached(path)
+
+    def close_ring(self, path: str) -> None:
+        """Forget the ring at ``path`` (its client is gone)."""
+        self._slots.close(path)
+
+    # ------------------------------------------------ transport="distributed"
+    def dist_listen(self, backend: str) -> tuple[str, str, int]:
+        """Open a channel's store; return the channel id, host and port."""
+        return self._channels.listen(backend)
+
+    def dist_join(self, channel: str) -> None:
+        """Build the actor's side of the channel's process group."""
+        self._channels.join(channel)
+
+    def dist_call(self, channel: str, name: str, request: Wire) -> Wire:
+        """Run a call whose payloads travel over ``channel`` (see ``transport.channel``)."""
+        return self._channels.call(self._run, channel, name, request)
+
+    def dist_close(self, channel: str) -> None:
+        """Forget ``channel`` (its client is gone)."""
+        self._channels.close(channel)
+
+    def _run(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if name == "draw_gather":
+            return self._draw_and_gather(*args, **kwargs)
+        if name == "gather":
+            return self._buffer.gather(Draw(*args, **kwargs))
+        if name not in OWNER_CALLS:
+            raise ValueError(
+                f"the replay buffer's actor runs only the forwarded methods "
+                f"{sorted(OWNER_CALLS)}, got {name!r}."
+            )
+        result = getattr(self._buffer, name)(*args, **kwargs)
+        return ReturnsSelf() if result is self._buffer else result
+
+    # ------------------------------------------------------------ lifecycle
+    def stop(self) -> None:
+        """Release the rings, channels and buffer's threads (before the actor is killed)."""
+        self._slots.close_all()
+        self._channels.close_all()
+        self._buffer.shutdown()

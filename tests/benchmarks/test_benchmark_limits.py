@@ -1,0 +1,87 @@
+"""The plain-torch limits of benchmarks/run.py do the work they claim, at a tiny size."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import rbdata
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module("_common"), importlib.import_module("bench_stages")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def _unpack(common, packed, rows: torch.Tensor, example) -> dict:
+    """The leaves held by packed byte ``rows``, read back with the layout of ``packed``."""
+    out = {}
+    for key, offset, width in zip(packed.keys, packed.offsets, packed.widths, strict=True):
+        leaf = example.get(key)
+        raw = rows[:, offset : offset + width].contiguous().view(leaf.dtype)
+        out[key] = raw.reshape(rows.shape[0], *leaf.shape[1:])
+    return out
+
+
+@pytest.mark.parametrize("memmapped", [False, True])
+def test_packed_limit_rows_hold_every_leaf_of_the_item(bench, tmp_path, memmapped):
+    common, _ = bench
+    data = common.transitions(10, obs=3)
+    alloc = common.file_alloc(str(tmp_path)) if memmapped else common._zeros
+    packed = common.PackedLimit(8, data[:1], 4, alloc=alloc)
+    packed.extend(data)  # wraps around: items 8 and 9 land in rows 0 and 1
+    index = torch.tensor([0, 1, 5, 7])
+    packed.gather(index)
+    expected = data[torch.tensor([8, 9, 5, 7])]
+    got = _unpack(common, packed, packed.out.view(torch.uint8), data)
+    for key in packed.keys:
+        assert torch.equal(got[key], expected.get(key)), key
+    if memmapped:
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["limit-1.bin"]
+
+
+def test_per_key_limit_over_files_gathers_the_written_rows(bench, tmp_path):
+    common, _ = bench
+    data = common.transitions(6, obs=2)
+    lim = common.Limit(6, data[:1], 3, alloc=common.file_alloc(str(tmp_path)))
+    lim.extend(data)
+    lim.gather(torch.tensor([4, 0, 2]))
+    for key in lim.keys:
+        assert torch.equal(lim.outs[key], data.get(key)[torch.tensor([4, 0, 2])])
+    assert len(list(tmp_path.iterdir())) == len(lim.keys)
+
+
+def test_timeit_rounds_gives_one_median_per_function(bench):
+    common, _ = bench
+    calls = [0, 0, 0]
+
+    def count(i: int):
+        return lambda: calls.__setitem__(i, calls[i] + 1)
+
+    times = common.timeit_rounds(count(0), count(1), count(2), min_time=0.03, repeats=3)
+    assert len(times) == 3 and all(t > 0 for t in times)
+    assert all(c > 3 for c in calls)
+
+
+def test_sample_stages_add_up_to_the_whole_sample(bench):
+    _, stages_module = bench
+    stages = stages_module.sample_stages(rbdata, capacity=2_000, batch=16)
+    assert [name for name, _, _ in stages] == [
+        "packed gather (limit)",
+        "draw (sampler)",
+        "gather, views, TensorDict",
+        "buffer (locks, info, transforms)",
+    ]
+    total = sum(cost for _, cost, _ in stages)
+    assert total == pytest.approx(stages[-1][2])
+    assert stages[0][1] > 0

@@ -1,0 +1,193 @@
+"""A buffer shared with spawned writer processes (torchrl's ``share()`` / ``shared=True``)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from tensordict import TensorDict
+
+from rbdata import (
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    ListStorage,
+    ReplayBuffer,
+    TensorDictMaxValueWriter,
+    TensorDictPrioritizedReplayBuffer,
+    TensorDictReplayBuffer,
+)
+
+WRITERS, PER_WRITER, CHUNK = 4, 50_000, 500
+OBS = 6
+
+
+def transitions(first: int, n: int) -> TensorDict:
+    """Transitions ``first .. first + n - 1``: every leaf derived from the id (torn rows show)."""
+    ids = torch.arange(first, first + n)
+    return TensorDict(
+        {
+            "id": ids,
+            "obs": ids.double().unsqueeze(-1).expand(n, OBS).clone(),
+            "next": {"check": ids * 7 + 3},
+        },
+        [n],
+    )
+
+
+def torn(batch: TensorDict) -> int:
+    """How many rows of ``batch`` mix two transitions."""
+    ids = batch["id"]
+    bad = (batch["obs"] != ids.double().unsqueeze(-1)).any(-1) | (
+        batch["next", "check"] != ids * 7 + 3
+    )
+    return int(bad.sum())
+
+
+def write_transitions(rb: TensorDictReplayBuffer, worker: int, done: mp.Queue) -> None:
+    first = worker * PER_WRITER
+    for start in range(first, first + PER_WRITER, CHUNK):
+        rb.extend(transitions(start, CHUNK))
+    done.put(worker)
+
+
+def test_four_spawned_writers_while_the_parent_samples():
+    total = WRITERS * PER_WRITER
+    rb = TensorDictPrioritizedReplayBuffer(
+        alpha=0.7,
+        beta=0.5,
+        storage=LazyTensorStorage(total),
+        batch_size=256,
+        shared=True,
+        sync=False,
+    )
+    rb.extend(transitions(total, 1))  # one more item, then emptied: the layout is set here
+    rb.empty()
+    ctx = mp.get_context("spawn")
+    done = ctx.Queue()
+    workers = [ctx.Process(target=write_transitions, args=(rb, w, done)) for w in range(WRITERS)]
+    for worker in workers:
+        worker.start()
+    finished, sampled, torn_rows, deadline = set(), 0, 0, time.monotonic() + 120
+    while len(finished) < WRITERS and time.monotonic() < deadline:
+        while not done.empty():
+            finished.add(done.get())
+        if len(rb) >= 256:
+            batch = rb.sample()
+            torn_rows += torn(batch)
+            sampled += 1
+            assert bool((batch["id"] < total).all())
+        else:
+            time.sleep(0.001)
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    assert torn_rows == 0 and sampled > 0
+
+    assert len(rb) == total and rb.write_count == total
+    everything = rb[:]
+    assert torn(everything) == 0
+    assert torch.equal(everything["id"].sort().values, torch.arange(total))  # each one once
+    # the learner's priorities cover every item, whichever process wrote it
+    batch = rb.sample()
+    assert rb._prioritized_sampler_write_count == total
+    leaves = rb.prioritized_sampler._sum_tree
+    assert leaves.query(0, total) == pytest.approx(total * float(leaves[torch.tensor([0])]))
+    assert torn(batch) == 0 and "priority_weight" in batch.keys()
+
+
+def extend_each(buffers: list[ReplayBuffer], value: float, done: mp.Queue) -> None:
+    for rb in buffers:
+        rb.extend(TensorDict({"x": torch.full((2,), value)}, [2]))
+    done.put(value)
+
+
+def test_spawned_children_initialize_a_shared_init_storage(tmp_path):
+    storages = [
+        LazyTensorStorage(100, shared_init=True),
+        LazyMemmapStorage(100, shared_init=True, scratch_dir=tmp_path),
+    ]
+    buffers = [ReplayBuffer(storage=storage, batch_size=2).share() for storage in storages]
+    ctx = mp.get_context("spawn")
+    done = ctx.Queue()
+    children = [ctx.Process(target=extend_each, args=(buffers, float(i), done)) for i in range(3)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(timeout=60)
+        assert child.exitcode == 0
+    for rb, storage in zip(buffers, storages, strict=True):
+        # nobody wrote here: the first child laid the rows out, the others and we map them
+        assert len(rb) == 6 and rb.write_count == 6
+        assert sorted(storage[:]["x"].tolist()) == [0.0, 0.0, 1.0, 1.0, 2.0, 2.0]
+        assert rb.sample().shape == (2,)
+
+
+def noop(rb: ReplayBuffer) -> None:
+    """A child that only receives the buffer."""
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: ReplayBuffer(storage=ListStorage(10), shared=True), "Cannot share a storage"),
+        (
+            lambda: TensorDictReplayBuffer(
+                storage=LazyTensorStorage(10), writer=TensorDictMaxValueWriter(rank_key="x")
+            ),
+            "cannot be shared between processes",
+        ),
+        (lambda: TensorDictReplayBuffer(storage=LazyTensorStorage(10)), "not been initialized"),
+        (
+            lambda: TensorDictPrioritizedReplayBuffer(
+                alpha=0.7, beta=0.5, storage=LazyTensorStorage(10)
+            ),
+            "sync=False",
+        ),
+    ],
+)
+def test_what_cannot_go_to_a_spawned_child_is_refused_at_start(make, message):
+    rb = make()
+    if "initialized" not in message:
+        rb.extend(TensorDict({"x": torch.ones(2)}, [2]))
+    child = mp.get_context("spawn").Process(target=noop, args=(rb,))
+    with pytest.raises(RuntimeError, match=message):
+        child.start()
+
+
+def test_share_rules():
+    with pytest.raises(ValueError, match="prefetch=0 or shared=False"):
+        TensorDictReplayBuffer(storage=LazyTensorStorage(10), batch_size=2, prefetch=1, shared=True)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+    assert rb.share() is rb and rb._sync.shared
+    assert rb.share(False) is rb and not rb._sync.shared
+    with pytest.raises(TypeError, match="shared must be a bool"):
+        rb.share(1)
+    with pytest.raises(ValueError, match="1-D storages when sync=False"):
+        TensorDictPrioritizedReplayBuffer(
+            alpha=0.7, beta=0.5, storage=LazyTensorStorage(12, ndim=2), sync=False
+        )
+
+
+def slow_writer(rb: TensorDictReplayBuffer, n: int) -> None:
+    for start in range(0, n, 50):
+        rb.extend(transitions(start, 50))
+        time.sleep(0.01)
+
+
+def test_a_replay_dataset_reads_what_a_spawned_collector_writes():
+    from rbdata import ReplayDataset
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(2000), batch_size=32).share()
+    rb.extend(transitions(0, 1))
+    rb.empty()
+    collector = mp.get_context("spawn").Process(target=slow_writer, args=(rb, 2000))
+    collector.start()
+    # min_size waits on the buffer's cross-process condition: the collector's writes wake it
+    with ReplayDataset(rb, num_batches=20, min_size=1000, timeout=60) as ds:
+        batches = list(ds)
+    collector.join(timeout=60)
+    assert collector.exitcode == 0 and len(batches) == 20
+    assert all(torn(batch) == 0 for batch in batches)
+    assert len(rb) == 2000
