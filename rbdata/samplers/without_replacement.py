@@ -51,6 +51,7 @@ class SamplerWithoutReplacement(Sampler):
         self._perm: torch.Tensor | None = None
         self._cursor = 0
         self._ran_out = False
+        self._drawn_ahead: int | None = None  # len(storage) when the next pass was drawn ahead
 
     @property
     def ran_out(self) -> bool:
@@ -88,8 +89,9 @@ class SamplerWithoutReplacement(Sampler):
                 f"{sampleable} sampleable item(s): with drop_last=True no batch can be made."
             )
         remaining = self._remaining()
-        fresh_but_stale = live is None and self._cursor == 0 and remaining != n
-        if remaining == 0 or (self.drop_last and remaining < batch_size) or fresh_but_stale:
+        stale = self._drawn_ahead is not None and self._drawn_ahead != n
+        self._drawn_ahead = None
+        if remaining == 0 or (self.drop_last and remaining < batch_size) or stale:
             # (a pass drawn at the end of the last one, before the storage grew: drawn again)
             self._new_pass(n, None if live is None else live.live.clone())
         assert self._perm is not None
@@ -113,12 +115,14 @@ class SamplerWithoutReplacement(Sampler):
             # the next pass is drawn now, as torchrl does: the same draws for a seed
             self._new_pass(n, None)
             self._ran_out = True
+            self._drawn_ahead = n
         elif self._ran_out:  # the live items are known when the next pass starts
             self._perm = None
             self._cursor = 0
         return index, {}
 
     def _on_empty(self) -> None:
+        self._drawn_ahead = None
         self._perm = None
         self._cursor = 0
         self._ran_out = False
@@ -132,6 +136,7 @@ class SamplerWithoutReplacement(Sampler):
         }
 
     def _load_extra_state(self, state_dict: dict[str, Any]) -> None:
+        self._drawn_ahead = None  # a loaded pass is handed out as it is
         if "perm" in state_dict:
             perm = state_dict["perm"]
             self._perm = None if perm is None else torch.as_tensor(perm, dtype=torch.long).clone()
