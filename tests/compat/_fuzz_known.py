@@ -16,7 +16,7 @@ from typing import Any
 from ._fuzz_program import LIST_STORAGES, Config
 
 #: stats() entries rbdata adds to torchrl's (deliberate)
-EXTRA_STATS = ("skipped_priority_updates",)
+EXTRA_STATS = ("skipped_priority_updates", "capacity_bytes", "resident_bytes")
 
 
 def normalized(op: tuple[Any, ...], outcome: Any) -> Any:
