@@ -242,3 +242,42 @@ class PackedLimit:
 
     def gather(self, idx: torch.Tensor) -> None:
         torch.index_select(self.words, 0, idx, out=self.out[: idx.numel()])
+
+
+class ConsumeLimit:
+    """Consume-once in plain torch: per-key tensors, a free-slot list and ``randperm`` draws.
+
+    Every slot starts consumed (free). :meth:`cycle` writes a batch into free
+    slots (the free list is ``nonzero`` of a free mask, so the slots come
+    lowest first: one slice copy per key when they are a run, as after a
+    full drain, else one ``index_copy_`` per key in slot order), then draws
+    every live slot once, ``batch`` at a time, in ``randperm`` order, freeing
+    each: what a buffer with ``consume_after_n_samples=1`` does for ``extend``
+    followed by ``sample`` until it is empty.
+
+    Args:
+        capacity: rows per key.
+        example: a batch whose keys, shapes and dtypes the rows take.
+        batch: rows per drawn batch.
+    """
+
+    def __init__(self, capacity: int, example: TensorDict, batch: int) -> None:
+        self.store = Limit(capacity, example, batch)
+        self.free = torch.ones(capacity, dtype=torch.bool)
+
+    def cycle(self, data: TensorDict) -> None:
+        n, store = data.shape[0], self.store
+        slots = self.free.nonzero().squeeze(1)[:n]
+        self.free[slots] = False
+        first, last = int(slots[0]), int(slots[-1])
+        for k in store.keys:
+            if last - first == n - 1:  # sorted and distinct: a run
+                store.bufs[k][first : last + 1].copy_(data.get(k))
+            else:
+                store.bufs[k].index_copy_(0, slots, data.get(k))
+        live = (~self.free).nonzero().squeeze(1)
+        order = live[torch.randperm(live.numel())]
+        for s in range(0, order.numel(), store.batch):
+            drawn = order[s : s + store.batch]
+            store.gather(drawn)
+            self.free[drawn] = True

@@ -16,6 +16,7 @@ rounds. Ratios, with their targets:
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -149,3 +150,240 @@ class _Empty:
 
     def ping(self) -> None:
         return None
+
+
+# ------------------------------------------------------------------ side by side
+# python benchmarks/bench_ray.py [--seconds S] [--rounds R]: torchrl 0.14.1's RayReplayBuffer
+# (run in torchrl's venv, RBDATA_TORCHRL_VENV) and rbdata's Ray-backed buffer on issue 19's
+# workload, in alternating rounds of one run; prints a markdown table of medians and ranges.
+_CAPACITY = 100_000
+_BATCH = 256
+_EXTEND = 1_000
+_PACE = 25_000  # transitions/s of each paced collector
+SIDE_ROWS = (
+    ("extend", "driver extend (1,000 per call)", "transitions/s"),
+    ("extend_behind", "driver extend, client with write_behind=8", "transitions/s"),
+    ("sample", "driver sample(256)", "batches/s"),
+    ("tasks1", "1 client task sampling", "batches/s"),
+    ("tasks2", "2 client tasks sampling (together)", "batches/s"),
+    ("tasks4", "4 client tasks sampling (together)", "batches/s"),
+    ("alone", "learner task alone", "batches/s"),
+    ("fleet", "learner task, 4 collectors at 25k/s each", "batches/s"),
+)
+
+
+def issue_transitions(n: int, start: int = 0) -> Any:
+    """The issue's transitions: obs and next obs float32[64], action, reward, done."""
+    from tensordict import TensorDict
+
+    obs = torch.randn(n, 64)
+    return TensorDict(
+        {
+            "obs": obs,
+            "action": torch.arange(start, start + n),
+            "reward": torch.randn(n),
+            "done": torch.zeros(n, dtype=torch.bool),
+            "next": {"obs": obs + 1},
+        },
+        batch_size=[n],
+    )
+
+
+def _build(lib: str) -> Any:
+    if lib == "torchrl":
+        from torchrl.data import LazyTensorStorage, RayReplayBuffer, TensorDictReplayBuffer
+
+        return RayReplayBuffer(
+            replay_buffer_cls=TensorDictReplayBuffer,
+            storage=LazyTensorStorage(_CAPACITY),
+            batch_size=_BATCH,
+            remote_config={"num_cpus": 0},
+        )
+    import rbdata
+
+    return rbdata.TensorDictReplayBuffer(
+        storage=rbdata.LazyTensorStorage(_CAPACITY),
+        batch_size=_BATCH,
+        prefetch=4,
+        service_backend="ray",
+        service_backend_options=_OPTIONS,
+    )
+
+
+def _sample_for(client: Any, seconds: float) -> float:
+    """Batches per second ``client`` samples for ``seconds`` (after a warm-up)."""
+    for _ in range(10):
+        client.sample()
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        client.sample()
+        n += 1
+    return n / (time.perf_counter() - start)
+
+
+def _collect_for(client: Any, seconds: float, pace: float, flush: bool) -> int:
+    """Extend ``client`` with 1,000-transition batches at ``pace`` transitions/s for ``seconds``."""
+    data = issue_transitions(_EXTEND)
+    period, start, sent = _EXTEND / pace, time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        client.extend(data)
+        sent += 1
+        delay = start + sent * period - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+    if flush:  # rbdata's writes kept in flight (torchrl's client forwards any name)
+        client.flush()
+    return sent * _EXTEND
+
+
+def side_by_side_rows(lib: str, seconds: float, shards: tuple[int, ...] = ()) -> dict[str, float]:
+    """One library's measures of the workload (a local 2-CPU Ray cluster, started here)."""
+    import ray
+
+    torch.set_num_threads(1)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    out: dict[str, float] = {}
+    try:
+        rb = _build(lib)
+        for i in range(0, _CAPACITY, 10_000):
+            rb.extend(issue_transitions(10_000, i))
+        data = issue_transitions(_EXTEND)
+        out["extend"] = _EXTEND / _per_call(lambda: rb.extend(data), seconds)
+        if lib == "rbdata":  # writes kept in flight (torchrl has no such mode)
+            writer = rb.client(write_behind=8)
+            out["extend_behind"] = _EXTEND / _per_call(lambda: writer.extend(data), seconds)
+            writer.flush()
+        out["sample"] = 1 / _per_call(rb.sample, seconds)
+        sampler = ray.remote(num_cpus=0)(_sample_for)
+        collector = ray.remote(num_cpus=0)(_collect_for)
+        ray.get([sampler.remote(rb.client(), 0.1) for _ in range(5)])  # the workers start
+        for n in (1, 2, 4):
+            out[f"tasks{n}"] = sum(
+                ray.get([sampler.remote(rb.client(), seconds) for _ in range(n)])
+            )
+        out["alone"] = ray.get(sampler.remote(rb.client(), seconds))
+        writers = [rb.client(write_behind=4) if lib == "rbdata" else rb.client() for _ in range(4)]
+        fleet = [collector.remote(w, seconds + 1.0, _PACE, lib == "rbdata") for w in writers]
+        out["fleet"] = ray.get(sampler.remote(rb.client(), seconds))
+        ray.get(fleet)
+        rb.shutdown()
+        out.update(_shard_rows(lib, seconds, shards))
+    finally:
+        ray.shutdown()
+    return out
+
+
+def _shard_rows(lib: str, seconds: float, shards: tuple[int, ...]) -> dict[str, float]:
+    """Hook for the 1/2/4-shard rows (``service_backend_options={"shards": n}``, issue 19 B).
+
+    A build that refuses the option (sharding not merged yet) gives no row.
+    """
+    if lib != "rbdata":
+        return {}
+    import ray
+
+    import rbdata
+
+    out: dict[str, float] = {}
+    for n in shards:
+        try:
+            rb = rbdata.TensorDictReplayBuffer(
+                storage=rbdata.LazyTensorStorage(_CAPACITY),
+                batch_size=_BATCH,
+                prefetch=4,
+                service_backend="ray",
+                service_backend_options={**_OPTIONS, "shards": n},
+            )
+        except TypeError:
+            return out
+        try:
+            rb.extend(issue_transitions(10_000))
+            sampler = ray.remote(num_cpus=0)(_sample_for)
+            out[f"shards{n}"] = sum(ray.get([sampler.remote(rb.client(), seconds)] * 1))
+        finally:
+            rb.shutdown()
+    return out
+
+
+def _torchrl_side(seconds: float) -> dict[str, float]:
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    venv = Path(os.environ.get("RBDATA_TORCHRL_VENV", root.parent / "bench-venvs" / "torchrl"))
+    cmd = [str(venv / "bin" / "python"), __file__, "--lib", "torchrl", "--seconds", str(seconds)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # no rbdata there
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the torchrl side failed: {proc.stderr[-800:]}")
+    result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _range(values: list[float]) -> str:
+    med = statistics.median(values)
+    return f"{med:,.0f} ({min(values):,.0f}-{max(values):,.0f})"
+
+
+def side_by_side_table(rounds: list[tuple[dict[str, float], dict[str, float]]]) -> str:
+    """The markdown table of the rounds: torchrl, rbdata (median, range) and the ratio."""
+    lines = [
+        "| row | unit | torchrl 0.14.1 `RayReplayBuffer` | rbdata `service_backend='ray'` "
+        "| ratio |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for key, name, unit in SIDE_ROWS:
+        theirs = [t[key] for t, _ in rounds if key in t]
+        ours = [o[key] for _, o in rounds if key in o]
+        if not ours:
+            continue
+        ratio = f"{statistics.median(ours) / statistics.median(theirs):.1f}x" if theirs else "-"
+        lines.append(
+            f"| {name} | {unit} | {_range(theirs) if theirs else '-'} | {_range(ours)} | {ratio} |"
+        )
+    ours_med = {k: statistics.median([o[k] for _, o in rounds]) for k in rounds[0][1]}
+    lines.append(
+        f"| 2 client tasks / one driver | | | {ours_med['tasks2'] / ours_med['sample']:.2f}x | |"
+    )
+    lines.append(
+        f"| learner with 4 collectors / alone | | | "
+        f"{ours_med['fleet'] / ours_med['alone']:.2f}x | |"
+    )
+    for n in (1, 2, 4):
+        if f"shards{n}" in ours_med:
+            lines.append(
+                f"| {n} shard(s), 1 client task | batches/s | | {ours_med[f'shards{n}']:,.0f} | |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Run the side-by-side comparison (or, with ``--lib``, one library's side as JSON)."""
+    import argparse
+    import json
+    import logging
+
+    parser = argparse.ArgumentParser(description="torchrl's RayReplayBuffer beside rbdata's")
+    parser.add_argument("--lib", choices=["rbdata", "torchrl"])
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--shards", default="", help="e.g. 1,2,4 (needs sharding)")
+    args = parser.parse_args()
+    shards = tuple(int(n) for n in args.shards.split(",") if n)
+    if args.lib:
+        sys.stdout.write(json.dumps(side_by_side_rows(args.lib, args.seconds, shards)) + "\n")
+        return
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    rounds = []
+    for i in range(args.rounds):  # alternating: load drifts on a shared machine
+        theirs = _torchrl_side(args.seconds)
+        ours = side_by_side_rows("rbdata", args.seconds, shards if i == 0 else ())
+        rounds.append((theirs, ours))
+        logging.info("round %d: torchrl %s rbdata %s", i, theirs, ours)
+    sys.stdout.write(side_by_side_table(rounds) + "\n")
+
+
+if __name__ == "__main__":
+    main()

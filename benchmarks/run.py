@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
     Alloc,
+    ConsumeLimit,
     Limit,
     PackedLimit,
     file_alloc,
@@ -50,6 +51,7 @@ from _common import (  # noqa: E402
     timeit_rounds,
     transitions,
 )
+from _sumtree_limit import SumTreeLimit  # noqa: E402
 from bench_compressed import row_compressed  # noqa: E402
 
 Row = dict[str, object]
@@ -125,60 +127,58 @@ def row_memmap(lib: ModuleType) -> Row:
 
 
 def row_consume(lib: ModuleType) -> Row:
-    """consume_after_n_samples=1: extend 100k, then sample 256 until empty."""
+    """consume_after_n_samples=1: extend 100k into the consumed slots, sample 256 until empty.
+
+    One operation is the whole cycle: ``extend`` of 100k transitions (every
+    slot was consumed by the cycle before), then ``sample(256)`` while
+    ``len(rb) > 0``. The limit (``_common.ConsumeLimit``) does the same with
+    per-key tensors, a free-slot list (lowest free slots first, a run copied
+    as one slice) and ``randperm``.
+    """
     cap, batch = 100_000, 256
     data = transitions(cap)
+    rb = lib.TensorDictReplayBuffer(storage=lib.LazyTensorStorage(cap), consume_after_n_samples=1)
 
-    def drain_lib() -> None:
-        rb = lib.ReplayBuffer(storage=lib.LazyTensorStorage(cap), consume_after_n_samples=1)
+    def cycle_lib() -> None:
         rb.extend(data)
-        seen = 0
-        while seen < cap:
-            try:
-                got = rb.sample(batch).shape[0]
-            except (RuntimeError, ValueError, IndexError, StopIteration):
-                break
-            if got == 0:
-                break
-            seen += got
+        while len(rb):
+            rb.sample(batch)
 
-    lim = Limit(cap, data, batch)
-    lim.extend(data)
-
-    def drain_limit() -> None:
-        perm = torch.randperm(cap)
-        for s in range(0, cap, batch):
-            lim.gather(perm[s : s + batch])
-
-    # Only the drain is measured: subtract the extend of a fresh buffer.
-    def extend_only() -> None:
-        rb = lib.ReplayBuffer(storage=lib.LazyTensorStorage(cap), consume_after_n_samples=1)
-        rb.extend(data)
-
-    t_lib = max(
-        timeit(drain_lib, min_time=2, repeats=3) - timeit(extend_only, min_time=1, repeats=3), 1e-9
-    )
-    t_lim = timeit(drain_limit, min_time=1, repeats=3)
+    cycle_lib()  # every slot consumed: the measured cycles write into consumed slots
+    lim = ConsumeLimit(cap, data[:1], batch)
+    t_lib, t_lim = timeit_rounds(cycle_lib, lambda: lim.cycle(data), min_time=3.0, repeats=5)
     return {"unit": "items/s", "lib": cap / t_lib, "limit": cap / t_lim}
 
 
 def row_per(lib: ModuleType) -> Row:
-    """PrioritizedSampler(1M, 0.7, 0.5): sample 256 with info + update_priority; steps/s."""
+    """PrioritizedSampler(1M, 0.7, 0.5): sample 256 with info + update_priority; steps/s.
+
+    The limit (``_sumtree_limit.SumTreeLimit``) is the same step in plain
+    torch: a 32-ary sum tree and min tree, the drawn rows gathered, the
+    priorities written back. cpprb's compiled tree is noted when installed.
+    """
     cap, batch = 1_000_000, 256
     rb = lib.ReplayBuffer(
         storage=lib.LazyTensorStorage(cap), sampler=lib.PrioritizedSampler(cap, 0.7, 0.5)
     )
     fill(rb, cap, lambda n: transitions(n).select("observation"))
+    tree = SumTreeLimit(cap, 0.7, 0.5)
+    rows = Limit(cap, transitions(1).select("observation"), batch)
 
     def step() -> None:
         _, info = rb.sample(batch, return_info=True)
         rb.update_priority(info["index"], torch.rand(batch))
 
-    out: Row = {"unit": "steps/s", "lib": 1 / timeit(step)}
+    def limit_step() -> None:
+        index, _ = tree.sample(batch)
+        rows.gather(index)
+        tree.update(index, torch.rand(batch))
+
+    t_lib, t_lim = timeit_pair(step, limit_step)
+    out: Row = {"unit": "steps/s", "lib": 1 / t_lib, "limit": 1 / t_lim}
     cpprb = _cpprb_per(cap, batch)
     if cpprb is not None:
-        out["limit"] = cpprb
-        out["limit_name"] = "cpprb"
+        out["note"] = f"cpprb: {cpprb:,.0f} steps/s"
     return out
 
 

@@ -151,6 +151,11 @@ class _BufferBase:
     def _init(self) -> None:
         if self._initialized:
             return
+        with self._sync.lock:  # threads of a concurrent owner may make the first call at once
+            if not self._initialized:
+                self._build_components()
+
+    def _build_components(self) -> None:
         args = self._args
         self._storage: Storage = build_component(
             args["storage"], Storage, lambda: ListStorage(1000), "storage"
@@ -284,16 +289,11 @@ class _BufferBase:
     @property
     def batch_size(self) -> int | None:
         """The default batch size of ``sample()`` and iteration."""
-        if self._remote is not None:
-            size: int | None = self._remote.batch_size
-            return size
         return self._batch_size
 
     @property
     def dim_extend(self) -> int:
         """The dimension ``extend`` iterates over."""
-        if self._remote is not None:
-            return int(self._remote.dim_extend)
         if self._dim_extend_arg is not None:
             return self._dim_extend_arg
         return self.storage.ndim - 1
@@ -301,8 +301,6 @@ class _BufferBase:
     @property
     def write_count(self) -> int:
         """The total number of items written so far through add and extend."""
-        if self._remote is not None:
-            return int(self._remote.write_count)
         return self.writer.write_count
 
     @property
@@ -313,8 +311,6 @@ class _BufferBase:
     @property
     def is_alive(self) -> bool:
         """Whether this buffer remains available (False after :meth:`shutdown`)."""
-        if self._remote is not None:
-            return bool(self._remote.is_alive)
         return self._alive
 
     @property
@@ -335,21 +331,15 @@ class _BufferBase:
     @property
     def prioritized(self) -> bool:
         """Whether the sampler is prioritized (priority updates change what is drawn)."""
-        if self._remote is not None:
-            return bool(self._remote.prioritized)
         return self.sampler.prioritized
 
     @property
     def lock(self) -> Any:
         """The buffer's reentrant lock (writes, draws and sampling-state reads happen under it)."""
-        if self._remote is not None:
-            return self._remote.lock
         return self._sync.lock
 
     def __len__(self) -> int:
         """The items that can be sampled (under consume-after-n: those not consumed yet)."""
-        if self._remote is not None:
-            return len(self._remote)
         if not self._initialized:
             return 0
         with self._sync.lock:

@@ -37,6 +37,8 @@ def finish_batch(
         The batch handed to the user.
     """
     data = collate_fn(data)
+    if not keep_info and not pin and index.ndim == 1 and not len(transform):
+        return data  # nothing to add, reshape or run: the common uniform batch
     if index.ndim > 1 and isinstance(data, torch.Tensor | TensorDictBase):
         data = (
             data.reshape(*index.shape, *data.shape[1:])

@@ -38,8 +38,6 @@ class _Indexing(_BufferBase):
     """
 
     def __getitem__(self, index: Any) -> Any:
-        if self._remote is not None:
-            return self._remote.getitem(index)
         if isinstance(index, str) or (
             isinstance(index, tuple) and index and all(isinstance(k, str) for k in index)
         ):  # an entry of every stored item (torchrl's ``rb["obs"]``)
@@ -50,9 +48,6 @@ class _Indexing(_BufferBase):
         return self._transform(data) if len(self._transform) else data
 
     def __setitem__(self, index: Any, data: Any) -> None:
-        if self._remote is not None:
-            self._remote.setitem(index, data)
-            return
         with self._sync.cond:
             self.storage.set(index, data)
             self._mark_update(index)

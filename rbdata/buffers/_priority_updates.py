@@ -11,6 +11,9 @@ from tensordict import TensorDictBase
 from rbdata.buffers._anchor_priority import reduce_to_anchors
 from rbdata.buffers._components import _BufferBase
 from rbdata.buffers._priority import check_priority_update
+from rbdata.samplers import PrioritizedSampler
+from rbdata.samplers._priority_checks import CheckedUpdate
+from rbdata.samplers._priority_store import priority_bounds
 
 
 class _PriorityUpdates(_BufferBase):
@@ -56,18 +59,40 @@ class _PriorityUpdates(_BufferBase):
                 priority = torch.as_tensor(priority)
                 if priority.ndim > 1 and self.dim_extend > 0:
                     priority = priority.movedim(self.dim_extend, 0)
-            flat, priority = check_priority_update(flat, priority, len(self._storage))
-            if generation is not None and self._writer.tracks_generations:
-                generation = torch.as_tensor(generation, dtype=torch.long).reshape(-1)
-                if generation.numel() != flat.numel():
-                    raise ValueError(
-                        f"generation has {generation.numel()} entries, expected one per index "
-                        f"({flat.numel()})."
-                    )
-                live = self._writer.generations_of(flat) == generation
-                self._stats.count_skipped_priority_updates(int((~live).sum()))
-                flat, priority = flat[live], priority[live]
-            self._sampler.update_priority(flat, priority, storage=self._storage)
+            sampler = self._sampler
+            if not isinstance(sampler, PrioritizedSampler):
+                flat, priority = check_priority_update(flat, priority, len(self._storage))
+                flat, priority = self._live_entries(flat, priority, generation)
+                sampler.update_priority(flat, priority, storage=self._storage)
+                return
+            update = sampler.checked_update(flat, priority, self._storage)  # the one validation
+            if update is None:
+                self._live_entries(torch.zeros(0, dtype=torch.long), None, generation)
+                return
+            index, values = self._live_entries(update.slots, update.priority, generation)
+            if index.numel() != update.slots.numel():  # rewritten slots skipped: new bounds
+                low, high = priority_bounds(values) if values.numel() else (0.0, 0.0)
+                update = CheckedUpdate(index, values, low, high)
+            sampler.apply_update(update, self._storage)
+
+    def _live_entries(
+        self, index: torch.Tensor, priority: Any, generation: torch.Tensor | None
+    ) -> tuple[torch.Tensor, Any]:
+        """The entries whose slot still holds the item of ``generation`` (all without one)."""
+        if generation is None or not self._writer.tracks_generations:
+            return index, priority
+        generation = torch.as_tensor(generation, dtype=torch.long).reshape(-1)
+        if generation.numel() != index.numel():
+            raise ValueError(
+                f"generation has {generation.numel()} entries, expected one per index "
+                f"({index.numel()})."
+            )
+        live = self._writer.generations_of(index) == generation
+        skipped = int((~live).sum())
+        self._stats.count_skipped_priority_updates(skipped)
+        if not skipped:
+            return index, priority
+        return index[live], priority[live]
 
     def update_batch_priority(self, batch: Any, priority: torch.Tensor) -> None:
         """Apply new priorities to a batch this buffer handed out (skipping rewritten rows).

@@ -157,9 +157,6 @@ class _ReadPath(_BufferBase):
         return self.refilter(data), info
 
     def __iter__(self) -> Iterator[Any]:
-        if self._remote is not None:
-            yield from iter(self._remote.next, None)
-            return
         while not self.sampler.exhausted(self.storage) or len(self._prefetcher):
             try:
                 yield self.sample()

@@ -28,7 +28,8 @@ __all__ = [
 class ServiceBackend(Protocol):
     """Hosts ``hosted`` elsewhere and makes ``buffer`` forward to it; returns the remote handle.
 
-    ``buffer`` is the buffer being constructed (it keeps its class); ``hosted``
+    ``buffer`` is the buffer being constructed (the backend may give it a subclass of
+    its class whose members forward; it stays an instance of its class); ``hosted``
     is a direct copy of it (same class and components) for the service to host.
     """
 

@@ -46,6 +46,82 @@ def _distinct_positions(n: int, k: int, generator: torch.Generator | None) -> np
     return shuffled
 
 
+class _FreedQueue:
+    """The slots that left the live set, in the order they left, each with a stamp.
+
+    A slot gets a new stamp (one more than the last given) every time it is
+    queued; an entry ``(slot, stamp)`` is stale once the slot was queued again
+    (its current stamp differs) or written since (the owner tells, see
+    :meth:`first_valid`). The entries are kept in two flat arrays with a head
+    position: pushing appends a chunk (joined to the arrays on the next look),
+    looking scans a window from the head with array operations, and the head
+    moves past the stale entries it finds at the front, so a look costs
+    O(k) amortized, never a Python step per slot.
+    """
+
+    def __init__(self) -> None:
+        self._slots = np.zeros(0, dtype=np.int64)
+        self._stamps = np.zeros(0, dtype=np.int64)
+        self._head = 0
+        self._pending: list[np.ndarray] = []
+        self._clock = 0  # the next stamp
+        self._joined = 0  # the stamp of the first pending entry
+
+    def push(self, slots: np.ndarray) -> np.ndarray:
+        """Queue ``slots`` (1-D int64); return the stamps they got."""
+        stamps = np.arange(self._clock, self._clock + slots.size, dtype=np.int64)
+        self._clock += slots.size
+        self._pending.append(slots)
+        return stamps
+
+    def __len__(self) -> int:
+        return self._slots.size - self._head + self._clock - self._joined
+
+    def compact(self, valid: Any) -> None:
+        """Drop every stale entry (``valid`` as in :meth:`first_valid`): O(len(self))."""
+        self._join()
+        slots, stamps = self._slots[self._head :], self._stamps[self._head :]
+        keep = valid(slots, stamps)
+        self._slots, self._stamps, self._head = slots[keep], stamps[keep], 0
+
+    def _join(self) -> None:
+        """Append the pending chunks to the arrays (dropping the entries the head passed)."""
+        if not self._pending:
+            return
+        fresh = np.arange(self._joined, self._clock, dtype=np.int64)
+        self._slots = np.concatenate([self._slots[self._head :], *self._pending])
+        self._stamps = np.concatenate([self._stamps[self._head :], fresh])
+        self._head, self._pending, self._joined = 0, [], self._clock
+
+    def first_valid(self, k: int, valid: Any) -> np.ndarray:
+        """The first ``k`` entries (at most) for which ``valid(slots, stamps)`` holds.
+
+        Args:
+            k: how many slots are wanted.
+            valid: maps arrays of slots and stamps to a bool mask of the live entries.
+        """
+        self._join()
+        size = self._slots.size
+        found: list[np.ndarray] = []
+        count, start, window = 0, self._head, max(2 * k, 64)
+        while count < k and start < size:
+            stop = min(start + window, size)
+            slots = self._slots[start:stop]
+            keep = valid(slots, self._stamps[start:stop])
+            if start == self._head:  # stale entries at the front are dropped for good
+                first = int(keep.argmax()) if keep.any() else keep.size
+                self._head = start + first
+            hit = slots[keep][: k - count]
+            found.append(hit)
+            count += hit.size
+            start, window = stop, 2 * window
+        if self._head == size and size:  # everything seen was stale
+            self._slots, self._stamps, self._head = self._slots[:0], self._stamps[:0], 0
+        if not found:
+            return np.zeros(0, dtype=np.int64)
+        return found[0] if len(found) == 1 else np.concatenate(found)
+
+
 class _LiveSet:
     """Per-slot sample counts and a compact array of the slots still sampleable.
 
@@ -77,12 +153,10 @@ class _LiveSet:
         self.n = n
         self._size = 0
         self._allocate(0)
-        # slots that left the set, in the order they left (new writes reuse them first),
-        # each with the stamp it got then: a slot rewritten and consumed again is queued anew
-        self._freed: list[tuple[np.ndarray, np.ndarray]] = []
-        self._clock = 0
+        self._freed = _FreedQueue()
 
     def _allocate(self, capacity: int) -> None:
+        # the stamp each slot got when it last left the set (see _FreedQueue)
         self._stamps_np = np.full(capacity, -1, dtype=np.int64)
         self._counts = torch.zeros(capacity, dtype=torch.long)
         self._pos = torch.full((capacity,), -1, dtype=torch.long)
@@ -138,6 +212,7 @@ class _LiveSet:
             raise ValueError(f"indices must be >= 0, got min {int(flat.min())}.")
         self._grow(int(flat.max()) + 1)
         self._counts_np[flat] = 0
+        self._stamps_np[flat] = -1  # written: no longer consumed (their queue entries are stale)
         new = flat[self._pos_np[flat] < 0]
         if new.size > 1:
             # Drop repeats in O(m): the position map serves as scratch (the last one wins).
@@ -241,10 +316,9 @@ class _LiveSet:
     def _free(self, slots: np.ndarray) -> None:
         """Queue ``slots`` (they just left the set) for reuse by new writes."""
         if slots.size:
-            stamps = np.arange(self._clock, self._clock + slots.size, dtype=np.int64)
-            self._clock += slots.size
-            self._stamps_np[slots] = stamps
-            self._freed.append((slots, stamps))
+            self._stamps_np[slots] = self._freed.push(slots)
+            if len(self._freed) > 2 * self._counts_np.size + 1024:  # nobody looked: stay bounded
+                self._freed.compact(self._still_consumed)
 
     def consumed(self, k: int) -> torch.Tensor:
         """Up to ``k`` distinct consumed slots, those consumed first first.
@@ -253,25 +327,15 @@ class _LiveSet:
         again, and it is then dropped from the queue), so looking costs
         O(k) amortized and changes nothing.
         """
-        while self._freed and not self._valid_freed(self._freed[0]).size:
-            self._freed.pop(0)
-        out: list[np.ndarray] = []
-        found = 0
-        for chunk in self._freed:
-            valid = self._valid_freed(chunk)
-            out.append(valid[: k - found])
-            found += out[-1].size
-            if found >= k:
-                break
-        if not out:
-            return torch.zeros(0, dtype=torch.long)
-        return torch.from_numpy(np.concatenate(out))
+        return torch.from_numpy(self._freed.first_valid(k, self._still_consumed))
 
-    def _valid_freed(self, chunk: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-        """The slots of ``chunk`` still consumed since they were queued (each slot once)."""
-        slots, stamps = chunk
-        keep = (self._stamps_np[slots] == stamps) & (self._counts_np[slots] >= self.n)
-        valid: np.ndarray = slots[keep & (self._pos_np[slots] < 0)]
+    def _still_consumed(self, slots: np.ndarray, stamps: np.ndarray) -> np.ndarray:
+        """Which queued ``(slot, stamp)`` entries still hold a consumed slot (each slot once).
+
+        A slot's stamp is the one of its last queueing until it is written
+        (then -1), and only a write makes a consumed slot live again.
+        """
+        valid: np.ndarray = self._stamps_np[slots] == stamps
         return valid
 
     # ------------------------------------------------------------ removal
@@ -303,7 +367,7 @@ class _LiveSet:
         self._counts_np.fill(0)
         self._pos_np.fill(-1)
         self._size = 0
-        self._freed = []
+        self._freed = _FreedQueue()
         self._stamps_np.fill(-1)
 
     # ------------------------------------------------------------ state
@@ -329,5 +393,5 @@ class _LiveSet:
         self._pos[live] = torch.arange(live.numel())
         self._size = live.numel()
         freed = torch.as_tensor(state_dict.get("freed", []), dtype=torch.long)
-        self._freed, self._clock = [], 0
+        self._freed = _FreedQueue()
         self._free(freed.numpy().copy())

@@ -276,8 +276,57 @@ class _SumTree(_DeviceSumTree):
         mass += self._strata_of(k)
         mass *= self._float(total) / self._float(k)
         perm = torch.randperm(k, generator=generator).numpy()
-        index = self._find(mass).take(perm)
-        return index, self._s[-1].take(index)
+        found, values = self._draw(mass)
+        return found.take(perm), values.take(perm)
+
+    def _draw(self, mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The leaves drawn for ``mass`` (in ``[0, total]``) and their values: all positive.
+
+        Searched by :meth:`_descend`; the draws it left on a leaf of value 0
+        are searched again by :meth:`_find`.
+        """
+        found = self._descend(mass)
+        values = self._s[-1].take(found, mode="clip")
+        if not values.all():
+            again = np.flatnonzero(values == 0)
+            found[again] = self._find(mass.take(again))
+            values[again] = self._s[-1].take(found[again])
+        return found, values
+
+    def _descend(self, mass: np.ndarray) -> np.ndarray:
+        """:meth:`_find` without its clamps, for masses in ``[0, total]``: the sampling path.
+
+        Searching the inclusive sums of each row (``side="right"``) already
+        skips zero leaves and puts a mass lying exactly on an edge in the leaf
+        that starts there. The clamps of :meth:`_find` are for rounding across
+        levels, a mass a few ulps past its row's total or below 0: here such a
+        draw goes to its row's last child, or first, which leaves it on the
+        leaf at that edge of the node (where :meth:`_find` may take the
+        neighbour on the other side of the edge) or on a leaf of value 0 (a
+        zero leaf, or padding past ``capacity``, which stays 0). The caller
+        gathers the values anyway and searches those again. A row past the
+        last one (below a padding node) is read as the last one
+        (``mode="clip"``); so are the leaves: read them with ``mode="clip"``.
+        """
+        self._top_prefix()
+        prefix = self._p
+        node = np.searchsorted(self._search_np, mass, side="right")  # in [0, top)
+        last = len(self._sum) - 1
+        if last == 0:
+            return node
+        mass = mass - prefix.take(node)
+        for depth in range(1, last + 1):
+            rows = self._s[depth].reshape(-1, _FANOUT).take(node, axis=0, mode="clip")
+            inclusive = torch.from_numpy(rows).cumsum_(1)
+            found = torch.searchsorted(inclusive, torch.from_numpy(mass[:, None]), right=True)
+            child = found.numpy().reshape(-1)
+            np.minimum(child, _FANOUT - 1, out=child)  # past the row's total: its last child
+            node = (node << _SHIFT) + child
+            if depth < last:
+                flat = child + np.arange(0, child.size * _FANOUT, _FANOUT)
+                left = inclusive.numpy().reshape(-1).take(flat)
+                mass = mass - (left - self._s[depth].take(node, mode="clip"))
+        return node
 
     def _strata_of(self, k: int) -> np.ndarray:
         """``0, 1, ..., k - 1`` in the tree's dtype (cached for the last ``k``)."""

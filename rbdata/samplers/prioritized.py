@@ -11,13 +11,19 @@ from rbdata._component.checks import check_int, check_number
 from rbdata.samplers._base import Sampler
 from rbdata.samplers._device_sumtree import _canonical
 from rbdata.samplers._live import _LiveSet, first_unique
+from rbdata.samplers._priority_checks import (
+    CheckedUpdate,
+    check_slots,
+    check_update,
+    check_values,
+    priority_arguments,
+)
 from rbdata.samplers._priority_store import (
     _NumpyStore,
     _TorchStore,
     index_top,
     priority_bounds,
     priority_store,
-    update_bounds,
 )
 from rbdata.storages._counters import spawning
 
@@ -25,27 +31,6 @@ _REDUCTIONS = {"max": "amax", "min": "amin", "sum": "sum", "mean": "mean", "medi
 # Reductions that commute with the increasing (p + eps) ** alpha: the tree's leaves merge
 # duplicate indices themselves, no torch.unique needed.
 _LEAF_REDUCTIONS = {"max": "amax", "min": "amin"}
-
-
-def _describe_bad(values: torch.Tensor, bad: torch.Tensor, limit: int = 5) -> str:
-    where = bad.nonzero().reshape(-1)[:limit]
-    return ", ".join(f"[{int(i)}]={values[i].item()}" for i in where)
-
-
-def _check_values(priority: torch.Tensor, low: float, high: float) -> None:
-    """ValueError unless ``priority`` (bounds ``low``, ``high``) is finite and >= 0."""
-    if not (low >= 0 and high < float("inf")):  # NaN fails both comparisons
-        bad = ~torch.isfinite(priority) | (priority < 0)
-        raise ValueError(f"priority must be finite and >= 0, got {_describe_bad(priority, bad)}.")
-
-
-def _check_slots(index: torch.Tensor, top: int, bound: int) -> None:
-    """ValueError unless ``index`` (its :func:`index_top` is ``top``) lies in ``[0, bound)``."""
-    if top >= bound:
-        bad = (index < 0) | (index >= bound)
-        raise ValueError(
-            f"index must lie in [0, {bound}), got out-of-range entries {_describe_bad(index, bad)}."
-        )
 
 
 class PrioritizedSampler(Sampler):
@@ -183,9 +168,10 @@ class PrioritizedSampler(Sampler):
         if self._requested_device is not None or not self._follows_storage_device:
             return
         device = getattr(storage, "device", None)
-        if device is None or device == "auto":
-            return
-        device = torch.device(device)
+        if type(device) is not torch.device:
+            if device is None or device == "auto":
+                return
+            device = torch.device(device)
         if device.type == "cuda" and _canonical(device) != self.device:
             self._move_to(device)
 
@@ -277,7 +263,7 @@ class PrioritizedSampler(Sampler):
     def _check_index(self, index: torch.Tensor, bound: int) -> None:
         """ValueError unless the 1-D int64 ``index`` lies in ``[0, bound)`` (a sync off the CPU)."""
         if index.numel():
-            _check_slots(index, index_top(index), bound)
+            check_slots(index, index_top(index), bound)
 
     def update_priority(
         self, index: int | torch.Tensor, priority: float | torch.Tensor, *, storage: Any = None
@@ -295,55 +281,59 @@ class PrioritizedSampler(Sampler):
         """
         if storage is not None:
             self._follow_storage(storage)
-        index = torch.as_tensor(index)
-        if index.is_floating_point() or index.is_complex() or index.dtype == torch.bool:
-            raise ValueError(f"index must hold integers, got dtype {index.dtype}.")
-        priority = torch.as_tensor(priority).detach()
-        n = index.numel()
-        if priority.numel() == 1 and n != 1:
-            priority = priority.reshape(()).expand(n)
-        elif priority.numel() != n:
-            raise ValueError(
-                f"priority has shape {tuple(priority.shape)} but index has shape "
-                f"{tuple(index.shape)}: expected one priority per index, or a scalar."
-            )
-        if n == 0:
+        index, priority = priority_arguments(index, priority)
+        if not index.numel():
             return
-        index, priority = self._aligned(index.reshape(-1), priority.reshape(-1))
-        top, low, high = update_bounds(index, priority)
-        _check_values(priority, low, high)
-        _check_slots(index, top, self._max_capacity if storage is None else len(storage))
-        self._set_priorities(index, priority, low, high)
+        bound = self._max_capacity if storage is None else len(storage)
+        self._set_priorities(*self._checked(index, priority, bound))
 
-    def _aligned(
-        self, index: torch.Tensor, priority: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """1-D int64 slots and priorities in the tree's dtype, on one device.
+    def _checked(
+        self, index: torch.Tensor, priority: torch.Tensor, bound: int, values_first: bool = True
+    ) -> CheckedUpdate:
+        """A non-empty 1-D update aligned with the tree and validated (see ``check_update``)."""
+        tree = self._store.tree
+        return check_update(index, priority, bound, tree.device, tree.dtype, values_first)
 
-        They stay where they are when both are on the CPU or both on the
-        tree's device (checked there, then moved once); else both go to the
-        tree's device. The dtype conversion comes first, so a value that
-        overflows the tree's dtype is caught as infinite.
+    def checked_update(
+        self, index: int | torch.Tensor, priority: float | torch.Tensor, storage: Any
+    ) -> CheckedUpdate | None:
+        """Validate an update of the slots of ``storage`` once; None when it is empty.
+
+        A buffer's priority update: it may drop entries (slots rewritten since
+        the handle was taken) before :meth:`apply_update` stores the rest.
+
+        Raises:
+            TypeError: for an index that does not hold integers.
+            ValueError: for lengths that differ, a slot outside ``[0, len(storage))``
+                or a priority that is negative, NaN or infinite.
         """
-        device = index.device if index.device == priority.device else self.device
-        if index.device != device or index.dtype != torch.long:
-            index = index.to(device=device, dtype=torch.long)
-        if priority.device != device or priority.dtype != self._store.tree.dtype:
-            priority = priority.to(device=device, dtype=self._store.tree.dtype)
-        return index, priority
+        self._follow_storage(storage)
+        index, priority = priority_arguments(index, priority, non_integer=TypeError)
+        if not index.numel():
+            return None
+        return self._checked(index, priority, len(storage), values_first=False)
+
+    def apply_update(self, update: CheckedUpdate, storage: Any = None) -> None:
+        """Store an update :meth:`checked_update` validated (entries may have been dropped since).
+
+        A subclass that overrides :meth:`update_priority` gets it called, so
+        that its extra work is never skipped (its arguments are checked again then).
+        """
+        if type(self).update_priority is not PrioritizedSampler.update_priority:
+            self.update_priority(update.slots, update.priority, storage=storage)
+        elif update.slots.numel():
+            self._set_priorities(*update)
 
     def _update_priority_validated(self, index: torch.Tensor, priority: torch.Tensor) -> None:
         """``update_priority`` for a caller that already normalized the arguments.
 
-        The buffer's fast path: ``index`` is a 1-D integer tensor and
-        ``priority`` a 1-D floating tensor of the same length (no scalar
-        broadcasting, no shape checks here). Values and indices are still
-        checked, at almost no cost (the bounds are needed anyway; on a device,
-        one fused read): a priority that is not finite or < 0 (also after
-        conversion to the tree's dtype) or an index outside
-        ``[0, max_capacity)`` raises ``ValueError`` before anything changes. A
-        subclass that overrides :meth:`update_priority` gets its own method
-        called, so its extra work is never skipped.
+        ``index`` is a 1-D integer tensor and ``priority`` a 1-D floating
+        tensor of the same length (no scalar broadcasting, no shape checks
+        here). Values and indices are checked once (a priority that is not
+        finite or < 0, also after conversion to the tree's dtype, or an index
+        outside ``[0, max_capacity)`` raises ``ValueError`` before anything
+        changes). A subclass that overrides :meth:`update_priority` gets its
+        own method called, so its extra work is never skipped.
 
         Args:
             index: 1-D integer tensor of slots.
@@ -352,13 +342,9 @@ class PrioritizedSampler(Sampler):
         if type(self).update_priority is not PrioritizedSampler.update_priority:
             self.update_priority(index, priority)
             return
-        if not index.numel():
-            return
-        index, priority = self._aligned(index, priority.detach())
-        top, low, high = update_bounds(index, priority)
-        _check_slots(index, top, self._max_capacity)
-        _check_values(priority, low, high)
-        self._set_priorities(index, priority, low, high)
+        if index.numel():
+            checked = self._checked(index, priority.detach(), self._max_capacity, False)
+            self._set_priorities(*checked)
 
     def _set_priorities(
         self, index: torch.Tensor, priority: torch.Tensor, low: float, high: float
@@ -502,7 +488,7 @@ class PrioritizedSampler(Sampler):
         if leaves is not None:
             values = torch.as_tensor(leaves).to(self._tree.dtype).reshape(-1)
             if values.numel():
-                _check_values(values, *priority_bounds(values))  # finite and >= 0
+                check_values(values, *priority_bounds(values))  # finite and >= 0
             self._store.set_leaves(values)
         self._max_seen = float(state_dict.get("max_priority", self._max_seen))
         self._max_raw = float(state_dict.get("max_raw_priority", self._max_raw))

@@ -2,12 +2,10 @@
 
 :func:`attach_ray_service` is what ``ReplayBuffer(..., service_backend="ray")``
 calls: it starts a :class:`~rbdata.service.server.owner.BufferOwner` actor hosting
-a direct copy of the buffer being built and makes the calling buffer forward its
-methods to it, by binding the forwarding callables into the instance's
-``__dict__`` (instance attributes shadow the class's methods), so the
-buffer stays an instance of the class that was called. Properties and
-dunders cannot be shadowed that way; the buffer class forwards those to the
-:class:`RayService` this function returns.
+a direct copy of the buffer being built and gives the calling buffer the
+Ray-backed variant of its class (:func:`~rbdata.service.client.proxy.proxy_class`,
+a subclass generated from the surface's declaration), whose members go to the
+:class:`RayService` this function returns and its :attr:`RayService.driver` client.
 """
 
 from __future__ import annotations
@@ -20,10 +18,11 @@ from rbdata.errors import ServiceUnavailableError
 from rbdata.service import runtime
 from rbdata.service.client.buffer_client import OwnerAddress, RayBufferClient
 from rbdata.service.client.distributed_client import DistributedBufferClient
-from rbdata.service.client.surface import FORWARDED_METHODS, REFUSED_MEMBERS
+from rbdata.service.client.proxy import proxy_class
+from rbdata.service.client.surface import FORWARDED_METHODS
 from rbdata.service.server.owner import BufferOwner
 from rbdata.service.transport.channel import BACKENDS
-from rbdata.service.transport.messages import WAIT_GROUP
+from rbdata.service.transport.messages import DRAW_GROUP, WAIT_GROUP
 
 __all__ = ["FORWARDED_METHODS", "RayService", "attach_ray_service"]
 
@@ -32,6 +31,7 @@ logger = logging.getLogger(__name__)
 _OPTION_KEYS = frozenset({"ray_init_config", "remote_config"})
 _TRANSPORTS = ("auto", "ray", "distributed")
 _WAITERS = 8  # clients that may wait for data at once (threads of the actor's wait group)
+_SERVERS = 8  # calls the actor serves at once (the hosted buffer's locks guard its state)
 
 
 class RayService:
@@ -100,7 +100,9 @@ class RayService:
             name = f"rbdata-buffer-{uuid.uuid4().hex}"
             options = {"num_cpus": 1, **(remote_config or {})}
             options.update(name=name, namespace=runtime.NAMESPACE, max_restarts=0)
-            owner = ray.remote(concurrency_groups={WAIT_GROUP: _WAITERS})(BufferOwner)
+            owner = ray.remote(
+                max_concurrency=_SERVERS, concurrency_groups={WAIT_GROUP: _WAITERS, DRAW_GROUP: 1}
+            )(BufferOwner)
             self._actor = owner.options(**options).remote()
             node, batch_size = runtime.get(
                 # as bytes: arrays pickled with it would arrive as read-only object-store views
@@ -114,10 +116,10 @@ class RayService:
             self.shutdown()
             raise
 
-    def _make_client(self, prefetch: int) -> RayBufferClient:
+    def _make_client(self, prefetch: int, write_behind: int = 0) -> RayBufferClient:
         if self._transport == "distributed":
             return DistributedBufferClient(self._address, backend=self._backend)
-        return RayBufferClient(self._address, prefetch=prefetch)
+        return RayBufferClient(self._address, prefetch=prefetch, write_behind=write_behind)
 
     # ------------------------------------------------------------ lifecycle
     @property
@@ -143,17 +145,18 @@ class RayService:
                 "build a new buffer."
             )
 
-    def client(self, *, prefetch: int | None = None) -> RayBufferClient:
+    def client(self, *, prefetch: int | None = None, write_behind: int = 0) -> RayBufferClient:
         """A picklable client (no lifecycle methods) for tasks, actors and other processes.
 
         Args:
             prefetch: requests the client keeps in flight; None: the buffer's ``prefetch``.
+            write_behind: writes the client keeps in flight (see :class:`RayBufferClient`).
 
         Raises:
             RuntimeError: after :meth:`shutdown`.
         """
         self.start()
-        return self._make_client(self._prefetch if prefetch is None else prefetch)
+        return self._make_client(self._prefetch if prefetch is None else prefetch, write_behind)
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop the actor (its rings and threads first) and release Ray (idempotent).
@@ -174,88 +177,10 @@ class RayService:
             ray.kill(actor, no_restart=True)
         self._lease.release()
 
-    # ------------------------------------------------- forwarded attributes
     @property
-    def batch_size(self) -> int | None:
-        """The hosted buffer's default batch size."""
-        return self._client.batch_size
-
-    @property
-    def write_count(self) -> int:
-        """Items written so far."""
-        return self._client.write_count
-
-    @property
-    def dim_extend(self) -> int:
-        """The dimension ``extend`` iterates over."""
-        return self._client.dim_extend
-
-    @property
-    def prioritized(self) -> bool:
-        """Whether priority updates change what is drawn."""
-        return self._client.prioritized
-
-    @property
-    def lock(self) -> Any:
-        """The owner-side client's lock (see :attr:`RayBufferClient.lock`)."""
-        return self._client.lock
-
-    @property
-    def initialized(self) -> bool:
-        """Whether the hosted buffer's components are built."""
-        return self._client.initialized
-
-    def __len__(self) -> int:
-        return len(self._client)
-
-    def getitem(self, index: Any) -> Any:
-        """``hosted_buffer[index]``."""
-        return self._client[index]
-
-    def setitem(self, index: Any, data: Any) -> None:
-        """``hosted_buffer[index] = data``."""
-        self._client[index] = data
-
-    def next(self) -> Any:
-        """The next batch of the hosted buffer's iterator (None when a pass ends)."""
-        return self._client.next()
-
-    def forwarders(self, buffer: Any) -> dict[str, Any]:
-        """Callables for ``buffer``: forwarded methods, refused ones, and the lifecycle methods.
-
-        The forwarded methods are the surface's ``FORWARDED_METHODS``
-        (:mod:`rbdata.service.client.surface`); one that returns the client
-        returns ``buffer`` instead. The surface's refused methods raise
-        NotImplementedError with its message.
-        """
-        out = {name: _returning(buffer, getattr(self._client, name)) for name in FORWARDED_METHODS}
-        out.update({name: _refusing(message) for name, message in REFUSED_MEMBERS.items()})
-
-        def start() -> Any:
-            self.start()
-            return buffer
-
-        out.update(start=start, shutdown=self.shutdown, close=self.shutdown, client=self.client)
-        return out
-
-
-def _returning(buffer: Any, method: Any) -> Any:
-    client = method.__self__
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        result = method(*args, **kwargs)
-        return buffer if result is client else result
-
-    forward.__name__ = method.__name__
-    forward.__doc__ = method.__doc__
-    return forward
-
-
-def _refusing(message: str) -> Any:
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(message)
-
-    return refuse
+    def driver(self) -> RayBufferClient:
+        """The client the Ray-backed buffer itself forwards to (in this process)."""
+        return self._client
 
 
 def attach_ray_service(
@@ -271,7 +196,7 @@ def attach_ray_service(
     """Host ``hosted`` in a Ray actor and make ``buffer`` forward to it.
 
     Args:
-        buffer: the buffer being constructed (it keeps its class; its methods are shadowed).
+        buffer: the buffer being constructed (it takes the Ray-backed subclass of its class).
         hosted: a direct copy of it (same class and components) for the actor to host.
         options: ``service_backend_options``: ``ray_init_config`` and ``remote_config``.
         transport: ``"auto"``, ``"ray"`` or ``"distributed"``.
@@ -280,7 +205,7 @@ def attach_ray_service(
         delayed_init: build the hosted buffer's components on first use, not now.
 
     Returns:
-        The service; the buffer class forwards its properties and dunders to it.
+        The service (the buffer's ``_remote``).
 
     Raises:
         TypeError: for an unknown key of ``options``.
@@ -312,5 +237,5 @@ def attach_ray_service(
         transport=transport,
         transport_options=transport_options,
     )
-    buffer.__dict__.update(service.forwarders(buffer))
+    buffer.__class__ = proxy_class(type(buffer))
     return service

@@ -2,9 +2,10 @@
 
 from ._base import Storage, shape_of
 from .compressed import CompressedListStorage
+from .lazy_tensor import LazyTensorStorage
 from .list import LazyStackStorage, ListStorage
 from .memmap import LazyMemmapStorage
-from .tensor import LazyTensorStorage, TensorStorage
+from .tensor import TensorStorage
 
 __all__ = [
     "CompressedListStorage",

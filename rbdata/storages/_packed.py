@@ -63,12 +63,7 @@ class _PackedRows:
         """
         if index.device != self.device:
             index = index.to(self.device)
-        source = self.words
-        if filled is not None and filled != self.capacity:
-            cached = self._filled
-            if cached is None or cached[0] != filled:
-                cached = self._filled = (filled, source[:filled])
-            source = cached[1]
+        source = self._source(filled)
         if self._pool is None or self.out_device is not None:
             rows = torch.index_select(source, 0, index)
             return rows if self.out_device is None else rows.to(self.out_device)
@@ -100,11 +95,33 @@ class _PackedRows:
         if n * row_words * word > memory.numel():
             return None
         out = memory[: n * row_words * word].view(_WORD).view(n, row_words)
-        source = self.words if filled == self.capacity else self.words[:filled]
+        source = self._source(filled)
         try:
             return torch.index_select(source, 0, index, out=out)
         except IndexError:
             return None
+
+    def read_leaves(self, index: torch.Tensor, filled: int | None = None) -> list[torch.Tensor]:
+        """The leaves (``[len(index), *shape]`` views) of a fresh copy of the rows at ``index``.
+
+        :meth:`read_index` then :meth:`split`; on CPU the copy lands in a
+        recycled buffer whose leaf views are made once, and a batch's leaves
+        are aliases of them (see ``_recycle``): no row is cut into leaves per batch.
+        """
+        pool = self._pool
+        if pool is None or self.out_device is not None or not index.is_cpu:
+            return self.split(self.read_index(index, filled), index.shape)
+        source = self.words if filled is None or filled == self.capacity else self._source(filled)
+        return pool.gather_leaves(source, index, self.split)
+
+    def _source(self, filled: int | None) -> torch.Tensor:
+        """The rows a read may see: all of them, or the first ``filled``."""
+        if filled is None or filled == self.capacity:
+            return self.words
+        cached = self._filled
+        if cached is None or cached[0] != filled:
+            cached = self._filled = (filled, self.words[:filled])
+        return cached[1]
 
     def read_range(self, start: int, stop: int) -> torch.Tensor:
         """Fresh copy of rows ``start .. stop - 1``."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
+from operator import itemgetter
 from typing import Any
 
 import torch
@@ -413,7 +414,9 @@ def _compile(node: _Node, counter: Any) -> _Builder:
     kind = node.kind
     if kind == _LEAF:
         i = next(counter)
-        return lambda leaves, batch, device: leaves[i]
+        build_leaf: Any = lambda leaves, batch, device: leaves[i]  # noqa: E731
+        build_leaf.leaf_index = i  # what a TensorDict builder picks directly
+        return build_leaf  # type: ignore[no-any-return]
     if kind == _CONST:
         value = node.extra
         return lambda leaves, batch, device: NonTensorData(value, batch_size=batch, device=device)
@@ -424,9 +427,32 @@ def _compile(node: _Node, counter: Any) -> _Builder:
             build_inner(leaves, batch, device)
         )
     if kind == _TD:
+        return _compile_td(node, parts)
+    if kind == _DICT:
         pairs = list(zip(node.mapping_keys, parts, strict=True))
-        extra = node.batch
-        new = TensorDict._new_unsafe
+        return lambda leaves, batch, device: {k: p(leaves, batch, device) for k, p in pairs}
+    container = tuple if kind == _TUPLE else list
+    return lambda leaves, batch, device: container(p(leaves, batch, device) for p in parts)
+
+
+def _compile_td(node: _Node, parts: list[_Builder]) -> _Builder:
+    """The builder of a TensorDict node: its leaf children taken straight from the leaves.
+
+    The storage guarantees what a TensorDict would check (every leaf has the
+    batch shape, one device), so the TensorDict is made without validation
+    (``TensorDict._new_unsafe``). The children that are leaves come first in
+    the key order, as data stored from a TensorDict usually has them (nested
+    TensorDicts last): they are picked out of the leaf list with one
+    ``itemgetter`` call, the nested ones built after them. Any other order is
+    built child by child, so that the keys keep their order.
+    """
+    keys, children = node.mapping_keys, node.children
+    extra = node.batch
+    new = TensorDict._new_unsafe
+    flat = [child.kind == _LEAF for child in children]
+    n_flat = sum(flat)
+    if flat != [True] * n_flat + [False] * (len(flat) - n_flat) or n_flat < 2:
+        pairs = list(zip(keys, parts, strict=True))
 
         def build_td(leaves: list[torch.Tensor], batch: torch.Size, device: torch.device) -> Any:
             source: dict[Any, Any] = {key: part(leaves, batch, device) for key, part in pairs}
@@ -434,8 +460,17 @@ def _compile(node: _Node, counter: Any) -> _Builder:
             return new(source, batch_size=size, device=device, nested=False)
 
         return build_td
-    if kind == _DICT:
-        pairs = list(zip(node.mapping_keys, parts, strict=True))
-        return lambda leaves, batch, device: {k: p(leaves, batch, device) for k, p in pairs}
-    container = tuple if kind == _TUPLE else list
-    return lambda leaves, batch, device: container(p(leaves, batch, device) for p in parts)
+    leaf_keys = keys[:n_flat]
+    pick = itemgetter(*[getattr(part, "leaf_index") for part in parts[:n_flat]])  # noqa: B009
+    nested = list(zip(keys[n_flat:], parts[n_flat:], strict=True))
+
+    def build_flat_first(
+        leaves: list[torch.Tensor], batch: torch.Size, device: torch.device
+    ) -> Any:
+        source: dict[Any, Any] = dict(zip(leaf_keys, pick(leaves), strict=True))
+        for key, part in nested:
+            source[key] = part(leaves, batch, device)
+        size = batch if not extra else torch.Size((*batch, *extra))
+        return new(source, batch_size=size, device=device, nested=False)
+
+    return build_flat_first

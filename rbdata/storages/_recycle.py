@@ -13,6 +13,14 @@ all hold a reference). A batch a user keeps is therefore never overwritten;
 it is simply not reused, and a new buffer is allocated instead. Memory that
 was sent to another process (moved to shared memory) is never reused.
 
+A buffer also keeps the views that cut it into a batch's leaves (made the
+first time it is handed out, never handed out themselves): a batch's leaves
+are aliases of them (one ``detach`` each), which costs a fraction of cutting
+the rows anew, and since nobody ever gets hold of the views, nothing a user
+does to a batch (in place, to its data, shapes, strides or grad state)
+reaches the next one. The views count among the references of an unused
+buffer; the aliases, like any tensor made from the batch, hold it in use.
+
 The pool keeps its buffers in the order they were last handed out. When it
 is full and every buffer is in use, it forgets the one handed out longest ago
 (whoever holds it keeps it) and keeps the new one: a batch kept for good
@@ -32,20 +40,55 @@ _MAX_BUFFERS = 4
 _MAX_BYTES = 512 * 2**20
 # Present in every torch release rbdata supports; without it nothing is recycled.
 _use_count: Callable[[int], int] | None = getattr(torch._C, "_storage_Use_Count", None)
+_detach = torch.Tensor.detach
+
+Split = Callable[[torch.Tensor, torch.Size], list[torch.Tensor]]
 
 
-def _unused(buffer: torch.Tensor) -> bool:
-    """Whether only the pool holds ``buffer``'s memory (the temporary storage object is 1).
+class _Entry:
+    """One pooled buffer, its own views (never handed out), and its storage count when unused.
 
-    Memory moved to shared memory (a batch sent to another process) is never
-    reused: the receiving process may still read it.
+    Args:
+        buffer: the pooled tensor (the pool's own reference).
     """
-    storage = buffer.untyped_storage()
-    return _use_count is not None and _use_count(storage._cdata) == 2 and not storage.is_shared()
+
+    __slots__ = ("buffer", "shape", "cdata", "unused_count", "views", "leased")
+
+    def __init__(self, buffer: torch.Tensor) -> None:
+        self.buffer = buffer
+        self.shape = tuple(buffer.shape)
+        self.cdata = buffer.untyped_storage()._cdata  # valid while ``buffer`` holds it
+        self.unused_count = 1  # the buffer itself, then its views too
+        self.views: list[torch.Tensor] | None = None
+        self.leased = False  # handed out to gather_leaves, whose leaves do not hold it yet
+
+    def nbytes(self) -> int:
+        return self.buffer.untyped_storage().nbytes()
+
+    def unused(self) -> bool:
+        """Whether only the pool holds the memory (the buffer and the pool's own views).
+
+        Every tensor made of it (a batch's leaves, views of them, numpy arrays,
+        what autograd saved) holds the storage: its count says so. Memory moved
+        to shared memory (a batch sent to another process) is never reused:
+        the receiving process may still read it.
+        """
+        assert _use_count is not None
+        return (
+            not self.leased
+            and _use_count(self.cdata) == self.unused_count
+            and not self.buffer.untyped_storage().is_shared()
+        )
 
 
 class _GatherPool:
     """Up to ``_MAX_BUFFERS`` gather outputs (``_MAX_BYTES`` in all), reused when unreferenced.
+
+    :meth:`take` hands out a buffer. :meth:`gather_leaves` gathers rows into
+    one and hands out their leaves: the buffer's own views (the leaves' layout, made once
+    per buffer and never handed out, so nobody ever changes them) are
+    aliased with one ``detach`` each, which costs a fraction of cutting the
+    rows into leaves anew.
 
     Args:
         dtype: dtype of the gathered rows.
@@ -55,33 +98,84 @@ class _GatherPool:
     def __init__(self, dtype: torch.dtype, device: torch.device) -> None:
         self._dtype = dtype
         self._device = device
-        self._buffers: list[torch.Tensor] = []
+        self._entries: list[_Entry] = []
         self._lock = threading.Lock()
 
     def take(self, shape: tuple[int, int]) -> torch.Tensor:
         """A tensor of ``shape`` that nothing else uses (its content is arbitrary)."""
         if _use_count is None:
-            return torch.empty(shape, dtype=self._dtype, device=self._device)
+            return self._empty(shape)
         with self._lock:  # the alias returned holds the memory before another thread looks
-            buffers = self._buffers
-            for i in range(len(buffers) - 1, -1, -1):  # the most recent first: cache-warm
-                buffer = buffers[i]
-                if buffer.shape == shape and _unused(buffer):
-                    buffers.append(buffers.pop(i))  # the most recently handed out last
-                    return buffer.detach()  # an alias: cheaper than a view, holds the memory
-            fresh = torch.empty(shape, dtype=self._dtype, device=self._device)
-            self._keep(fresh)
-            return fresh.detach()
+            entry = self._find(shape)
+            if entry is None:
+                entry = _Entry(self._empty(shape))
+                self._keep(entry)
+            return _detach(entry.buffer)  # an alias: cheaper than a view
 
-    def _keep(self, fresh: torch.Tensor) -> None:
-        """Pool ``fresh``, dropping buffers to make room: unused ones first, else the oldest."""
-        buffers, size = self._buffers, fresh.untyped_storage().nbytes()
+    def _empty(self, shape: tuple[int, int]) -> torch.Tensor:
+        return torch.empty(shape, dtype=self._dtype, device=self._device)
+
+    def gather_leaves(
+        self, source: torch.Tensor, index: torch.Tensor, split: Split
+    ) -> list[torch.Tensor]:
+        """The leaves of the rows ``index`` of ``source`` gathered into a buffer of the pool.
+
+        Args:
+            source: the rows (2-D, of the pool's dtype).
+            index: 1-D int64 rows to gather (``IndexError`` for one outside ``source``).
+            split: cuts a buffer into the leaves of a batch of shape ``index.shape``
+                (called once per pooled buffer, for its views).
+
+        Returns:
+            Tensors that are the caller's own (aliases of the pool's views).
+        """
+        shape = (index.shape[0], source.shape[1])
+        entry = self._lease_entry(shape)
+        if entry is None:
+            return split(torch.index_select(source, 0, index), index.shape)
+        try:  # the entry is leased: no other thread takes it until the leaves hold the memory
+            torch.index_select(source, 0, index, out=entry.buffer)
+            views = entry.views
+            if views is None:
+                views = split(entry.buffer, index.shape)
+                # what holds the memory when unused: the buffer and the views (their bases)
+                entry.unused_count = _use_count(entry.cdata)  # type: ignore[misc]
+                entry.views = views
+            return list(map(_detach, views))
+        finally:
+            entry.leased = False
+
+    def _lease_entry(self, shape: tuple[int, int]) -> _Entry | None:
+        """An unused pooled entry of ``shape``, leased (None when recycling is off or too big)."""
+        if _use_count is None:
+            return None
+        with self._lock:
+            entry = self._find(shape)
+            if entry is None:
+                entry = _Entry(self._empty(shape))
+                if not self._keep(entry):
+                    return None
+            entry.leased = True
+            return entry
+
+    def _find(self, shape: tuple[int, int]) -> _Entry | None:
+        """The most recently handed out unused entry of ``shape`` (moved last), if any."""
+        entries = self._entries
+        for i in range(len(entries) - 1, -1, -1):  # the most recent first: cache-warm
+            entry = entries[i]
+            if entry.shape == shape and entry.unused():
+                if i != len(entries) - 1:
+                    entries.append(entries.pop(i))  # the most recently handed out last
+                return entry
+        return None
+
+    def _keep(self, fresh: _Entry) -> bool:
+        """Pool ``fresh``, dropping entries to make room: unused ones first, else the oldest."""
+        entries, size = self._entries, fresh.nbytes()
         if size > _MAX_BYTES:
-            return
-        while (
-            len(buffers) >= _MAX_BUFFERS
-            or size + sum(b.untyped_storage().nbytes() for b in buffers) > _MAX_BYTES
-        ):
-            unused = next((i for i, b in enumerate(buffers) if _unused(b)), 0)
-            del buffers[unused]  # an in-use one is only forgotten: its holder keeps it
-        buffers.append(fresh)
+            return False
+        while len(entries) >= _MAX_BUFFERS or size + sum(e.nbytes() for e in entries) > _MAX_BYTES:
+            unused = next((i for i, e in enumerate(entries) if e.unused()), 0)
+            del entries[unused]  # an in-use one is only forgotten: its holder keeps it
+        entries.append(fresh)
+        return True

@@ -13,7 +13,7 @@ import torch
 from tensordict import MemoryMappedTensor
 
 from ._rendezvous import _Rendezvous
-from .tensor import LazyTensorStorage
+from .lazy_tensor import LazyTensorStorage
 
 _PACKED_FILE = "packed.memmap"
 

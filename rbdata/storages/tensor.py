@@ -1,4 +1,7 @@
-"""Tensor storages: TensorStorage (wraps given data) and LazyTensorStorage (allocates lazily).
+"""TensorStorage: items as packed byte rows, a batch read with one gather.
+
+LazyTensorStorage (``lazy_tensor.py``) lays its rows out at the first write;
+where the rows live (allocation, sharing, pickling) is ``_tensor_rows.py``.
 
 Every item is one packed byte row (see ``_packed.py``); the stored data may be
 a Tensor, a TensorDict or a PyTree of tensors, and samples come back as the
@@ -8,28 +11,18 @@ same kind with a leading batch dimension.
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any, NamedTuple
 
 import torch
-from tensordict import TensorDictBase, is_tensor_collection
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torch.utils._pytree import tree_map
 
-from ._base import Index, Storage, _as_index, _get_index, _set_index
-from ._counters import spawning
-from ._packed import _PackedRows
-from ._pages import compact, expand, reserve, reserve_shared, row_memory
+from ._base import Index, _as_index, _get_index, _set_index
 from ._pytree import _Structure
-from ._rendezvous import (
-    _Rendezvous,
-    describe_record,
-    layout_from_record,
-    layout_record,
-    map_shared_file,
-)
 from ._row_layout import _PackedLayout
 from ._stack import _stacked
 from ._state import _parse_state
+from ._tensor_rows import _TensorRows
 from ._torchrl import is_torchrl_layout, tensor_storage_state
 from ._validate import _check_leaves, _check_ndim, _tails
 
@@ -46,7 +39,7 @@ class _Plan(NamedTuple):
     n: int
 
 
-class TensorStorage(Storage):
+class TensorStorage(_TensorRows):
     """A storage of tensors, wrapping pre-allocated data.
 
     The data (a Tensor, a TensorDict or a PyTree of tensors: dicts with str or
@@ -121,40 +114,7 @@ class TensorStorage(Storage):
         self._setup(cells, device, ndim, compilable)
         self.set(slice(0, first.shape[0]), storage)
 
-    def _setup(
-        self, max_size: int, device: torch.device | str, ndim: int, compilable: bool
-    ) -> None:
-        Storage.__init__(self, max_size, compilable=compilable)
-        _check_ndim(ndim)
-        self.ndim = ndim
-        self._device = torch.device(device)
-        self._structure: _Structure | None = None
-        self._layout: _PackedLayout | None = None
-        self._rows_value: _PackedRows | None = None
-        # set when the storage is shared before its first write (see _rendezvous)
-        self._rendezvous: _Rendezvous | None = None
-        self._lead: tuple[int, ...] = ()
-        self._cells = 1
-        self._capacity = max_size
-        self._tails: list[torch.Size] = []
-        self._batch_shapes: dict[int, list[torch.Size]] = {}
-        self._out_device = self._device
-
     # ----------------------------------------------------------- properties
-    @property
-    def _rows(self) -> _PackedRows | None:
-        """The packed rows; a shared storage another process initialized is mapped here."""
-        rows = self._rows_value
-        if rows is None and self._rendezvous is not None:
-            found = self._rendezvous.attach(self._map_rows)
-            if found is not None:
-                self._adopt(*found)
-                rows = self._rows_value
-        return rows
-
-    @_rows.setter
-    def _rows(self, rows: _PackedRows | None) -> None:
-        self._rows_value = rows
 
     @property
     def initialized(self) -> bool:
@@ -276,12 +236,6 @@ class TensorStorage(Storage):
         n = _check_leaves(structure, leaves, layout.dtypes, _tails(layout, lead), batched)
         return _Plan(structure, layout, lead, leaves, n)
 
-    def _allocated(self) -> tuple[_Structure, _PackedLayout, _PackedRows]:
-        """The structure, row layout and rows of an initialized storage."""
-        if self._rows is None or self._structure is None or self._layout is None:
-            raise RuntimeError("the storage is not initialized: nothing to read.")
-        return self._structure, self._layout, self._rows
-
     def _leaves(self, data: Any, batched: bool) -> tuple[list[torch.Tensor], int]:
         structure, layout, _ = self._allocated()
         leaves = structure.flatten(data)
@@ -396,12 +350,11 @@ class TensorStorage(Storage):
         ):
             structure, _, rows = self._allocated()
             try:  # the gather rejects what lies outside the filled part (negatives included)
-                packed = rows.read_index(index, filled)
+                leaves = rows.read_leaves(index, filled)
             except IndexError:
                 pass  # the checked path resolves negative entries or names the bad one
             else:
-                batch = index.shape
-                return structure.build(rows.split(packed, batch), batch, self._out_device)
+                return structure.build(leaves, index.shape, self._out_device)
         index = _as_index(index)
         if isinstance(index, slice):
             return self._get_items(range(*index.indices(self._len)))
@@ -443,155 +396,9 @@ class TensorStorage(Storage):
         return structure.build(leaves, torch.Size([*lead, n]), self._out_device)
 
     # ------------------------------------------------------------ lifecycle
-    def _allocate(
-        self, structure: _Structure, layout: _PackedLayout, lead: tuple[int, ...]
-    ) -> None:
-        cells = math.prod(lead)
-        capacity = -(-self.max_size // cells)  # ceil: the last item along dim 0 may overshoot
-        if self._rendezvous is None:
-            packed = self._new_packed(capacity * cells, layout.row_bytes)
-            self._install(structure, layout, lead, packed)
-            return
-        # shared before any write: meet the other processes (see _rendezvous)
-        self._on_cpu_for_sharing()
-        wanted = layout_record(structure, layout, lead)
-        found, packed = self._rendezvous.claim(
-            wanted, capacity * cells, layout.row_bytes, self._map_rows
-        )
-        if found != wanted:
-            raise ValueError(
-                "another process initialized this shared storage with other data: its items "
-                f"hold {describe_record(found)}, this write {describe_record(wanted)}."
-            )
-        self._adopt(found, packed)
-
-    def _adopt(self, record: dict[str, Any], packed: torch.Tensor) -> None:
-        """Take the rows and layout a rendezvous gave (made here or by another process)."""
-        self._install(*layout_from_record(record), packed)
-
-    def _install(
-        self,
-        structure: _Structure,
-        layout: _PackedLayout,
-        lead: tuple[int, ...],
-        packed: torch.Tensor,
-    ) -> None:
-        self._structure, self._layout, self._lead = structure, layout, lead
-        self._cells = math.prod(lead)
-        self._capacity = packed.shape[0] // self._cells
-        self._tails = _tails(layout, lead)
-        self._batch_shapes = {}
-        self._set_rows(layout, packed)
-
-    def _on_cpu_for_sharing(self) -> None:
-        if self._device.type != "cpu":
-            warnings.warn(
-                f"shared_init=True keeps the rows in CPU shared memory: device={self._device} "
-                "cannot be honored; the storage is on the CPU.",
-                UserWarning,
-                stacklevel=4,
-            )
-            self._device = self._out_device = torch.device("cpu")
-
-    def _new_rendezvous(self) -> _Rendezvous:
-        """Where processes sharing this storage before its first write meet."""
-        return _Rendezvous.temporary(owner=self)
-
-    def _map_rows(self, path: str, rows: int, row_bytes: int) -> torch.Tensor:
-        return map_shared_file(path, rows, row_bytes)
-
-    def _new_packed(self, rows: int, row_bytes: int) -> torch.Tensor:
-        """Zeroed rows; on CPU only reserved: a page is committed when first written."""
-        if self._device.type != "cpu":
-            return torch.zeros((rows, row_bytes), dtype=torch.uint8, device=self._device)
-        flat = reserve(rows * row_bytes)
-        return flat.view(rows, row_bytes)
-
-    def _set_rows(self, layout: _PackedLayout, packed: torch.Tensor) -> None:
-        out_device = None if packed.device == self._device else self._device
-        self._rows = _PackedRows(layout, packed, out_device)
-        self._out_device = self._device
 
     def _empty(self) -> None:
         """Forget the items; the rows stay allocated."""
-
-    def share_memory_(self) -> TensorStorage:
-        """Move the rows and the length to shared memory, for ``torch.multiprocessing``.
-
-        A storage that is not yet initialized names a directory in shared memory
-        where the first process to write to it, this one or a child it was sent
-        to, lays out the rows; the others map them from there.
-
-        Returns:
-            the storage itself.
-        """
-        self._counters.share()
-        if self._rows is not None:
-            self._share_rows()
-        elif self._rendezvous is None:
-            self._rendezvous = self._new_rendezvous()
-        return self
-
-    def _share_rows(self) -> None:
-        """Rows into fresh shared memory: the filled rows copied, the rest left unwritten.
-
-        Copying only the filled rows keeps the shared file as sparse as the rows
-        were (``share_memory_()`` on the tensor would write every page of the
-        capacity). Views taken from the storage before do not follow the move.
-        """
-        _, layout, rows = self._allocated()
-        packed = rows.packed
-        if packed.device.type == "cpu" and not packed.is_shared():
-            shared = reserve_shared(packed.numel()).view(packed.shape)
-            used = self._len * self._cells
-            shared[:used].copy_(packed[:used])
-            self._set_rows(layout, shared)
-
-    def memory_stats(self) -> dict[str, int]:
-        """``capacity_bytes`` (rows allocated) and ``resident_bytes`` (of those, in memory).
-
-        On CPU the rows are reserved, not committed: ``resident_bytes`` counts the
-        pages of the filled rows the kernel holds in memory (the unwritten rest
-        costs nothing). Device memory is committed whole. Empty before the first
-        write.
-        """
-        rows = self._rows
-        return {} if rows is None else row_memory(rows.packed, self._len * self._cells)
-
-    def __getstate__(self) -> dict[str, Any]:
-        if spawning():  # a child being started gets the rows by handle
-            if self._rows is None and self._rendezvous is None:
-                raise RuntimeError(
-                    f"Cowardly refusing to share a storage of type {type(self).__name__} between "
-                    "processes if it has not been initialized yet: write some data in this "
-                    "process first, or build it with shared_init=True."
-                )
-            if self._rows is not None:
-                self._share_rows()  # sparse, rather than torch's copy of every page
-        state = self.__dict__.copy()
-        rows = state.pop("_rows_value")
-        if self._rendezvous is not None:  # the receiver maps the rows file itself
-            rows = None
-        state["_packed"] = None if rows is None else self._packed_to_pickle(rows.packed)
-        if self._structure is not None:
-            state["_structure"] = self._structure.state()
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        packed = state.pop("_packed")
-        self.__dict__.update(state)
-        self._rows = None
-        if self._structure is not None:
-            self._structure = _Structure.from_state(self._structure)
-        if packed is not None and self._layout is not None:
-            self._set_rows(self._layout, self._packed_from_pickle(packed))
-
-    def _packed_to_pickle(self, packed: torch.Tensor) -> Any:
-        """The rows for a pickle: by handle when shared, else the filled ones (``compact``)."""
-        return compact(packed, self._len * self._cells)
-
-    def _packed_from_pickle(self, obj: Any) -> torch.Tensor:
-        return expand(obj)
 
     # ----------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -621,7 +428,8 @@ class TensorStorage(Storage):
         A torchrl storage state (``_storage``, ``initialized``, ``_len``) is read too.
         """
         if is_torchrl_layout(state_dict):
-            scratch = LazyTensorStorage(self.max_size)  # lays rows out as rbdata saves them
+            # an uninitialized storage of the same capacity lays rows out as rbdata saves them
+            scratch = TensorStorage(TensorDict(batch_size=[self.max_size]))
             state_dict = tensor_storage_state(state_dict, self, scratch)
         parsed = _parse_state(state_dict, self)
         if parsed is None:
@@ -633,69 +441,6 @@ class TensorStorage(Storage):
         if filled:
             self._allocated()[2].write_range(0, leaves)
         self._len = filled // self._cells
-
-
-class LazyTensorStorage(TensorStorage):
-    """A tensor storage allocated at its first write, from the first data's structure.
-
-    Holds a Tensor, a TensorDict or a PyTree of tensors, in packed rows (see
-    :class:`TensorStorage`). With ``ndim > 1`` the first write fixes the
-    leading shape ``lead`` of each item (e.g. ``data[n, 3, ...]`` with
-    ``ndim=2`` gives ``lead=[3]``): cells are stored flat (``len`` counts
-    cells, ``get(LongTensor)`` takes flat cell indices, the capacity is
-    ``ceil(max_size / prod(lead))`` items, as in torchrl) and ``storage[:]`` returns the items
-    shaped ``[*lead, n_items]``.
-
-    On CPU the rows are reserved, not filled: memory is committed page by page
-    as rows are written (unwritten rows read as zeros), so a buffer sized for a
-    whole run, even past the machine's memory, costs what it holds;
-    ``memory_stats()`` (and a buffer's ``stats()``) report ``capacity_bytes``
-    and ``resident_bytes``.
-
-    Args:
-        max_size: number of slots (cells).
-        device: where the rows live. Defaults to ``"cpu"``.
-        ndim: number of storage dims. Defaults to 1.
-        compilable: accepted as torchrl's argument (see :class:`~rbdata.Storage`).
-        consolidated: accepted as torchrl's argument: an item's leaves are
-            always stored consolidated, in one packed row.
-        shared_init: allocate the rows in shared memory at the first write, as
-            :meth:`share_memory_` does, so that the storage can be sent to
-            ``torch.multiprocessing`` children once initialized.
-        cleanup_memmap: accepted as torchrl's argument (this storage keeps no
-            memory-mapped files).
-
-    Examples:
-        >>> import torch
-        >>> from rbdata.storages import LazyTensorStorage
-        >>> storage = LazyTensorStorage(100)
-        >>> storage.set(slice(0, 3), {"a": torch.ones(3, 2), "b": (torch.arange(3),)})
-        >>> sample = storage.get(torch.tensor([0, 2]))
-        >>> sample["a"].shape, sample["b"][0]
-        (torch.Size([2, 2]), tensor([0, 2]))
-        >>> grid = LazyTensorStorage(12, ndim=2)
-        >>> grid.set(slice(0, 4), torch.zeros(4, 3))
-        >>> len(grid), grid[:].shape
-        (12, torch.Size([3, 4]))
-    """
-
-    def __init__(
-        self,
-        max_size: int,
-        *,
-        device: torch.device | str = "cpu",
-        ndim: int = 1,
-        compilable: bool = False,
-        consolidated: bool = False,
-        shared_init: bool = False,
-        cleanup_memmap: bool = True,
-    ) -> None:
-        self._setup(max_size, device, ndim, compilable)
-        self.consolidated = bool(consolidated)
-        self.shared_init = bool(shared_init)
-        self.cleanup_memmap = bool(cleanup_memmap)
-        if self.shared_init:
-            self.share_memory_()
 
 
 # --------------------------------------------------------------- helpers

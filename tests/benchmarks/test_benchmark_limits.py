@@ -85,3 +85,43 @@ def test_sample_stages_add_up_to_the_whole_sample(bench):
     total = sum(cost for _, cost, _ in stages)
     assert total == pytest.approx(stages[-1][2])
     assert stages[0][1] > 0
+
+
+def test_consume_limit_writes_the_free_slots_and_draws_each_once(bench):
+    common, _ = bench
+    data = common.transitions(10, obs=3)
+    lim = common.ConsumeLimit(10, data[:1], 4)
+    drawn: list[int] = []
+    real_gather = lim.store.gather
+    lim.store.gather = lambda idx: (drawn.extend(idx.tolist()), real_gather(idx))
+    lim.cycle(data[:6])  # a run: slots 0..5
+    assert sorted(drawn) == list(range(6)) and bool(lim.free.all())
+    for key in lim.store.keys:
+        assert torch.equal(lim.store.bufs[key][:6], data.get(key)[:6])
+    lim.free[torch.tensor([1, 4, 7])] = False  # scattered free slots: written in slot order
+    drawn.clear()
+    lim.cycle(data[6:9])
+    for key in lim.store.keys:
+        assert torch.equal(lim.store.bufs[key][torch.tensor([0, 2, 3])], data.get(key)[6:9])
+    assert sorted(drawn) == [0, 1, 2, 3, 4, 7]
+
+
+def test_sum_tree_limit_draws_in_proportion_and_refreshes_its_sums():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        limit_module = importlib.import_module("_sumtree_limit")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    torch.manual_seed(0)
+    tree = limit_module.SumTreeLimit(1000, alpha=1.0, beta=1.0)
+    priority = torch.zeros(1000)
+    priority[[3, 500, 999]] = torch.tensor([1.0, 2.0, 5.0])
+    tree.update(torch.arange(1000), priority)
+    assert float(tree.sums[0][0]) == pytest.approx(8.0, rel=1e-5)
+    index, weight = tree.sample(8000)
+    counts = torch.bincount(index, minlength=1000)
+    assert counts[[3, 500, 999]].tolist() == [1000, 2000, 5000]  # stratified: exact
+    # (p / min) ** -beta, the minimum over every leaf: the zero ones hold (0 + 1e-8) ** alpha
+    assert torch.allclose(weight[index == 999], torch.tensor((5.0 / 1e-8) ** -1.0))
+    tree.update(torch.tensor([999]), torch.tensor([1.0]))
+    assert float(tree.sums[0][0]) == pytest.approx(4.0, rel=1e-5)

@@ -192,3 +192,60 @@ def test_live_set_state_keeps_order_so_draws_resume():
 
 def test_first_unique_keeps_first_occurrence_order():
     assert first_unique(torch.tensor([5, 3, 5, 1, 3, 9])).tolist() == [5, 3, 1, 9]
+
+
+freed_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.lists(st.integers(0, 40), max_size=10)),
+        st.tuples(st.just("take"), st.integers(1, 10)),
+        st.tuples(st.just("look"), st.integers(1, 50)),
+    ),
+    max_size=60,
+)
+
+
+@given(n=st.integers(1, 3), ops=freed_ops, seed=st.integers(0, 1000))
+def test_consumed_lists_the_slots_consumed_first_first(n, ops, seed):
+    """consumed(k) is the first k slots of the consumption order still consumed (each once)."""
+    live = _LiveSet(n)
+    gen = torch.Generator().manual_seed(seed)
+    counts: dict[int, int] = {}
+    order: list[int] = []  # every consumption, in order (repeats included)
+    for op, arg in ops:
+        if op == "add":
+            live.add(torch.tensor(arg, dtype=torch.long), gen)
+            counts.update({i: 0 for i in arg})
+        elif op == "take":
+            for i in live.take(arg, gen).tolist():
+                counts[i] += 1
+                if counts[i] == n:
+                    order.append(i)
+        expected: list[int] = []
+        for slot in reversed(order):  # a slot consumed twice counts where it was consumed last
+            if counts[slot] >= n and slot not in expected:
+                expected.append(slot)
+        expected.reverse()
+        k = arg if op == "look" else 50
+        assert live.consumed(k).tolist() == expected[:k]
+
+
+def test_freed_queue_stays_bounded_when_nobody_looks():
+    """Consumed slots overwritten by the cursor (no reuse) never pile up in the queue."""
+    live = _LiveSet(1)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        live.add(torch.arange(64), gen)
+        live.take(64, gen)
+    assert len(live._freed) <= 2 * 64 + 1024 + 64
+    assert sorted(live.consumed(100).tolist()) == list(range(64))
+
+
+def test_consumed_skips_a_long_stale_front_at_once():
+    """Slots rewritten after consumption leave the front of the queue for good."""
+    live = _LiveSet(1)
+    gen = torch.Generator().manual_seed(0)
+    live.add(torch.arange(1000), gen)
+    first = live.take(1000, gen)
+    live.add(first[:990], gen)  # rewritten: no longer consumed
+    assert sorted(live.consumed(5).tolist()) == sorted(first[990:995].tolist())
+    assert live._freed._head == 990

@@ -3,9 +3,10 @@ the device tree (pure torch), which runs on the CPU everywhere and on CUDA where
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rbdata.samplers import _device_sumtree
@@ -335,3 +336,99 @@ def test_cuda_sample_and_update_never_wait_for_the_host():
         torch.cuda.set_sync_debug_mode(0)
     assert bool((weight <= 1).all()) and index.device.type == "cuda"
     _check_structure(tree)
+
+
+def _edge_leaves(capacity: int, data: st.DataObject) -> torch.Tensor:
+    """Leaves with zeros next to positive ones where rounding bites: the first and last leaf,
+    both sides of row edges (31 | 32), whole zero rows, and trailing zeros up to capacity."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    leaves = torch.from_numpy(10 ** rng.uniform(-4, 3, capacity))  # sums that round
+    leaves[torch.from_numpy(rng.random(capacity) < data.draw(st.sampled_from([0, 0.4])))] = 0.0
+    zeros = data.draw(st.lists(st.integers(0, capacity - 1), max_size=capacity // 2))
+    edges = [0, capacity - 1, *range(_FANOUT - 1, capacity, _FANOUT)]
+    edges += [e + 1 for e in edges if e + 1 < capacity]
+    leaves[torch.tensor(zeros + data.draw(st.lists(st.sampled_from(edges)))).long()] = 0.0
+    if capacity > 2 * _FANOUT and data.draw(st.booleans()):
+        leaves[_FANOUT : 2 * _FANOUT] = 0.0  # a whole zero row
+    if data.draw(st.booleans()):
+        leaves[capacity - data.draw(st.integers(0, capacity // 3)) :] = 0.0
+    if not leaves.sum() > 0:
+        leaves[capacity // 2] = 1.0
+    return leaves
+
+
+def _node_edges(tree: _SumTree) -> np.ndarray:
+    """Where every node of every level starts, in the tree's own arithmetic (the top's prefix
+    sums, then each row's running sums of its stored values from its parent's start): the masses
+    at which rounding across levels bites."""
+    starts = tree._p[:-1].copy()
+    out = [tree._p]
+    for level in tree._s[1:]:
+        rows = level.reshape(-1, _FANOUT)
+        starts = starts[: rows.shape[0]]  # padding nodes past the last row have no children
+        inclusive = np.cumsum(rows, axis=1, dtype=rows.dtype)
+        starts = (starts[:, None] + (inclusive - rows)).reshape(-1)
+        out.append(starts)
+    return np.concatenate(out)
+
+
+@settings(deadline=None)
+@given(
+    capacity=st.integers(1, 3000),
+    max_top=st.sampled_from([1, 4, 32768]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    data=st.data(),
+)
+def test_draws_at_stratum_edges_and_zero_neighbours(capacity, max_top, dtype, data):
+    """The sampling search (no clamps; zero-valued landings and rows passed above the leaves
+    searched again) returns a positive leaf whose range holds the mass, for masses exactly on
+    every node's and leaf's edges, an ulp either side of them, at 0 and at the total (where a
+    stratum's mass rounds up to it)."""
+    tree = _build("cpu", capacity, dtype, max_top=max_top)
+    leaves = _edge_leaves(capacity, data).to(dtype)
+    tree.set_leaves(leaves)
+    total = tree.total
+    leaf_edges = torch.cat([torch.zeros(1, dtype=dtype), leaves.cumsum(0)]).numpy()
+    edges = np.concatenate([_node_edges(tree), leaf_edges])
+    zero = edges.dtype.type(0)
+    mass = np.concatenate(
+        [edges, np.nextafter(edges, zero), np.nextafter(edges, edges.dtype.type(np.inf))]
+    )
+    mass = np.clip(mass, 0, edges.dtype.type(total))
+    mass = np.concatenate([mass, [0, total]]).astype(edges.dtype)
+    found, values = tree._draw(mass)
+    assert (values > 0).all() and np.array_equal(values, tree.leaves.numpy()[found])
+    # the leaf whose prefix range holds the mass, up to the rounding of the tree's sums (a
+    # range narrower than that, like a tiny leaf at the very end, may go to its neighbour)
+    exact = np.concatenate([[0.0], np.cumsum(leaves.double().numpy())])
+    slack = 8 * len(tree._sum) * np.finfo(edges.dtype).eps * float(total)
+    lo, hi = exact[found], exact[found + 1]
+    assert ((lo - slack <= mass) & (mass < hi + slack)).all()
+    same = found == tree._find(mass)  # the clamped search agrees but for such ties
+    assert same.mean() > 0.9
+
+
+@pytest.mark.parametrize("u", ["zero", "just below one"])
+def test_sampled_strata_edges_land_on_positive_leaves(monkeypatch, u):
+    """Each stratum's mass at its very start (u = 0) or end (u = 1 - ulp, which rounds the
+    last stratum up to the total): zero leaves on both sides of row edges are never drawn."""
+    capacity = 40 * _FANOUT
+    leaves = torch.rand(capacity, generator=torch.Generator().manual_seed(0)) + 0.5
+    leaves[_FANOUT - 1 :: _FANOUT] = 0.0  # the last leaf of every row
+    leaves[_FANOUT::_FANOUT] = 0.0  # the first leaf of the next one
+    leaves[-3 * _FANOUT :] = 0.0  # trailing zero rows
+    tree = _build("cpu", capacity, torch.float32, max_top=4)
+    tree.set_leaves(leaves)
+    real_rand = torch.rand
+    value = 0.0 if u == "zero" else float(np.nextafter(np.float32(1), np.float32(0)))
+
+    def rand(k, *args, **kwargs):
+        return torch.full((k,), value, dtype=kwargs.get("dtype", torch.float32))
+
+    monkeypatch.setattr(torch, "rand", rand)
+    index, values = tree.sample_np(256, torch.Generator().manual_seed(1))
+    monkeypatch.setattr(torch, "rand", real_rand)
+    assert (values > 0).all() and (leaves.numpy()[index] > 0).all()
+    mass = np.full(256, value, dtype=np.float32) + np.arange(256, dtype=np.float32)
+    mass *= np.float32(tree.total) / np.float32(256)  # as sample_np computes it
+    assert np.array_equal(np.sort(index), np.sort(tree._find(mass)))

@@ -26,7 +26,7 @@ from rbdata import (
     TensorDictRoundRobinWriter,
 )
 from rbdata.service import RayBufferClient, ServiceUnavailableError
-from rbdata.service.client.surface import FORWARDED_METHODS, REFUSED_MEMBERS
+from rbdata.service.client.surface import FORWARDED_METHODS, REFUSED_MEMBERS, UNSERVED_MEMBERS
 from rbdata.service.transport.slots import SHM_DIR
 
 OPTIONS = {"remote_config": {"num_cpus": 0}}  # actors reserve no CPU of the 2-CPU cluster
@@ -249,16 +249,18 @@ def test_the_client_has_no_lifecycle_methods(td_rb: Any) -> None:
         assert not hasattr(client, name)
 
 
-def test_the_buffer_binds_the_forwarded_surface_and_refuses_what_it_cannot_serve(
-    td_rb: Any,
-) -> None:
+def test_the_buffer_forwards_the_surface_and_refuses_what_it_cannot_serve(td_rb: Any) -> None:
     for name in FORWARDED_METHODS:
-        assert name in vars(td_rb), name  # the instance's own callable, not the class's method
-    assert td_rb.__dict__["dump"].__doc__ == RayBufferClient.dump.__doc__
+        assert name in vars(type(td_rb)), name  # the Ray-backed class's member, from the surface
+    assert not set(FORWARDED_METHODS) & set(vars(td_rb))  # one dispatch: nothing per instance
+    assert type(td_rb).dump.__doc__ == RayBufferClient.dump.__doc__
     for name in REFUSED_MEMBERS:
         with pytest.raises(NotImplementedError, match=rf"{name}\(\) is not available on a Ray"):
             getattr(td_rb, name)()
-    assert len(td_rb) == 10  # a refused call changes nothing
+    for name in UNSERVED_MEMBERS:  # never the driver's own, empty components
+        with pytest.raises(NotImplementedError, match=rf"rb\.{name} is not available on a Ray"):
+            getattr(td_rb, name)
+    assert len(td_rb) == 10 and td_rb.stats()["size"] == 10  # a refused call changes nothing
 
 
 def test_as_remote_builds_a_ray_class_of_the_buffer(ray_cluster: Any) -> None:

@@ -941,3 +941,72 @@ def test_batches_kept_for_good_leave_the_pool_after_one_miss():
     assert blocker.data_ptr() != ptr
     for batch, copy in zip(kept, copies, strict=True):
         assert (batch == copy).all()
+
+
+_LEAF_EDITS = {
+    "keep batch": None,
+    "keep leaf": None,
+    "add_": lambda leaf: leaf.add_(1) if leaf.dtype != torch.bool else leaf.logical_not_(),
+    "unsqueeze_": lambda leaf: leaf.unsqueeze_(0),
+    "t_": lambda leaf: leaf.t_() if leaf.ndim == 2 else leaf.unsqueeze_(-1),
+    "requires_grad_": lambda leaf: leaf.requires_grad_() if leaf.is_floating_point() else None,
+    "grad =": lambda leaf: (
+        setattr(leaf, "grad", torch.ones_like(leaf)) if leaf.is_floating_point() else None
+    ),
+    "resize_": lambda leaf: leaf.resize_(1),
+    "new key": None,
+    "drop": None,
+}
+_LEAF_KEYS = [("obs",), ("action",), ("next", "reward"), ("next", "done"), ("next", "pixels")]
+
+
+def _same_layout(batch: TensorDict, fresh: TensorDict) -> bool:
+    """Every leaf has the shape, strides, grad state and values of a batch read without reuse."""
+    for key in _LEAF_KEYS:
+        got, want = batch.get(key), fresh.get(key)
+        if got.shape != want.shape or got.requires_grad or got.grad is not None:
+            return False
+        if got.stride()[1:] != want.stride()[1:] or not torch.equal(got, want):
+            return False
+    return set(batch.keys(True, True)) == set(fresh.keys(True, True))
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 15),
+            st.sampled_from([3, 5]),
+            st.sampled_from(sorted(_LEAF_EDITS)),
+            st.sampled_from(range(len(_LEAF_KEYS))),
+        ),
+        max_size=25,
+    )
+)
+def test_leaves_of_recycled_batches_are_fresh_whatever_was_done_to_the_last(reads):
+    """Each batch's leaves are aliases of views only the pool holds: whatever a user did to a
+    dropped batch's leaves (in place, to their data, shape, strides or grad state, or to the
+    TensorDict), the next batches read the same rows as a copy would, with the same layout;
+    kept batches and leaves never change, and the storage never changes."""
+    storage = _filled_storage()
+    reference = storage[:].clone()
+    kept: list[tuple[object, object]] = []
+    for start, size, edit, leaf_at in reads:
+        index = (torch.arange(size) + start) % 16
+        batch = storage.get(index)
+        assert _same_layout(batch, reference[index])
+        key = _LEAF_KEYS[leaf_at]
+        leaf = batch.get(key)
+        if edit == "keep batch":
+            kept.append((batch, batch.clone()))
+        elif edit == "keep leaf":
+            kept.append((leaf, leaf.clone()))
+        elif edit == "new key":
+            batch.set("extra", torch.zeros(size))
+        elif edit == "drop":
+            batch.del_(key)
+        else:
+            _LEAF_EDITS[edit](leaf)  # type: ignore[misc]
+        del batch, leaf
+        for held, copy in kept:
+            assert (held == copy).all()
+    assert (storage[:] == reference).all()

@@ -41,8 +41,11 @@ from rbdata.buffers.protocol import INFO_KEYS, Draw, StatsSource
 from rbdata.errors import ServiceUnavailableError
 from rbdata.service import runtime
 from rbdata.service.client.surface import ForwardedMethods
+from rbdata.service.client.write_behind import PendingWrites
+from rbdata.service.client.write_slots import WRITE_CALLS, WriteSlots
 from rbdata.service.transport.codec import Payload, decode, encode, unpack
 from rbdata.service.transport.messages import (
+    DRAW_GROUP,
     SLOT_MIN_BYTES,
     WAIT_GROUP,
     InSlot,
@@ -94,6 +97,10 @@ class RayBufferClient(ForwardedMethods):
         address: where the actor is.
         prefetch: batches requested ahead by ``sample()`` and ``draw()``, in
             groups of ``prefetch`` per actor call (0: one call per batch).
+        write_behind: ``add``/``extend`` calls kept in flight: they return None at
+            once and are acknowledged before this client's next other call, or by
+            :meth:`flush` (0: each write waits and returns its indices; see
+            :mod:`rbdata.service.client.write_behind`).
 
     Examples:
         >>> import pickle
@@ -106,9 +113,11 @@ class RayBufferClient(ForwardedMethods):
 
     service_backend = "ray"
 
-    def __init__(self, address: OwnerAddress, *, prefetch: int = 0) -> None:
+    def __init__(self, address: OwnerAddress, *, prefetch: int = 0, write_behind: int = 0) -> None:
         self._address = address
         self._prefetch = prefetch
+        self._write_behind = write_behind
+        PendingWrites(write_behind)  # checks the argument before anything is set up
         self._setup_local()
 
     def _setup_local(self) -> None:
@@ -117,6 +126,8 @@ class RayBufferClient(ForwardedMethods):
         self._lock = threading.RLock()
         self._ring: SlotRing | None = None
         self._ring_tried = False
+        self._writes = WriteSlots()  # big writes through shared memory, on the actor's node
+        self._pending = PendingWrites(getattr(self, "_write_behind", 0))  # writes in flight
         self._samples = _Group()  # sample() replies requested ahead
         self._draws = _Group()  # draw() replies requested ahead
         self._draw_size: int | None = None
@@ -128,11 +139,17 @@ class RayBufferClient(ForwardedMethods):
         self._cache: dict[str, Any] = {"batch_size": self._address.batch_size}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"address": self._address, "prefetch": self._prefetch}
+        self.flush()  # a pickled client's writes are all in the buffer
+        return {
+            "address": self._address,
+            "prefetch": self._prefetch,
+            "write_behind": self._write_behind,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._address = state["address"]
         self._prefetch = state["prefetch"]
+        self._write_behind = state.get("write_behind", 0)
         self._setup_local()
 
     def __repr__(self) -> str:
@@ -141,7 +158,20 @@ class RayBufferClient(ForwardedMethods):
         )
 
     # ------------------------------------------------------------ plumbing
+    def flush(self) -> None:
+        """Wait until this client's writes kept in flight (``write_behind``) are written.
+
+        Raises:
+            Exception: the error a write raised in the actor (the writes after it stand).
+        """
+        self._pending.flush()
+
     def _actor(self) -> Any:
+        """The actor's handle, once this client's writes in flight are acknowledged."""
+        self._pending.flush()
+        return self._connect()
+
+    def _connect(self) -> Any:
         if self._handle is None:
             runtime.join(self._address.cluster)
             ray = runtime.ray_module()
@@ -155,8 +185,20 @@ class RayBufferClient(ForwardedMethods):
         return self._handle
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        ref = self._actor().call.remote(name, encode(args), encode(kwargs))
-        result = decode(runtime.get(ref, name))
+        behind = self._write_behind and name in WRITE_CALLS
+        actor, kw = (self._connect() if behind else self._actor()), encode(kwargs)
+        ref = self._writes.submit(actor, name, args, kw)
+        payload = None
+        if ref is None:
+            payload = encode(args)
+            ref = actor.call.remote(name, payload, kw)
+        if behind:
+            self._pending.add(ref, name)
+            result = None
+        else:
+            result = decode(runtime.get(ref, name))
+        if payload is not None:
+            self._writes.consider(actor, self._address.node_id, name, payload)
         return self if isinstance(result, ReturnsSelf) else result
 
     def _read(self, name: str) -> Any:
@@ -256,16 +298,19 @@ class RayBufferClient(ForwardedMethods):
             with self._lock:
                 data, info = self._next(
                     self._samples,
-                    lambda n: actor.sample_many.remote(None, n, self._ring_path()),
+                    lambda n: _in_order(actor.sample_many).remote(None, n, self._ring_path()),
                     "sample",
                 )
         else:
-            data, info = self._receive(actor.sample.remote(batch_size, self._ring_path()), "sample")
+            data, info = self._receive(
+                _in_order(actor.sample).remote(batch_size, self._ring_path()),
+                "sample",
+            )
         return (data, info) if return_info else data
 
     @property
     def lock(self) -> threading.RLock:
-        """This client's lock (the actor serializes draws itself)."""
+        """This client's lock (in the actor, the hosted buffer's lock serializes draws)."""
         return self._lock
 
     def draw(self, batch_size: int) -> Draw:
@@ -288,12 +333,17 @@ class RayBufferClient(ForwardedMethods):
             return as_draw(
                 self._next(
                     self._draws,
-                    lambda n: actor.draw_gather_many.remote(batch_size, n, self._ring_path()),
+                    lambda n: _in_order(actor.draw_gather_many).remote(
+                        batch_size, n, self._ring_path()
+                    ),
                     "draw",
                 )
             )
         return as_draw(
-            self._receive(actor.draw_gather.remote(batch_size, self._ring_path()), "draw")
+            self._receive(
+                _in_order(actor.draw_gather).remote(batch_size, self._ring_path()),
+                "draw",
+            )
         )
 
     def _keep_gathered(self, draw: Draw, batch: Any) -> None:
@@ -454,3 +504,8 @@ def _forget_ring(actor: Any, path: str) -> None:
     if ray.is_initialized():  # at exit Ray may be down: never start it again for this
         with contextlib.suppress(Exception):
             actor.close_ring.remote(path)
+
+
+def _in_order(method: Any) -> Any:
+    """An owner method run in its draws group: draws kept in flight are served in order."""
+    return method.options(concurrency_group=DRAW_GROUP)

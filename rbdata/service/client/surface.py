@@ -13,6 +13,8 @@ This module is the one declaration of it; everything else derives from it:
   (it refuses any other name).
 - :data:`LOCAL_MEMBERS`, :data:`REFUSED_MEMBERS`, :data:`UNSERVED_MEMBERS`:
   the public members that are not forwarded, and why.
+- :func:`~rbdata.service.client.proxy.proxy_class` builds from :func:`routes` the
+  class a Ray-backed buffer takes.
 
 ``tests/service/client/test_surface.py`` holds the declaration equal to the
 public members of the buffer classes.
@@ -64,7 +66,7 @@ class Route(enum.Enum):
     CLIENT = "the client's own protocol (requests ahead, slots, hooks kept in this process)"
     LOCAL = "answered in the calling process, on purpose"
     REFUSED = "raises NotImplementedError on a Ray-backed buffer"
-    UNSERVED = "not served yet: the calling process's own, empty component"
+    UNSERVED = "raises NotImplementedError: the component lives in the actor"
 
 
 def forwarded(stub: F) -> F:
@@ -327,7 +329,7 @@ CLIENT_MEMBERS: dict[str, str | None] = {
 #: Public members answered in the calling process, on purpose -> why.
 LOCAL_MEMBERS: dict[str, str] = {
     "service_backend": "the calling buffer's own setting",
-    "lock": "the client's lock: the actor serializes its calls itself",
+    "lock": "the client's lock: in the actor, the hosted buffer's own lock guards its state",
     "is_alive": "the service asks Ray whether the actor lives",
     "start": "lifecycle: only the buffer that started the actor controls it",
     "shutdown": "lifecycle",
@@ -360,9 +362,8 @@ REFUSED_MEMBERS: dict[str, str] = {
     ),
 }
 
-#: Public properties not served yet (the calling process's own component, empty) -> what
-#: they are. Properties cannot be shadowed per instance; the buffer-side dispatch will
-#: forward or refuse them.
+#: Public properties a Ray-backed buffer refuses (the components live in the actor; this
+#: process's own are empty) -> what they are (see :func:`~rbdata.service.client.proxy.proxy_class`).
 UNSERVED_MEMBERS: dict[str, str] = {
     "storage": "the storage",
     "sampler": "the sampler",

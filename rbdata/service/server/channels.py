@@ -5,6 +5,7 @@ See :mod:`rbdata.service.transport.channel` for what a channel is and how a call
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,7 @@ class OwnerChannels:
         self._stores: dict[str, tuple[Any, str]] = {}
         self._channels: dict[str, ChannelEndpoint] = {}
         self._pending: dict[str, tuple[Any, torch.Tensor]] = {}
+        self._locks: dict[str, threading.Lock] = {}  # a channel's exchanges stay in step
 
     def listen(self, backend: str) -> tuple[str, str, int]:
         """Open a store for a new channel; return its id, host and port."""
@@ -41,6 +43,7 @@ class OwnerChannels:
         store, backend = self._stores[channel]
         group = open_group(store, 0, backend)
         self._channels[channel] = ChannelEndpoint(channel, group, 0, device_of(backend), store)
+        self._locks[channel] = threading.Lock()
 
     def call(self, run: Callable[..., Any], channel: str, name: str, request: Wire) -> Wire:
         """Receive a request's bytes, ``run(name, args, kwargs)`` and start sending the result.
@@ -50,15 +53,16 @@ class OwnerChannels:
         in step on the channel.
         """
         endpoint = self._channels[channel]
-        self._finish(channel)
-        args, kwargs = endpoint.receive(request)
-        try:
-            result = run(name, args, kwargs)
-        except Exception as err:  # noqa: BLE001 - re-raised by the client
-            result = Raised(err)
-        wire, work, flat = endpoint.send(result)
-        self._pending[channel] = (work, flat)  # the bytes must live until the client has them
-        return wire
+        with self._locks[channel]:  # the owner serves calls at once; one channel's in order
+            self._finish(channel)
+            args, kwargs = endpoint.receive(request)
+            try:
+                result = run(name, args, kwargs)
+            except Exception as err:  # noqa: BLE001 - re-raised by the client
+                result = Raised(err)
+            wire, work, flat = endpoint.send(result)
+            self._pending[channel] = (work, flat)  # the bytes must live until the client has them
+            return wire
 
     def _finish(self, channel: str) -> None:
         pending = self._pending.pop(channel, None)
@@ -70,6 +74,7 @@ class OwnerChannels:
         self._pending.pop(channel, None)
         self._channels.pop(channel, None)
         self._stores.pop(channel, None)
+        self._locks.pop(channel, None)
 
     def close_all(self) -> None:
         """Forget every channel (the actor stops)."""

@@ -1,9 +1,14 @@
 """BufferOwner: the Ray actor that hosts one real rbdata buffer and serves its clients.
 
-The actor runs its calls one at a time, in the order each caller sent them
-(Ray's default for an actor), except :meth:`BufferOwner.wait_for_write`,
-which runs in a concurrency group of its own so that a waiting client never
-blocks a collector's ``extend``. Arguments and results travel as
+The actor is a threaded actor: it serves several calls at once (the service
+starts it with ``max_concurrency``), and the hosted buffer's own lock guards
+its state: a write, a draw, a gather and a priority update each hold it only
+while they touch the components, so a learner's ``sample`` waits behind a
+collector's ``extend`` at most as long as the write itself (decoding the
+payload, Ray's per-call work and encoding a reply run outside it). The slot
+rings and the distributed channels take their own locks.
+:meth:`BufferOwner.wait_for_write` runs in a concurrency group of its own so
+that waiting clients never take the threads that serve calls. Arguments and results travel as
 :class:`~rbdata.service.transport.codec.Payload` objects (numpy buffers, no tensor
 pickled by value); a batch for a client on this node is read straight into
 one of that client's shared-memory slots by the buffer's own read path when
@@ -18,10 +23,12 @@ from typing import Any
 
 from rbdata.buffers.protocol import Draw
 from rbdata.service.client.surface import OWNER_CALLS, OWNER_READS
+from rbdata.service.client.write_slots import WRITE_CALLS
 from rbdata.service.server.channels import OwnerChannels
 from rbdata.service.server.slot_fill import SlotReplies
+from rbdata.service.server.write_slots import WriteRings, copies_on_write
 from rbdata.service.transport.channel import Wire
-from rbdata.service.transport.codec import Payload, decode, encode
+from rbdata.service.transport.codec import Packed, Payload, decode, encode
 from rbdata.service.transport.messages import (
     Raised,
     Reply,
@@ -29,6 +36,31 @@ from rbdata.service.transport.messages import (
 )
 
 __all__ = ["BufferOwner"]
+
+#: Calls that read or replace the buffer as a whole: run under its lock, so that a call
+#: served at the same time never sees half of a write (the others take the lock inside).
+_WHOLE_BUFFER = frozenset(
+    {
+        "__getitem__",
+        "__setitem__",
+        "read_all_in_order",
+        "write_all",
+        "update_",
+        "empty",
+        "state_dict",
+        "load_state_dict",
+        "dumps",
+        "loads",
+        "set_storage",
+        "set_sampler",
+        "set_writer",
+        "set_rng",
+        "append_transform",
+        "insert_transform",
+        "register_save_hook",
+        "register_load_hook",
+    }
+)
 
 
 class BufferOwner:
@@ -54,6 +86,7 @@ class BufferOwner:
     def __init__(self) -> None:
         self._buffer: Any = None
         self._slots = SlotReplies()
+        self._writes = WriteRings()
         self._channels = OwnerChannels()
 
     def build(
@@ -167,6 +200,31 @@ class BufferOwner:
         """``buffer.refilter(batch)``: the row filters run again on a batch sampled ahead."""
         return encode(self._buffer.refilter(decode(batch)))
 
+    # ------------------------------------------------------------ writes
+    def call_in_slot(
+        self, name: str, ring: str, slot: int, packed: Packed, kwargs: Payload
+    ) -> Payload:
+        """Run a write whose arguments lie in ``slot`` of the client's write ring ``ring``.
+
+        Raises:
+            ValueError: for a call other than the writes (``WRITE_CALLS``).
+        """
+        if name not in WRITE_CALLS:
+            raise ValueError(f"call_in_slot runs only {sorted(WRITE_CALLS)}, got {name!r}.")
+        kw, copy = decode(kwargs), not copies_on_write(self._buffer)
+        result = self._writes.run(
+            ring, slot, packed, copy=copy, call=lambda *args: self._run(name, args, kw)
+        )
+        return encode(result)
+
+    def attach_write_ring(self, path: str, slots: int, slot_bytes: int) -> None:
+        """Map the write ring a client created at ``path``."""
+        self._writes.attach(path, slots, slot_bytes)
+
+    def close_write_ring(self, path: str) -> None:
+        """Forget the write ring at ``path`` (its client is gone)."""
+        self._writes.close(path)
+
     # ------------------------------------------------------------ slots
     def open_ring(self, slots: int, slot_bytes: int) -> str:
         """Create a ring of ``slots`` slots of ``slot_bytes`` bytes; return its path."""
@@ -207,12 +265,17 @@ class BufferOwner:
                 f"the replay buffer's actor runs only the forwarded methods "
                 f"{sorted(OWNER_CALLS)}, got {name!r}."
             )
-        result = getattr(self._buffer, name)(*args, **kwargs)
+        if name in _WHOLE_BUFFER:
+            with self._buffer.lock:
+                result = getattr(self._buffer, name)(*args, **kwargs)
+        else:
+            result = getattr(self._buffer, name)(*args, **kwargs)
         return ReturnsSelf() if result is self._buffer else result
 
     # ------------------------------------------------------------ lifecycle
     def stop(self) -> None:
         """Release the rings, channels and buffer's threads (before the actor is killed)."""
         self._slots.close_all()
+        self._writes.close_all()
         self._channels.close_all()
         self._buffer.shutdown()

@@ -6,10 +6,13 @@ from dataclasses import dataclass
 
 from rbdata.service.transport.codec import Packed, Payload
 
-__all__ = ["SLOT_MIN_BYTES", "WAIT_GROUP", "InSlot", "Raised", "Reply", "ReturnsSelf"]
+__all__ = ["DRAW_GROUP", "SLOT_MIN_BYTES", "WAIT_GROUP", "InSlot", "Raised", "Reply", "ReturnsSelf"]
 
 #: The actor's concurrency group for blocking waits (a waiting client never blocks a write).
 WAIT_GROUP = "wait"
+#: the owner's concurrency group of draws: one thread, so that the draws a client keeps in
+#: flight are served in the order it sent them (a pass ends with the batch that ended it)
+DRAW_GROUP = "draws"
 #: Replies smaller than this travel inline with Ray's answer (cheaper than a slot).
 SLOT_MIN_BYTES = 64 * 1024
 

@@ -7,7 +7,8 @@ returns only the slot's number; the client maps the same file
 (:meth:`SlotRing.attach`), views the slot as the batch's tensors and clears
 the flag when the last of those tensors is freed. Each flag has one writer
 per transition (the owner sets it, the client's holder clears it), so no lock
-is shared between the processes.
+is shared between the processes; in the owner, threads serving calls at once
+take slots under the ring's own lock.
 
 The file's name is removed from ``/dev/shm`` as soon as the client has mapped
 it (:meth:`SlotRing.unlink`): the memory lives on while either side maps it,
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 import uuid
 import weakref
 from pathlib import Path
@@ -78,6 +80,7 @@ class SlotRing:
         self._flags = whole[slots * slot_bytes :]
         self._memory = torch.from_numpy(whole[: slots * slot_bytes])
         self._next = 0
+        self._lock = threading.Lock()  # the owner's threads acquire slots one at a time
 
     @classmethod
     def create(cls, slots: int, slot_bytes: int) -> SlotRing:
@@ -96,13 +99,17 @@ class SlotRing:
 
     # ------------------------------------------------------------ owner side
     def acquire(self) -> int | None:
-        """Mark a free slot in use and return its number (None when every slot is in use)."""
-        for step in range(self.slots):
-            slot = (self._next + step) % self.slots
-            if self._flags[slot] == 0:
-                self._flags[slot] = 1
-                self._next = (slot + 1) % self.slots
-                return slot
+        """Mark a free slot in use and return its number (None when every slot is in use).
+
+        Thread-safe: two threads never get the same slot.
+        """
+        with self._lock:
+            for step in range(self.slots):
+                slot = (self._next + step) % self.slots
+                if self._flags[slot] == 0:
+                    self._flags[slot] = 1
+                    self._next = (slot + 1) % self.slots
+                    return slot
         return None
 
     def release(self, slot: int) -> None:

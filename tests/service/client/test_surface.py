@@ -11,11 +11,12 @@ from is declared with one route (``surface.routes()``):
 - REFUSED: ``reader``, ``reading_into``, ``policy_age_filters`` and ``share``
   raise NotImplementedError;
 - UNSERVED: ``storage``, ``sampler``, ``prioritized_sampler``, ``writer``,
-  ``transform``, ``sample_unit`` and ``generator`` are still the calling
-  process's own components (properties: the buffer-side dispatch will forward
-  or refuse them).
+  ``transform``, ``sample_unit`` and ``generator`` raise NotImplementedError (the
+  components live in the actor).
 
 A member added to a buffer class fails the first test until it is declared.
+The class a Ray-backed buffer takes (``proxy.proxy_class``) overrides every one
+of them; the proxy tests drive it with a recording client, no Ray needed.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from rbdata import (
 from rbdata.buffers.protocol import ServableBuffer
 from rbdata.service import RayBufferClient
 from rbdata.service.client import surface
+from rbdata.service.client.buffer_client import OwnerAddress
+from rbdata.service.client.proxy import proxy_class, unserved_message
 from rbdata.service.client.surface import Route
 from rbdata.service.server.owner import BufferOwner
 from rbdata.service.transport.codec import encode
@@ -146,3 +149,98 @@ def test_the_owner_refuses_names_the_surface_does_not_declare() -> None:
     with pytest.raises(ValueError, match="reads only .* got 'storage'"):
         owner.read("storage")
     assert owner.read("write_count") == 4 and owner.read("len") == 4
+
+
+class _Service:
+    """What a Ray-backed buffer's ``_remote`` offers, with a recording client."""
+
+    def __init__(self) -> None:
+        self.driver = _Recorder()
+        self.driver._address = OwnerAddress("rbdata-buffer-0", "gcs", "node", None)
+        self.driver._prefetch = 0
+        self.driver._setup_local()
+        self.events: list[str] = []
+        self.is_alive = True
+
+    def start(self) -> None:
+        self.events.append("start")
+
+    def client(self, *, prefetch: int | None = None, write_behind: int = 0) -> str:
+        return f"a client, prefetch {prefetch}"
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        self.events.append(f"shutdown {timeout}")
+
+
+def _proxied(cls: type) -> Any:
+    extra = {"alpha": 0.7, "beta": 0.5} if "Prioritized" in cls.__name__ else {}
+    rb = cls(storage=LazyTensorStorage(10), **extra)
+    rb._remote, rb._service_backend = _Service(), "ray"
+    rb.__class__ = proxy_class(cls)
+    return rb
+
+
+@pytest.mark.parametrize("cls", BUFFER_CLASSES)
+def test_the_proxy_class_overrides_every_public_member(cls: type) -> None:
+    proxy = proxy_class(cls)
+    assert proxy is proxy_class(cls) and proxy.__bases__ == (cls,)
+    assert proxy.__name__ == cls.__name__ and type(proxy) is type(cls)  # no metaclass
+    members = {n for n in dir(cls) if not n.startswith("_")} | CONTAINER_DUNDERS
+    assert {n for n in members if n not in vars(proxy)} == set()
+    assert {"__repr__", "__getstate__"} <= set(vars(proxy))
+
+
+@pytest.mark.parametrize("cls", BUFFER_CLASSES)
+def test_each_route_of_the_proxy_goes_where_the_surface_says(cls: type) -> None:
+    rb = _proxied(cls)
+    client = rb._remote.driver
+    assert isinstance(rb, cls)
+    for name, route in surface.routes().items():
+        if not hasattr(cls, name) or name in ("__iter__", "__len__"):
+            continue
+        if route is Route.CALL:
+            client.calls.clear()
+            getattr(rb, name)(*[0] * _required(getattr(cls, name)))
+            assert client.calls == [surface._CALLS[name]], name
+        elif route in (Route.REFUSED, Route.UNSERVED):
+            with pytest.raises(NotImplementedError, match="not available on a Ray-backed buffer"):
+                attribute = getattr(rb, name)
+                attribute()
+    assert rb.lock is client.lock and rb.service_backend == "ray" and rb.is_alive
+    assert rb.start() is rb and rb.client(prefetch=2) == "a client, prefetch 2"
+    with rb:
+        rb.close(2.0)
+    assert rb._remote.events == ["start", "shutdown 2.0", "shutdown None"]
+
+
+def test_the_proxy_reads_and_client_members_go_to_the_client() -> None:
+    rb = _proxied(TensorDictReplayBuffer)
+    client = rb._remote.driver
+    client._cache = {"batch_size": 7}
+    client._read = lambda name: {"write_count": 12, "len": 10}[name]  # type: ignore[method-assign]
+    assert rb.batch_size == 7 and rb.write_count == 12 and len(rb) == 10
+    client._call = lambda name, *a, **k: {"size": 10, "who": name}  # type: ignore[method-assign]
+    assert rb.stats() == {"size": 10, "who": "stats"}
+    client._call = lambda name, *a, **k: client  # type: ignore[method-assign]
+    assert rb.append_transform(lambda x: x) is rb  # the client is the buffer instead
+
+
+def test_the_components_are_refused_not_the_empty_local_ones() -> None:
+    rb = _proxied(TensorDictReplayBuffer)
+    for name in surface.UNSERVED_MEMBERS:
+        with pytest.raises(NotImplementedError) as raised:
+            getattr(rb, name)
+        assert str(raised.value) == unserved_message(name)
+        assert f"rb.{name}" in str(raised.value) and "rb.client()" in str(raised.value)
+    with pytest.raises(TypeError, match="pickle rb.client"):
+        pickle.dumps(rb)
+    assert TensorDictReplayBuffer.as_remote.__func__ is not None
+    assert "service_backend='ray'" in repr(rb)
+
+
+def _required(fn: Any) -> int:
+    """How many positional arguments ``fn`` needs (self excluded)."""
+    params = list(inspect.signature(fn).parameters.values())[1:]
+    empty = inspect.Parameter.empty
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in params if p.default is empty and p.kind in kinds)

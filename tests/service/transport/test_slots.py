@@ -45,3 +45,25 @@ def test_a_ring_never_attached_is_unlinked_on_close() -> None:
 def test_bad_sizes_are_refused() -> None:
     with pytest.raises(ValueError, match="slots and slot_bytes"):
         SlotRing.create(slots=0, slot_bytes=64)
+
+
+def test_threads_acquiring_at_once_never_share_a_slot() -> None:
+    import threading
+
+    ring = SlotRing.create(slots=64, slot_bytes=8)
+    start = threading.Barrier(8)
+    taken: list[int | None] = []
+
+    def take() -> None:
+        start.wait()
+        got = [ring.acquire() for _ in range(8)]
+        taken.extend(got)
+
+    threads = [threading.Thread(target=take) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(s for s in taken if s is not None) == list(range(64))  # each slot once
+    assert ring.in_use() == 64 and ring.acquire() is None
+    ring.close()
