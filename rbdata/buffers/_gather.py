@@ -45,26 +45,36 @@ def finish_batch(
             if isinstance(data, torch.Tensor)
             else (data.reshape(*index.shape))
         )
-    # Row filters drop rows: the info entries travel inside the batch so they stay aligned.
-    if isinstance(data, TensorDictBase) and (keep_info or transform.filters_rows):
-        batch = data.batch_size
-        for key, value in info.items():
-            if isinstance(value, torch.Tensor) and value.shape[: index.ndim] == index.shape:
-                if value.ndim < len(batch) and batch[: value.ndim] == value.shape:
-                    # items that are themselves batches (a list storage of [T] TensorDicts)
-                    value = value.reshape(*value.shape, *[1] * (len(batch) - value.ndim))
-                    value = value.expand(batch)
-                data.set(key, value)
-        if len(transform):
-            data = transform(data)
+    if isinstance(data, TensorDictBase) and transform.filters_rows:
+        # Row filters drop rows: the info entries travel inside the batch so they stay aligned.
+        data = transform(_with_info(data, index, info))
         if not keep_info:
             stored = data.keys(include_nested=True)
             data = data.exclude(*[key for key in info if key in stored])
-    elif len(transform):
+        return _pinned(data) if pin else data
+    if len(transform):
         data = transform(data)
-    if pin:
-        data = data.pin_memory() if hasattr(data, "pin_memory") else tree_map(_pin, data)
+    if isinstance(data, TensorDictBase) and keep_info:
+        # after the transforms, as torchrl: they never see (nor change) the info entries
+        data = _with_info(data, index, info)
+    return _pinned(data) if pin else data
+
+
+def _with_info(data: TensorDictBase, index: torch.Tensor, info: Mapping[str, Any]) -> Any:
+    """``data`` with the per-row entries of ``info`` set (shaped like its batch)."""
+    batch = data.batch_size
+    for key, value in info.items():
+        if isinstance(value, torch.Tensor) and value.shape[: index.ndim] == index.shape:
+            if value.ndim < len(batch) and batch[: value.ndim] == value.shape:
+                # items that are themselves batches (a list storage of [T] TensorDicts)
+                value = value.reshape(*value.shape, *[1] * (len(batch) - value.ndim))
+                value = value.expand(batch)
+            data.set(key, value)
     return data
+
+
+def _pinned(data: Any) -> Any:
+    return data.pin_memory() if hasattr(data, "pin_memory") else tree_map(_pin, data)
 
 
 def _pin(value: Any) -> Any:

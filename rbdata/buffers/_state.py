@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -11,7 +12,7 @@ from rbdata.buffers import _persistence
 from rbdata.buffers._components import _BufferBase
 from rbdata.buffers._prefetch import check_prefetch_state
 from rbdata.buffers.protocol import StatsSource
-from rbdata.storages import Storage
+from rbdata.storages import Storage, TensorStorage
 
 
 class _BufferState(_BufferBase):
@@ -98,6 +99,9 @@ class _BufferState(_BufferBase):
             return out
         size = len(self)
         capacity = self._storage.max_size
+        storage = self._storage
+        if isinstance(storage, TensorStorage) and storage.ndim > 1 and storage.initialized:
+            capacity = math.prod(storage.shape)  # whole items along dim 0, as torchrl
         return {
             "size": size,
             "write_count": self._writer.write_count,

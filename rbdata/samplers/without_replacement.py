@@ -8,6 +8,8 @@ import torch
 
 from rbdata.samplers._base import Sampler
 from rbdata.samplers._live import _LiveSet
+from rbdata.samplers._replacement import register_without_replacement
+from rbdata.samplers.random import RandomSampler
 
 
 class SamplerWithoutReplacement(Sampler):
@@ -17,8 +19,9 @@ class SamplerWithoutReplacement(Sampler):
     (``shuffle=False``) of the slots filled when the pass starts, handed out
     in order. The last batch of a pass is shorter than ``batch_size`` unless
     ``drop_last``, which skips it. ``ran_out`` is True right after the last
-    batch of a pass; the next ``sample`` starts a new pass. Items written
-    during a pass are picked up in the next one.
+    batch of a pass, and the next pass is drawn then, as torchrl draws it (the
+    same draws for a seed); it is drawn again if the storage grew before its
+    first batch. Items written during a pass are picked up in the next one.
 
     With consume-after-n, a pass covers the live items only, and each batch
     counts towards their consumption.
@@ -48,6 +51,7 @@ class SamplerWithoutReplacement(Sampler):
         self._perm: torch.Tensor | None = None
         self._cursor = 0
         self._ran_out = False
+        self._drawn_ahead: int | None = None  # len(storage) when the next pass was drawn ahead
 
     @property
     def ran_out(self) -> bool:
@@ -77,14 +81,19 @@ class SamplerWithoutReplacement(Sampler):
         self, storage: Any, batch_size: int, live: _LiveSet | None
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         n = len(storage)
-        remaining = self._remaining()
-        if remaining == 0 or (self.drop_last and remaining < batch_size):
-            self._new_pass(n, None if live is None else live.live.clone())
-        if self.drop_last and self._remaining() < batch_size:
+        sampleable = n if live is None else len(live)
+        if self.drop_last and sampleable < batch_size:
+            # checked before a pass is drawn: the refused call leaves the pass as it was
             raise ValueError(
                 f"The batch size {batch_size} is greater than the storage capacity of "
-                f"{self._remaining()} sampleable item(s): with drop_last=True no batch can be made."
+                f"{sampleable} sampleable item(s): with drop_last=True no batch can be made."
             )
+        remaining = self._remaining()
+        stale = self._drawn_ahead is not None and self._drawn_ahead != n
+        self._drawn_ahead = None
+        if remaining == 0 or (self.drop_last and remaining < batch_size) or stale:
+            # (a pass drawn at the end of the last one, before the storage grew: drawn again)
+            self._new_pass(n, None if live is None else live.live.clone())
         assert self._perm is not None
         parts = []
         taken = 0
@@ -102,12 +111,18 @@ class SamplerWithoutReplacement(Sampler):
             live.consume(index)
         remaining = self._remaining()
         self._ran_out = remaining == 0 or (self.drop_last and remaining < batch_size)
-        if self._ran_out:
+        if self._ran_out and live is None:
+            # the next pass is drawn now, as torchrl does: the same draws for a seed
+            self._new_pass(n, None)
+            self._ran_out = True
+            self._drawn_ahead = n
+        elif self._ran_out:  # the live items are known when the next pass starts
             self._perm = None
             self._cursor = 0
         return index, {}
 
     def _on_empty(self) -> None:
+        self._drawn_ahead = None
         self._perm = None
         self._cursor = 0
         self._ran_out = False
@@ -121,8 +136,12 @@ class SamplerWithoutReplacement(Sampler):
         }
 
     def _load_extra_state(self, state_dict: dict[str, Any]) -> None:
+        self._drawn_ahead = None  # a loaded pass is handed out as it is
         if "perm" in state_dict:
             perm = state_dict["perm"]
             self._perm = None if perm is None else torch.as_tensor(perm, dtype=torch.long).clone()
         self._cursor = int(state_dict.get("cursor", self._cursor))
         self._ran_out = bool(state_dict.get("ran_out", self._ran_out))
+
+
+register_without_replacement(RandomSampler, SamplerWithoutReplacement)

@@ -221,7 +221,7 @@ class LazyStackStorage(ListStorage):
 
     def _collect(self, items: list[Any]) -> Any:
         if not items:
-            raise IndexError("cannot lazily stack zero items: the index selects nothing.")
+            raise RuntimeError("cannot lazily stack zero items: the index selects nothing.")
         dim = self.stack_dim
         if dim < 0:
             dim += items[0].ndim + 1

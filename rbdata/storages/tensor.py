@@ -14,12 +14,13 @@ import math
 from typing import Any, NamedTuple
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torch.utils._pytree import tree_map
 
 from ._base import Index, _as_index, _get_index, _set_index
 from ._pytree import _Structure
 from ._row_layout import _PackedLayout
+from ._stack import _stacked
 from ._state import _parse_state
 from ._tensor_rows import _TensorRows
 from ._torchrl import is_torchrl_layout, tensor_storage_state
@@ -190,9 +191,7 @@ class TensorStorage(_TensorRows):
     def as_batch(self, data: Any, dim: int) -> Any:
         """``data`` with its items along dim 0: a list stacked, dim ``dim`` moved first."""
         if isinstance(data, list):
-            first = data[0] if data else None
-            stackable = isinstance(first, torch.Tensor | TensorDictBase)
-            data = torch.stack(data) if stackable else torch.as_tensor(data)
+            data = _stacked(data)
         if dim > 0:
             if isinstance(data, torch.Tensor):
                 data = data.movedim(dim, 0)
@@ -203,8 +202,8 @@ class TensorStorage(_TensorRows):
         return data
 
     def item_as_batch(self, item: Any) -> Any:
-        """``item`` with a leading dim of 1 (tensors, TensorDicts and PyTree leaves)."""
-        if isinstance(item, torch.Tensor | TensorDictBase):
+        """``item`` with a leading dim of 1 (tensors, TensorDicts, tensorclasses, PyTree leaves)."""
+        if isinstance(item, torch.Tensor) or is_tensor_collection(item):
             return item.unsqueeze(0)
         return tree_map(lambda t: torch.as_tensor(t).unsqueeze(0), item)
 
@@ -268,7 +267,7 @@ class TensorStorage(_TensorRows):
         return self._rows.aliases(leaves)
 
     def _set(self, index: Index, data: Any) -> int:
-        if type(index) is slice and self._cells == 1 and self._rows is not None:
+        if type(index) is slice and self._cells == 1 and self.ndim == 1 and self._rows is not None:
             # the writers' hot path: items in range (``plain`` checks that the bounds are ints)
             start: int = index.start
             stop: int = index.stop
@@ -314,7 +313,7 @@ class TensorStorage(_TensorRows):
         _, layout, rows = self._allocated()
         cells = self._cells
         leaves = rows.unaliased(leaves)
-        if cells != 1:
+        if cells != 1 or self.ndim > 1:  # [n, *lead, *shape] -> one row per cell
             leaves = [t.reshape(-1, *shape) for t, shape in zip(leaves, layout.shapes, strict=True)]
         elif not batched:
             leaves = [t.unsqueeze(0) for t in leaves]
@@ -359,8 +358,8 @@ class TensorStorage(_TensorRows):
         index = _as_index(index)
         if isinstance(index, slice):
             return self._get_items(range(*index.indices(self._len)))
+        structure, _, rows = self._allocated()  # before the bounds: RuntimeError, as torchrl
         slots = _get_index(index, len(self))
-        structure, _, rows = self._allocated()
         if isinstance(slots, int):
             leaves = rows.split(rows.read_range(slots, slots + 1), _SCALAR)
             return structure.build(leaves, _SCALAR, self._out_device)
@@ -389,7 +388,7 @@ class TensorStorage(_TensorRows):
             packed = rows.read_index(
                 self._to_cells(torch.arange(items.start, items.stop, items.step))
             )
-        if cells == 1:
+        if cells == 1 and self.ndim == 1:
             batch = torch.Size([n])
             return structure.build(rows.split(packed, batch), batch, self._out_device)
         lead = self._lead

@@ -40,6 +40,7 @@ class TensorDictMaxValueWriter(Writer):
     Raises:
         UnsupportedDataError: (a TypeError and a RuntimeError) when written data is
             not a TensorDict (or tensorclass).
+        TypeError: when the ``rank_key`` entry is complex (complex ranks have no order).
 
     Examples:
         >>> import torch
@@ -113,6 +114,11 @@ class TensorDictMaxValueWriter(Writer):
             raise KeyError(
                 f"rank_key {self._rank_key!r} not found in the data; keys are "
                 f"{sorted(map(str, data.keys(True, True)))}."
+            )
+        if rank.is_complex():
+            raise TypeError(
+                f"rank_key {self._rank_key!r} holds {rank.dtype} values: complex ranks have no "
+                "order; give real-valued ranks."
             )
         rank = rank.reshape(rank.shape[0], -1).to(torch.float64)
         reduced = getattr(rank, self._reduction)(-1)

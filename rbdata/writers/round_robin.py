@@ -75,7 +75,8 @@ class RoundRobinWriter(Writer):
                 tail = tree_map(torch.clone, tail)
             storage.set(slice(first_slot, capacity), slice_batch(data, slice(0, cut)))
             storage.set(slice(0, stop - capacity), tail)
-        self._cursor = (start + n) % capacity
+        # read again: the first write to a lazy multi-dim storage set its item capacity
+        self._cursor = (start + n) % self._capacity()
         return index
 
     def __repr__(self) -> str:
