@@ -11,13 +11,12 @@ import torch
 from rbdata._component.checks import check_int
 from rbdata._component.state_file import read_state, write_state
 from rbdata.samplers._live import _LiveSet
-from rbdata.samplers._replacement import _SamplerMeta
 from rbdata.samplers._torchrl import sampler_state
 
 __all__ = ["Sampler"]
 
 
-class Sampler(metaclass=_SamplerMeta):
+class Sampler:
     """Base class of every sampler: it owns the public methods, subclasses fill small hooks.
 
     A sampler picks the slots a batch reads: ``sample(storage, batch_size)``

@@ -8,7 +8,6 @@ import numpy as np
 import torch
 from typing_extensions import Unpack
 
-from rbdata.samplers._replacement import register_without_replacement
 from rbdata.samplers.slice import SliceArgs, SliceSampler
 
 
@@ -148,6 +147,3 @@ class SliceSamplerWithoutReplacement(SliceSampler):
             self._order = None if order is None else torch.as_tensor(order, dtype=torch.long)
         self._pos = int(state_dict.get("pos", self._pos))
         self._ran_out = bool(state_dict.get("ran_out", self._ran_out))
-
-
-register_without_replacement(SliceSampler, SliceSamplerWithoutReplacement)

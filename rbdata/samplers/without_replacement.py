@@ -8,8 +8,6 @@ import torch
 
 from rbdata.samplers._base import Sampler
 from rbdata.samplers._live import _LiveSet
-from rbdata.samplers._replacement import register_without_replacement
-from rbdata.samplers.random import RandomSampler
 
 
 class SamplerWithoutReplacement(Sampler):
@@ -142,6 +140,3 @@ class SamplerWithoutReplacement(Sampler):
             self._perm = None if perm is None else torch.as_tensor(perm, dtype=torch.long).clone()
         self._cursor = int(state_dict.get("cursor", self._cursor))
         self._ran_out = bool(state_dict.get("ran_out", self._ran_out))
-
-
-register_without_replacement(RandomSampler, SamplerWithoutReplacement)
