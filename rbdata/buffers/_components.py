@@ -19,7 +19,7 @@ from rbdata.buffers._prefetch import _BatchPrefetcher
 from rbdata.buffers._sharing import _WriteFollower, check_shared_prefetch, share_transform
 from rbdata.buffers._stats import _BufferStats
 from rbdata.buffers._sync import _BufferSync
-from rbdata.buffers.backends import get_service_backend
+from rbdata.buffers.backends import get_service_backend, ray_actor_class
 from rbdata.sample_units import SampleUnit, Transition
 from rbdata.samplers import RandomSampler, Sampler
 from rbdata.storages import ListStorage, Storage, shape_of
@@ -472,11 +472,7 @@ class _BufferBase:
     @classmethod
     def as_remote(cls, remote_config: dict[str, Any] | None = None) -> Any:
         """Create a Ray remote class of this buffer (needs the ``ray`` extra)."""
-        try:
-            import ray
-        except ImportError as err:
-            raise ImportError("as_remote needs Ray: pip install 'rbdata[ray]'.") from err
-        return ray.remote(**(remote_config or {"num_cpus": 1}))(cls)
+        return ray_actor_class(cls, remote_config)
 
     def __getstate__(self) -> dict[str, Any]:
         self._prefetcher.settle()  # before the generator and sampler are read

@@ -21,6 +21,7 @@ __all__ = [
     "ServiceBackend",
     "get_service_backend",
     "register_service_backend",
+    "ray_actor_class",
     "registered_backends",
 ]
 
@@ -86,3 +87,16 @@ def get_service_backend(name: str) -> ServiceBackend:
             f"service_backend={name!r} is not registered; registered: "
             f"{['direct', *registered_backends()]}."
         ) from None
+
+
+def ray_actor_class(cls: type, remote_config: dict[str, Any] | None = None) -> Any:
+    """A Ray actor class hosting buffers of class ``cls`` (``ReplayBuffer.as_remote``).
+
+    Raises:
+        ImportError: if Ray is not installed (the ``ray`` extra).
+    """
+    try:
+        import ray
+    except ImportError as err:
+        raise ImportError("as_remote needs Ray: pip install 'rbdata[ray]'.") from err
+    return ray.remote(**(remote_config or {"num_cpus": 1}))(cls)

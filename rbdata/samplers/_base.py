@@ -12,6 +12,7 @@ from rbdata._component.checks import check_int
 from rbdata._component.state_file import read_state, write_state
 from rbdata.samplers._live import _LiveSet
 from rbdata.samplers._torchrl import sampler_state
+from rbdata.storages import Storage
 
 __all__ = ["Sampler"]
 
@@ -80,7 +81,7 @@ class Sampler:
         self._live_needs_seed = False
 
     # ------------------------------------------------------------ sampling
-    def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """Pick ``batch_size`` slots of ``storage``.
 
         Args:
@@ -111,7 +112,7 @@ class Sampler:
         return self._sample(storage, batch_size, live)
 
     def _sample(
-        self, storage: Any, batch_size: int, live: _LiveSet | None
+        self, storage: Storage, batch_size: int, live: _LiveSet | None
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Draw the slots (arguments already checked); see :meth:`sample`."""
         raise NotImplementedError(f"{type(self).__name__} implements neither sample nor _sample.")
@@ -121,7 +122,7 @@ class Sampler:
         """Whether a pass over the data just ended (samplers with passes only)."""
         return False
 
-    def exhausted(self, storage: Any) -> bool:
+    def exhausted(self, storage: Storage) -> bool:
         """Whether nothing is left to sample: an empty storage or every item consumed."""
         if len(storage) == 0:
             return True
@@ -138,7 +139,7 @@ class Sampler:
             return torch.zeros(0, dtype=torch.long)
         return self._live.consumed(k)
 
-    def sampleable(self, storage: Any) -> int:
+    def sampleable(self, storage: Storage) -> int:
         """How many items a sample may still return (all of them without consume-after-n)."""
         live = self._live_set(storage)
         return len(storage) if live is None else len(live)
@@ -155,7 +156,7 @@ class Sampler:
         """Tell the sampler that the slot ``index`` was (re)written."""
         self.extend(torch.tensor([int(index)]))
 
-    def mark_update(self, index: torch.Tensor | int, *, storage: Any = None) -> None:
+    def mark_update(self, index: torch.Tensor | int, *, storage: Storage | None = None) -> None:
         """Tell the sampler that the slots ``index`` changed (torchrl's notification).
 
         Samplers that read the stored data (trajectory boundaries) read it again;
@@ -173,7 +174,11 @@ class Sampler:
         self._on_update(torch.as_tensor(index, dtype=torch.long).reshape(-1))
 
     def update_priority(
-        self, index: int | torch.Tensor, priority: float | torch.Tensor, *, storage: Any = None
+        self,
+        index: int | torch.Tensor,
+        priority: float | torch.Tensor,
+        *,
+        storage: Storage | None = None,
     ) -> None:
         """Update priorities: a no-op that warns, as this sampler is not prioritized (torchrl's)."""
         warnings.warn(
@@ -228,7 +233,7 @@ class Sampler:
         """The consume-after-n setting (None when items are never consumed)."""
         return None if self._live is None else self._live.n
 
-    def _live_set(self, storage: Any) -> _LiveSet | None:
+    def _live_set(self, storage: Storage) -> _LiveSet | None:
         """The live set (None without consume-after-n), seeded from ``storage`` once."""
         if self._live is not None and self._live_needs_seed:
             self._live.add(torch.arange(len(storage)), self._rng)

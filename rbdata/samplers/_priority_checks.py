@@ -9,11 +9,11 @@ carries those bounds, so that storing the update reads nothing again.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
-from rbdata.samplers._priority_store import update_bounds
+from rbdata.samplers._priority_store import priority_bounds, update_bounds
 
 
 class CheckedUpdate(NamedTuple):
@@ -122,3 +122,22 @@ def check_update(
         check_slots(index, top, bound)
         check_values(priority, low, high)
     return CheckedUpdate(index, priority, low, high)
+
+
+def checked_leaves(leaves: Any, capacity: int, dtype: torch.dtype) -> torch.Tensor | None:
+    """A saved tree's leaves as ``dtype`` values, checked (shape, finite, >= 0); None if absent.
+
+    Raises:
+        ValueError: for leaves of another shape than ``(capacity,)``, or bad priorities.
+    """
+    if leaves is None:
+        return None
+    if tuple(leaves.shape) != (capacity,):
+        raise ValueError(
+            f"state_dict['leaves'] has shape {tuple(leaves.shape)}, expected "
+            f"({capacity},) (max_capacity)."
+        )
+    values = torch.as_tensor(leaves).to(dtype).reshape(-1)
+    if values.numel():
+        check_values(values, *priority_bounds(values))  # finite and >= 0
+    return values

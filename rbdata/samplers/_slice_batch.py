@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from rbdata._component.checks import NestedKey
+from rbdata.storages import Storage
 from rbdata.trajectories.reading import read_leaf, storage_keys
 
 #: Where ``pad_output`` puts the mask of real (True) and repeated (False) steps.
@@ -102,7 +103,7 @@ class SliceBatcher:
         """The done entry of the info (None without ``truncated_key``)."""
         return None if self._end_keys is None else self._end_keys[1]
 
-    def stores_done(self, storage: Any) -> bool:
+    def stores_done(self, storage: Storage) -> bool:
         """Whether ``storage`` holds the done entry beside ``truncated_key``."""
         return self._stored_entries(storage).done
 
@@ -110,7 +111,9 @@ class SliceBatcher:
         """The storage was emptied: look again at which entries it holds."""
         self._stored = None
 
-    def full(self, storage: Any, to_slots: ToSlots, starts: np.ndarray, slice_len: int) -> Slices:
+    def full(
+        self, storage: Storage, to_slots: ToSlots, starts: np.ndarray, slice_len: int
+    ) -> Slices:
         """Slices of ``slice_len`` transitions at the positions ``starts``."""
         n = starts.size
         offsets, marks, first = self._full_template(n, slice_len)
@@ -120,7 +123,7 @@ class SliceBatcher:
 
     def ragged(
         self,
-        storage: Any,
+        storage: Storage,
         to_slots: ToSlots,
         starts: torch.Tensor,
         lengths: torch.Tensor,
@@ -159,7 +162,7 @@ class SliceBatcher:
             self._template = (n, slice_len, np.arange(slice_len), marks, first)
         return self._template[2:]
 
-    def _stored_entries(self, storage: Any) -> _Stored:
+    def _stored_entries(self, storage: Storage) -> _Stored:
         if self._stored is None:
             keys = storage_keys(storage)
             _, done, terminated = self._end_keys or (None, None, None)
@@ -172,7 +175,7 @@ class SliceBatcher:
 
     def _info(
         self,
-        storage: Any,
+        storage: Storage,
         index: torch.Tensor,
         marks: torch.Tensor,
         first: torch.Tensor,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from rbdata._component.checks import NestedKey
 from rbdata.errors import MarkerShapeError
+from rbdata.storages import Storage
 from rbdata.trajectories.markers import Markers
 from rbdata.trajectories.reading import read_leaf, storage_keys
 
@@ -55,7 +55,7 @@ class MarkerRule:
     end_key: NestedKey | None
     end_keys: Sequence[NestedKey] | None
 
-    def resolve(self, storage: Any) -> Markers:
+    def resolve(self, storage: Storage) -> Markers:
         """The markers of ``storage``.
 
         Raises:
@@ -115,7 +115,7 @@ class MarkerRule:
         return "; ".join(parts)
 
 
-def _check_per_transition(storage: Any, key: NestedKey, kind: str) -> None:
+def _check_per_transition(storage: Storage, key: NestedKey, kind: str) -> None:
     shape = read_leaf(storage, key, torch.zeros(1, dtype=torch.long)).shape[1:]
     if shape.numel() != 1:
         what = "end-of-trajectory flag" if kind == "ends" else "trajectory id"

@@ -15,16 +15,16 @@ from rbdata.samplers._priority_checks import (
     CheckedUpdate,
     check_slots,
     check_update,
-    check_values,
+    checked_leaves,
     priority_arguments,
 )
 from rbdata.samplers._priority_store import (
     _NumpyStore,
     _TorchStore,
     index_top,
-    priority_bounds,
     priority_store,
 )
+from rbdata.storages import Storage
 from rbdata.storages._counters import spawning
 
 _REDUCTIONS = {"max": "amax", "min": "amin", "sum": "sum", "mean": "mean", "median": "median"}
@@ -163,7 +163,7 @@ class PrioritizedSampler(Sampler):
         store.set_leaves(self._store.tree.leaves)
         self._store = store
 
-    def _follow_storage(self, storage: Any) -> None:
+    def _follow_storage(self, storage: Storage) -> None:
         """With ``device=None``, move the priorities to a CUDA storage's device (as torchrl)."""
         if self._requested_device is not None or not self._follows_storage_device:
             return
@@ -251,7 +251,7 @@ class PrioritizedSampler(Sampler):
         super().set_consume_after_n(n)
         self._store.fill(consumed, self._default_value())
 
-    def mark_update(self, index: torch.Tensor | int, *, storage: Any = None) -> None:
+    def mark_update(self, index: torch.Tensor | int, *, storage: Storage | None = None) -> None:
         """Give the slots ``index`` the default priority (torchrl's writers call it on writes)."""
         self._on_write(torch.as_tensor(index, dtype=torch.long).reshape(-1))
 
@@ -266,7 +266,11 @@ class PrioritizedSampler(Sampler):
             check_slots(index, index_top(index), bound)
 
     def update_priority(
-        self, index: int | torch.Tensor, priority: float | torch.Tensor, *, storage: Any = None
+        self,
+        index: int | torch.Tensor,
+        priority: float | torch.Tensor,
+        *,
+        storage: Storage | None = None,
     ) -> None:
         """Set the priorities of ``index`` (validated first; nothing changes on error).
 
@@ -295,7 +299,7 @@ class PrioritizedSampler(Sampler):
         return check_update(index, priority, bound, tree.device, tree.dtype, values_first)
 
     def checked_update(
-        self, index: int | torch.Tensor, priority: float | torch.Tensor, storage: Any
+        self, index: int | torch.Tensor, priority: float | torch.Tensor, storage: Storage
     ) -> CheckedUpdate | None:
         """Validate an update of the slots of ``storage`` once; None when it is empty.
 
@@ -313,7 +317,7 @@ class PrioritizedSampler(Sampler):
             return None
         return self._checked(index, priority, len(storage), values_first=False)
 
-    def apply_update(self, update: CheckedUpdate, storage: Any = None) -> None:
+    def apply_update(self, update: CheckedUpdate, storage: Storage | None = None) -> None:
         """Store an update :meth:`checked_update` validated (entries may have been dropped since).
 
         A subclass that overrides :meth:`update_priority` gets it called, so
@@ -410,7 +414,7 @@ class PrioritizedSampler(Sampler):
 
     # ------------------------------------------------------------ sampling
     def _sample(
-        self, storage: Any, batch_size: int, live: _LiveSet | None
+        self, storage: Storage, batch_size: int, live: _LiveSet | None
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Draw slots proportionally to their priority (IS weights in ``"priority_weight"``)."""
         self._follow_storage(storage)
@@ -458,7 +462,7 @@ class PrioritizedSampler(Sampler):
             store.update(index, values)
         return index, values
 
-    def exhausted(self, storage: Any) -> bool:
+    def exhausted(self, storage: Storage) -> bool:
         """Whether nothing is sampleable: empty storage, all consumed or all priorities 0."""
         self._follow_storage(storage)
         return super().exhausted(storage) or not self._store.has_mass()
@@ -479,17 +483,9 @@ class PrioritizedSampler(Sampler):
 
     def _load_extra_state(self, state_dict: dict[str, Any]) -> None:
         """Restore the tree from its leaves (checked first)."""
-        leaves = state_dict.get("leaves")
-        if leaves is not None and tuple(leaves.shape) != (self._max_capacity,):
-            raise ValueError(
-                f"state_dict['leaves'] has shape {tuple(leaves.shape)}, expected "
-                f"({self._max_capacity},) (max_capacity)."
-            )
+        leaves = checked_leaves(state_dict.get("leaves"), self._max_capacity, self._tree.dtype)
         if leaves is not None:
-            values = torch.as_tensor(leaves).to(self._tree.dtype).reshape(-1)
-            if values.numel():
-                check_values(values, *priority_bounds(values))  # finite and >= 0
-            self._store.set_leaves(values)
+            self._store.set_leaves(leaves)
         self._max_seen = float(state_dict.get("max_priority", self._max_seen))
         self._max_raw = float(state_dict.get("max_raw_priority", self._max_raw))
 

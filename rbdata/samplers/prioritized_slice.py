@@ -13,6 +13,7 @@ from rbdata.samplers._live import _LiveSet
 from rbdata.samplers._slice_weight import SliceWeight, span_amount
 from rbdata.samplers.prioritized import PrioritizedSampler
 from rbdata.samplers.slice import SliceArgs, SliceSampler
+from rbdata.storages import Storage
 
 
 class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
@@ -134,7 +135,11 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         self._index.touch(index)
 
     def update_priority(
-        self, index: int | torch.Tensor, priority: float | torch.Tensor, *, storage: Any = None
+        self,
+        index: int | torch.Tensor,
+        priority: float | torch.Tensor,
+        *,
+        storage: Storage | None = None,
     ) -> None:
         """Set per-transition priorities (validated first; nothing changes on error)."""
         PrioritizedSampler.update_priority(self, index, priority, storage=storage)
@@ -151,7 +156,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         self._valid.zero_()
         self._refresh_all = True
 
-    def exhausted(self, storage: Any) -> bool:
+    def exhausted(self, storage: Storage) -> bool:
         """Whether the storage is empty (an unsampleable buffer raises at ``sample``)."""
         return Sampler.exhausted(self, storage)
 
@@ -164,7 +169,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         super()._set_weight(weight)
         self._refresh_all = True
 
-    def _sync(self, storage: Any) -> tuple[bool, int] | None:
+    def _sync(self, storage: Storage) -> tuple[bool, int] | None:
         if getattr(storage, "ndim", 1) != 1:
             raise ValueError(
                 "PrioritizedSliceSampler needs a storage with ndim=1 (priorities are kept per "
@@ -225,7 +230,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
 
     # ------------------------------------------------------------ sampling
     def _sample(
-        self, storage: Any, batch_size: int, live: _LiveSet | None
+        self, storage: Storage, batch_size: int, live: _LiveSet | None
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Draw slices whose starts follow the priorities (``"priority_weight"`` per step)."""
         num_slices, slice_len = self._shape(batch_size)

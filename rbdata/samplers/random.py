@@ -8,6 +8,7 @@ import torch
 
 from rbdata.samplers._base import Sampler
 from rbdata.samplers._live import _LiveSet
+from rbdata.storages import Storage
 
 
 class RandomSampler(Sampler):
@@ -32,7 +33,7 @@ class RandomSampler(Sampler):
     """
 
     def _sample(
-        self, storage: Any, batch_size: int, live: _LiveSet | None
+        self, storage: Storage, batch_size: int, live: _LiveSet | None
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         if live is None:
             return torch.randint(len(storage), (batch_size,), generator=self._rng), {}

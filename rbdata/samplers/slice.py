@@ -16,6 +16,7 @@ from rbdata.samplers._live import _LiveSet
 from rbdata.samplers._slice_batch import SliceBatcher, Slices
 from rbdata.samplers._slice_markers import DEFAULT_END_KEY, MarkerRule
 from rbdata.samplers._slice_weight import SliceWeight, span_amount
+from rbdata.storages import Storage
 from rbdata.trajectories.index import TrajectoryIndex
 from rbdata.trajectories.layouts import FragmentedTrajectoryIndex, GridTrajectoryIndex
 from rbdata.trajectories.reading import read_leaf
@@ -349,7 +350,7 @@ class SliceSampler(Sampler):
         else:
             index.base = index.total_end = 0
 
-    def _index_for(self, storage: Any) -> TrajectoryIndex:
+    def _index_for(self, storage: Storage) -> TrajectoryIndex:
         """The trajectory index, switched to a per-cell one for a storage with ``ndim > 1``."""
         index = self._index
         if getattr(storage, "ndim", 1) > 1 and type(index) is TrajectoryIndex:
@@ -363,13 +364,13 @@ class SliceSampler(Sampler):
             self._index = index = grid
         return index
 
-    def _sync(self, storage: Any) -> tuple[bool, int] | None:
+    def _sync(self, storage: Storage) -> tuple[bool, int] | None:
         change = self._sync_index(storage)
         if self._index.total_weight <= 0:
             raise self._no_slice_error()
         return change
 
-    def _sync_index(self, storage: Any) -> tuple[bool, int] | None:
+    def _sync_index(self, storage: Storage) -> tuple[bool, int] | None:
         """Bring the trajectories up to date (see ``TrajectoryIndex.sync``)."""
         index = self._index_for(storage)
         change = index.sync(storage)
@@ -382,7 +383,7 @@ class SliceSampler(Sampler):
             self._note_dones(storage, change, markers.kind == "ends" and markers.keys)
         return change
 
-    def _note_dones(self, storage: Any, change: tuple[bool, int], end_keys: Any) -> None:
+    def _note_dones(self, storage: Storage, change: tuple[bool, int], end_keys: Any) -> None:
         """Track whether a stored done flag falls inside a trajectory (O(written)).
 
         Until one does, the info's done entry equals the end-of-slice marker
@@ -443,7 +444,7 @@ class SliceSampler(Sampler):
         return k, begin
 
     def _sample(
-        self, storage: Any, batch_size: int, live: _LiveSet | None
+        self, storage: Storage, batch_size: int, live: _LiveSet | None
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Draw ``batch_size // slice_len`` slices (see the class docstring)."""
         num_slices, slice_len = self._shape(batch_size)
@@ -452,7 +453,7 @@ class SliceSampler(Sampler):
         out = self._emit(storage, begin, k, slice_len)
         return out.index, out.info
 
-    def _emit(self, storage: Any, begin: np.ndarray, k: np.ndarray, slice_len: int) -> Slices:
+    def _emit(self, storage: Storage, begin: np.ndarray, k: np.ndarray, slice_len: int) -> Slices:
         """The slices starting at the virtual positions ``begin`` of the trajectories ``k``."""
         index, weight = self._index, self._index.weight
         if self.strict_length and not weight.left and not weight.right:

@@ -8,6 +8,7 @@ import torch
 
 from rbdata.samplers._base import Sampler
 from rbdata.samplers._live import _LiveSet
+from rbdata.storages import Storage
 
 
 class SamplerWithoutReplacement(Sampler):
@@ -76,7 +77,7 @@ class SamplerWithoutReplacement(Sampler):
         return 0 if self._perm is None else self._perm.numel() - self._cursor
 
     def _sample(
-        self, storage: Any, batch_size: int, live: _LiveSet | None
+        self, storage: Storage, batch_size: int, live: _LiveSet | None
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         n = len(storage)
         sampleable = n if live is None else len(live)

@@ -24,13 +24,12 @@ cluster), it finds the actor again.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -40,12 +39,20 @@ from torch.utils.hooks import RemovableHandle
 from rbdata.buffers.protocol import INFO_KEYS, Draw, StatsSource
 from rbdata.errors import ServiceUnavailableError
 from rbdata.service import runtime
+from rbdata.service.client.in_flight import (
+    Group,
+    as_draw,
+    draw_from_state,
+    draw_state,
+    forget_ring,
+    in_order,
+    slot_size,
+)
 from rbdata.service.client.surface import ForwardedMethods
 from rbdata.service.client.write_behind import PendingWrites
 from rbdata.service.client.write_slots import WRITE_CALLS, WriteSlots
 from rbdata.service.transport.codec import Payload, decode, encode, unpack
 from rbdata.service.transport.messages import (
-    DRAW_GROUP,
     SLOT_MIN_BYTES,
     WAIT_GROUP,
     InSlot,
@@ -128,8 +135,8 @@ class RayBufferClient(ForwardedMethods):
         self._ring_tried = False
         self._writes = WriteSlots()  # big writes through shared memory, on the actor's node
         self._pending = PendingWrites(getattr(self, "_write_behind", 0))  # writes in flight
-        self._samples = _Group()  # sample() replies requested ahead
-        self._draws = _Group()  # draw() replies requested ahead
+        self._samples = Group()  # sample() replies requested ahead
+        self._draws = Group()  # draw() replies requested ahead
         self._draw_size: int | None = None
         self._ahead: deque[tuple[Draw, Any]] = deque()  # drawn in the actor, not handed out
         # id(draw.index) -> (draw.index, its batch): the loader may wrap the index in a new Draw
@@ -233,7 +240,7 @@ class RayBufferClient(ForwardedMethods):
         here = ray.get_runtime_context().get_node_id()
         if here != self._address.node_id or not SlotRing.available():
             return
-        slots, slot_bytes = 3 * self._prefetch + 4, _slot_size(nbytes)
+        slots, slot_bytes = 3 * self._prefetch + 4, slot_size(nbytes)
         actor = self._actor()
         path = runtime.get(actor.open_ring.remote(slots, slot_bytes), "open_ring")
         try:
@@ -241,9 +248,9 @@ class RayBufferClient(ForwardedMethods):
         finally:
             runtime.get(actor.ring_attached.remote(path), "ring_attached")
         self._ring = ring
-        weakref.finalize(self, _forget_ring, actor, path)
+        weakref.finalize(self, forget_ring, actor, path)
 
-    def _next(self, group: _Group, submit: Callable[[int], Any], what: str) -> Any:
+    def _next(self, group: Group, submit: Callable[[int], Any], what: str) -> Any:
         """The next reply of ``group``; groups of ``prefetch`` replies, one more group in flight.
 
         One actor call per ``prefetch`` batches: Ray's cost per call is shared
@@ -298,12 +305,12 @@ class RayBufferClient(ForwardedMethods):
             with self._lock:
                 data, info = self._next(
                     self._samples,
-                    lambda n: _in_order(actor.sample_many).remote(None, n, self._ring_path()),
+                    lambda n: in_order(actor.sample_many).remote(None, n, self._ring_path()),
                     "sample",
                 )
         else:
             data, info = self._receive(
-                _in_order(actor.sample).remote(batch_size, self._ring_path()),
+                in_order(actor.sample).remote(batch_size, self._ring_path()),
                 "sample",
             )
         return (data, info) if return_info else data
@@ -333,7 +340,7 @@ class RayBufferClient(ForwardedMethods):
             return as_draw(
                 self._next(
                     self._draws,
-                    lambda n: _in_order(actor.draw_gather_many).remote(
+                    lambda n: in_order(actor.draw_gather_many).remote(
                         batch_size, n, self._ring_path()
                     ),
                     "draw",
@@ -341,7 +348,7 @@ class RayBufferClient(ForwardedMethods):
             )
         return as_draw(
             self._receive(
-                _in_order(actor.draw_gather).remote(batch_size, self._ring_path()),
+                in_order(actor.draw_gather).remote(batch_size, self._ring_path()),
                 "draw",
             )
         )
@@ -399,7 +406,7 @@ class RayBufferClient(ForwardedMethods):
         with self._lock:
             self._settle()
             owner = self._call("sampling_state")
-            ahead = [_draw_state(draw) for draw, _ in self._ahead]
+            ahead = [draw_state(draw) for draw, _ in self._ahead]
         return {"owner": owner, "ahead": ahead}
 
     def load_sampling_state(self, state: dict[str, Any]) -> None:
@@ -409,7 +416,7 @@ class RayBufferClient(ForwardedMethods):
             ValueError: if ``state["ahead"]`` is not a list of draws.
         """
         ahead = state.get("ahead")
-        restored = None if ahead is None else deque((_draw_from_state(d), None) for d in ahead)
+        restored = None if ahead is None else deque((draw_from_state(d), None) for d in ahead)
         with self._lock:
             self._settle()
             if state.get("owner") is not None:
@@ -456,56 +463,3 @@ class RayBufferClient(ForwardedMethods):
         """Insert a transform at ``index`` of the hosted buffer's chain."""
         self._cache.pop("filters_rows", None)
         return super().insert_transform(index, transform, invert=invert)
-
-
-@dataclass
-class _Group:
-    """Replies requested ahead: groups in flight (refs) and replies received, not handed out."""
-
-    inflight: deque[Any] = field(default_factory=deque)
-    replies: deque[Any] = field(default_factory=deque)
-
-    def __bool__(self) -> bool:
-        return bool(self.inflight or self.replies)
-
-
-def _slot_size(nbytes: int) -> int:
-    """Slot bytes for replies of ``nbytes``: room for their info entries, whole pages."""
-    return -(-(nbytes + nbytes // 16 + 65536) // 4096) * 4096
-
-
-def as_draw(reply: tuple[Any, ...]) -> tuple[Draw, Any]:
-    """``(Draw, batch)`` from a draw_gather reply; the draw's tensors are copies (small)."""
-    index, info, ends_pass, batch = reply
-    info = {k: v.clone() for k, v in info.items()}
-    return Draw(index.clone(), info, bool(ends_pass)), batch
-
-
-def _draw_state(draw: Draw) -> dict[str, Any]:
-    return {"index": draw.index, "info": dict(draw.info), "ends_pass": draw.ends_pass}
-
-
-def _draw_from_state(state: Any) -> Draw:
-    if not (
-        isinstance(state, dict)
-        and isinstance(state.get("index"), torch.Tensor)
-        and isinstance(state.get("info"), dict)
-    ):
-        raise ValueError(
-            f"sampling state 'ahead' entries must be dicts with a tensor 'index' and a dict "
-            f"'info', got {state!r}."
-        )
-    return Draw(state["index"], dict(state["info"]), bool(state.get("ends_pass", False)))
-
-
-def _forget_ring(actor: Any, path: str) -> None:
-    """Tell the actor a client's ring is no longer needed (best effort: it may be gone)."""
-    ray = runtime.ray_module()
-    if ray.is_initialized():  # at exit Ray may be down: never start it again for this
-        with contextlib.suppress(Exception):
-            actor.close_ring.remote(path)
-
-
-def _in_order(method: Any) -> Any:
-    """An owner method run in its draws group: draws kept in flight are served in order."""
-    return method.options(concurrency_group=DRAW_GROUP)

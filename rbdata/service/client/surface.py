@@ -35,6 +35,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rbdata.buffers._conditional_update import ConditionalUpdateResult
+from rbdata.storages import Storage
 
 __all__ = [
     "CLIENT_MEMBERS",
@@ -284,7 +285,7 @@ class ForwardedMethods:
         """Insert a transform at ``index`` of the hosted buffer's chain."""
 
     @forwarded
-    def set_storage(self, storage: Any, collate_fn: Callable[[Any], Any] | None = None) -> Any:
+    def set_storage(self, storage: Storage, collate_fn: Callable[[Any], Any] | None = None) -> Any:
         """Set a new storage in the hosted buffer; return (a copy of) the previous one."""
 
     @forwarded
