@@ -286,11 +286,14 @@ class _SumTree(_DeviceSumTree):
         are searched again by :meth:`_find`.
         """
         found = self._descend(mass)
-        values = self._s[-1].take(found, mode="clip")
-        if not values.all():
-            again = np.flatnonzero(values == 0)
+        leaves = self._s[-1]
+        values = leaves.take(found, mode="clip")
+        # a landing on a zero leaf, or past the last leaf (below a padding node), is searched again
+        missed = (values == 0) | (found >= leaves.size)
+        if missed.any():
+            again = np.flatnonzero(missed)
             found[again] = self._find(mass.take(again))
-            values[again] = self._s[-1].take(found[again])
+            values[again] = leaves.take(found[again])
         return found, values
 
     def _descend(self, mass: np.ndarray) -> np.ndarray:
