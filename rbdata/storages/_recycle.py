@@ -58,7 +58,9 @@ class _Entry:
         self.buffer = buffer
         self.shape = tuple(buffer.shape)
         self.cdata = buffer.untyped_storage()._cdata  # valid while ``buffer`` holds it
-        self.unused_count = 1  # the buffer itself, then its views too
+        # what holds the memory when nobody else does: the buffer, and the storage's Python
+        # object when torch keeps it (measured, not assumed), then the pool's views too
+        self.unused_count = 1 if _use_count is None else _use_count(self.cdata)
         self.views: list[torch.Tensor] | None = None
         self.leased = False  # handed out to gather_leaves, whose leaves do not hold it yet
 
