@@ -388,8 +388,9 @@ class ShardedReplayBuffer(ShardedClient):
         >>> _ = ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
         >>> proto = PrioritizedReplayBuffer(alpha=1.0, beta=0.4, storage=LazyTensorStorage(100))
         >>> rb = ShardedReplayBuffer(proto, 2, seed=0, remote_config={"num_cpus": 0})
-        >>> rb.capacity, rb.extend(torch.arange(3)).tolist()
-        (200, [100, 101, 102])
+        >>> index = rb.extend(torch.arange(3))  # sticky: one shard (index // 100) holds them
+        >>> rb.capacity, len(index), len({int(i) // 100 for i in index})
+        (200, 3, 1)
         >>> rb.sample(4).shape
         torch.Size([4])
         >>> rb.shutdown(); ray.shutdown()
