@@ -7,6 +7,7 @@ import os
 import pickle
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,9 @@ def test_writes_reads_counters_and_the_lifecycle_through_the_actor(ray_cluster: 
         client.add("x")
         # the actor dies: its clients raise a clear error, the buffer reports it
         ray.kill(ray.get_actor(client._address.actor_name, namespace="rbdata"))
+        deadline = time.monotonic() + 30.0
+        while rb.is_alive and time.monotonic() < deadline:  # ray.kill is asynchronous
+            time.sleep(0.05)
         with pytest.raises(ServiceUnavailableError, match="no longer alive"):
             client.sample(1)
         assert not rb.is_alive
