@@ -40,8 +40,7 @@ class _ReadPath(_BufferBase):
     """
 
     def _draw(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Draw one batch's rows (call under the lock); raises when nothing is sampleable."""
-        self._follow_writes()
+        """Draw one batch's rows (under the lock, writes followed); raises when none is left."""
         index, info = self._sampler.sample(self._storage, batch_size)
         index, info = self._sample_unit.expand(index, info, self._storage)
         info = dict(info)
@@ -128,6 +127,7 @@ class _ReadPath(_BufferBase):
 
     def _sample_once(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
         with self._sync.lock:
+            self._follow_writes()
             index, info = self._draw(batch_size)
             self._pass_ended = bool(self._sampler.ran_out)
         return self._fetch(index, info, keep_info=self._keeps_info), info

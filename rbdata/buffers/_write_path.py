@@ -52,8 +52,8 @@ class _WritePath(_BufferBase):
         with self._sync.cond:
             if len(self._transform):
                 data = self._transform.inv(data)
-            free = self._sampler.reusable_slots(1) if self._consume_after_n is not None else None
             self._follow_writes()
+            free = self._sampler.reusable_slots(1) if self._consume_after_n is not None else None
             if free is not None and free.numel():
                 slot = int(self._writer.write_at(free, [data])[0])
             else:

@@ -19,12 +19,12 @@ from typing import Any
 
 from rbdata.service.transport.codec import encode, encode_into
 from rbdata.service.transport.messages import SLOT_MIN_BYTES, InSlot, Reply
-from rbdata.service.transport.slots import SlotRing
+from rbdata.service.transport.slots import SlotRing, SlotRings
 
 __all__ = ["SlotReplies"]
 
 
-class SlotReplies:
+class SlotReplies(SlotRings):
     """The owner's rings (one per client on its node) and the replies written into them.
 
     Examples:
@@ -32,7 +32,7 @@ class SlotReplies:
         >>> from tensordict import TensorDict
         >>> from rbdata import LazyTensorStorage, ReplayBuffer
         >>> from rbdata.service.server.slot_fill import SlotReplies
-        >>> from rbdata.service.transport.slots import SlotRing
+        >>> from rbdata.service.transport.slots import SlotRing, SlotRings
         >>> from rbdata.service.transport.codec import unpack
         >>> rb = ReplayBuffer(storage=LazyTensorStorage(1000))
         >>> _ = rb.extend(TensorDict({"obs": torch.ones(1000, 64)}, [1000]))
@@ -46,9 +46,6 @@ class SlotReplies:
         >>> del batch; replies.close_all(); client.close()
     """
 
-    def __init__(self) -> None:
-        self._rings: dict[str, SlotRing] = {}
-
     def open(self, slots: int, slot_bytes: int) -> str:
         """Create a ring of ``slots`` slots of ``slot_bytes`` bytes; return its path."""
         ring = SlotRing.create(slots, slot_bytes)
@@ -58,17 +55,6 @@ class SlotReplies:
     def attached(self, path: str) -> None:
         """The client mapped the ring at ``path``: remove its name from ``/dev/shm``."""
         self._rings[path].unlink()
-
-    def close(self, path: str) -> None:
-        """Forget the ring at ``path`` (its client is gone)."""
-        ring = self._rings.pop(path, None)
-        if ring is not None:
-            ring.close()
-
-    def close_all(self) -> None:
-        """Forget every ring (the owner stops)."""
-        for path in list(self._rings):
-            self.close(path)
 
     def reply(
         self, buffer: Any, ring_name: str | None, produce: Callable[[], Any]

@@ -14,13 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 from rbdata.service.transport.codec import Packed, unpack
-from rbdata.service.transport.slots import SlotRing
+from rbdata.service.transport.slots import SlotRing, SlotRings
 from rbdata.storages import TensorStorage
 
 __all__ = ["WriteRings"]
 
 
-class WriteRings:
+class WriteRings(SlotRings):
     """The write rings of this owner's clients, by path.
 
     Examples:
@@ -37,9 +37,6 @@ class WriteRings:
         0
         >>> rings.close_all(); client.close()
     """
-
-    def __init__(self) -> None:
-        self._rings: dict[str, SlotRing] = {}
 
     def attach(self, path: str, slots: int, slot_bytes: int) -> None:
         """Map the write ring a client created at ``path``."""
@@ -60,17 +57,6 @@ class WriteRings:
             return call(*unpack(packed, memory))
         finally:
             ring.release(slot)
-
-    def close(self, path: str) -> None:
-        """Forget the ring at ``path`` (its client is gone)."""
-        ring = self._rings.pop(path, None)
-        if ring is not None:
-            ring.close()
-
-    def close_all(self) -> None:
-        """Forget every ring (the owner stops)."""
-        for path in list(self._rings):
-            self.close(path)
 
 
 def copies_on_write(buffer: Any) -> bool:

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["SHM_DIR", "SlotRing"]
+__all__ = ["SHM_DIR", "SlotRing", "SlotRings"]
 
 SHM_DIR = Path("/dev/shm")
 _PREFIX = "rbdata-slots-"
@@ -144,3 +144,27 @@ class SlotRing:
         """Unlink the file if still linked and drop this side's mapping (views keep it alive)."""
         self.unlink()
         self._map = None
+
+
+class SlotRings:
+    """An owner's rings by path (reply rings, clients' write rings): one place forgets them.
+
+    Examples:
+        >>> rings = SlotRings()
+        >>> rings.close("/nonexistent")  # a ring already forgotten is no error
+        >>> rings.close_all()
+    """
+
+    def __init__(self) -> None:
+        self._rings: dict[str, SlotRing] = {}
+
+    def close(self, path: str) -> None:
+        """Forget the ring at ``path`` (its client is gone)."""
+        ring = self._rings.pop(path, None)
+        if ring is not None:
+            ring.close()
+
+    def close_all(self) -> None:
+        """Forget every ring (the owner stops)."""
+        for path in list(self._rings):
+            self.close(path)
