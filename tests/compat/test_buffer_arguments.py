@@ -222,6 +222,8 @@ def test_unknown_backend_is_a_value_error(lib):
 
 def test_ray_backend(lib):
     ray = pytest.importorskip("ray")  # torchrl needs ray installed for this backend too
+    if lib.name == "torchrl":  # it ray.remote()s its buffer class, adding _ray_trace_ctx to the
+        pytest.skip("methods whose signatures the surface tests read, for the whole session")
     rb = lib.ReplayBuffer(service_backend="ray")
     try:
         assert rb.service_backend == "ray"
