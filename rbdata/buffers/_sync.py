@@ -8,6 +8,8 @@ from typing import Any
 
 import torch.multiprocessing as mp
 
+_GUARD_SLICE_S = 0.25  # a guarded wait for the lock checks the owner this often
+
 
 class _BufferSync:
     """A reentrant lock and a condition on it, process-safe once :meth:`share` is called.
@@ -63,6 +65,18 @@ class _BufferSync:
         if not self._shared:
             _BufferSync.__init__(self)
 
+    def guard(self, alive: Callable[[], bool], dead: Callable[[], Exception]) -> None:
+        """Bound every wait for the shared lock by ``alive()`` (a process on the same machine).
+
+        A process that maps a buffer another process owns (see
+        :mod:`rbdata.buffers._shared_handle`) would wait forever for a lock its
+        owner died holding: guarded, it checks ``alive()`` every
+        :data:`_GUARD_SLICE_S` of waiting and raises ``dead()`` once it fails.
+        """
+        if self._shared and not isinstance(self.lock, _GuardedLock):
+            self.lock = _GuardedLock(self.lock, alive, dead)
+            self.cond = _GuardedCondition(self.cond, self.lock)
+
     def notify(self) -> None:
         """Wake every thread inside :meth:`wait_for` (takes the lock)."""
         with self.cond:
@@ -76,9 +90,59 @@ class _BufferSync:
     def __getstate__(self) -> dict[str, Any]:
         if not self._shared:
             return {"shared": False}
-        return {"shared": True, "lock": self.lock, "cond": self.cond}
+        lock, cond = self.lock, self.cond
+        if isinstance(lock, _GuardedLock):  # the guard belongs to this process
+            lock, cond = lock.inner, cond.inner
+        return {"shared": True, "lock": lock, "cond": cond}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         _BufferSync.__init__(self)
         if state["shared"]:
             self.lock, self.cond, self._shared = state["lock"], state["cond"], True
+
+
+class _GuardedLock:
+    """A multiprocessing lock whose waits give up once its owner process is gone."""
+
+    def __init__(self, lock: Any, alive: Callable[[], bool], dead: Callable[[], Exception]) -> None:
+        self.inner, self._alive, self._dead = lock, alive, dead
+
+    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
+        """Take the lock (``block``/``timeout`` as ``multiprocessing.RLock``); raise if orphaned."""
+        if not block or timeout is not None:
+            return bool(self.inner.acquire(block, timeout))
+        while not self.inner.acquire(True, _GUARD_SLICE_S):
+            if not self._alive():
+                raise self._dead()
+        return True
+
+    def release(self) -> None:
+        """Release the lock."""
+        self.inner.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.inner.release()
+
+
+class _GuardedCondition:
+    """A multiprocessing condition entered through a :class:`_GuardedLock`."""
+
+    def __init__(self, cond: Any, lock: _GuardedLock) -> None:
+        self.inner, self._lock = cond, lock
+
+    def __enter__(self) -> bool:
+        return self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+    def notify_all(self) -> None:
+        """Wake every waiter (the lock held)."""
+        self.inner.notify_all()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
+        """As ``Condition.wait_for`` (the lock held)."""
+        return bool(self.inner.wait_for(predicate, timeout))

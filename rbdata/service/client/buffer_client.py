@@ -39,6 +39,7 @@ from torch.utils.hooks import RemovableHandle
 from rbdata.buffers.protocol import INFO_KEYS, Draw, StatsSource
 from rbdata.errors import ServiceUnavailableError
 from rbdata.service import runtime
+from rbdata.service.client.direct import DIRECT_WRITES, DirectMap, fetcher
 from rbdata.service.client.in_flight import (
     Group,
     as_draw,
@@ -144,6 +145,7 @@ class RayBufferClient(ForwardedMethods):
         self._stats_sources: OrderedDict[int, StatsSource] = OrderedDict()  # weakref-able
         self._wakes = 0
         self._cache: dict[str, Any] = {"batch_size": self._address.batch_size}
+        self._direct: DirectMap | None = None  # the buffer mapped, on the actor's node
 
     def __getstate__(self) -> dict[str, Any]:
         self.flush()  # a pickled client's writes are all in the buffer
@@ -191,7 +193,21 @@ class RayBufferClient(ForwardedMethods):
                 ) from err
         return self._handle
 
+    def _mapped(self) -> DirectMap:
+        """This process's :class:`DirectMap` of the buffer (see :mod:`.direct`)."""
+        if self._direct is None:
+            actor = self._actor()
+            here = runtime.ray_module().get_runtime_context().get_node_id()
+            self._direct = DirectMap(fetcher(actor, here, self._address.node_id))
+        return self._direct
+
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        if name in DIRECT_WRITES:
+            direct = self._mapped()
+            self._pending.flush()
+            done, result = direct.run(name, args, kwargs)
+            if done:
+                return result
         behind = self._write_behind and name in WRITE_CALLS
         actor, kw = (self._connect() if behind else self._actor()), encode(kwargs)
         ref = self._writes.submit(actor, name, args, kw)
@@ -266,7 +282,8 @@ class RayBufferClient(ForwardedMethods):
 
     # ------------------------------------------------------------ reading
     def __len__(self) -> int:
-        return int(self._read("len"))
+        mapped = None if self._direct is None else self._direct.buffer()
+        return len(mapped) if mapped is not None else int(self._read("len"))
 
     def __iter__(self) -> Any:
         while True:
@@ -295,13 +312,17 @@ class RayBufferClient(ForwardedMethods):
         Raises:
             ValueError: with ``prefetch``, for a ``batch_size`` other than the buffer's.
         """
+        if self._prefetch and batch_size is not None and batch_size != self.batch_size:
+            raise ValueError(
+                f"with prefetch={self._prefetch} the batch size is fixed at construction "
+                f"({self.batch_size}); got batch_size={batch_size}."
+            )
+        self._pending.flush()
+        done, out = self._mapped().run("sample", (batch_size,), {"return_info": return_info}, True)
+        if done:
+            return out
         actor = self._actor()
         if self._prefetch:
-            if batch_size is not None and batch_size != self.batch_size:
-                raise ValueError(
-                    f"with prefetch={self._prefetch} the batch size is fixed at construction "
-                    f"({self.batch_size}); got batch_size={batch_size}."
-                )
             with self._lock:
                 data, info = self._next(
                     self._samples,

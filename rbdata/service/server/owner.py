@@ -25,6 +25,7 @@ from rbdata.buffers.protocol import Draw
 from rbdata.service.client.surface import OWNER_CALLS, OWNER_READS
 from rbdata.service.client.write_slots import WRITE_CALLS
 from rbdata.service.server.channels import OwnerChannels
+from rbdata.service.server.direct import DirectExport
 from rbdata.service.server.slot_fill import SlotReplies
 from rbdata.service.server.write_slots import WriteRings, copies_on_write
 from rbdata.service.transport.channel import Wire
@@ -88,6 +89,7 @@ class BufferOwner:
         self._slots = SlotReplies()
         self._writes = WriteRings()
         self._channels = OwnerChannels()
+        self._direct = DirectExport()
 
     def build(
         self, buffer: bytes, initialize: bool, node: bool = True
@@ -135,6 +137,19 @@ class BufferOwner:
         if name == "filters_rows":
             return bool(self._buffer.transform.filters_rows)
         return getattr(self._buffer, name)
+
+    def direct_handle(self) -> tuple[bytes | None, bool]:
+        """The hosted buffer, for a client on this node to map: ``(handle, retry)``.
+
+        ``handle`` is None when the buffer cannot be mapped; ``retry`` says
+        whether asking again later may succeed (the storage is still empty).
+        See :mod:`rbdata.service.server.direct`.
+        """
+        return self._direct.handle(self._buffer, self._offers_direct())
+
+    def _offers_direct(self) -> bool:
+        """Whether this owner lets clients write around it (not when it logs writes)."""
+        return True
 
     def wait_for_write(self, write_count: int, timeout: float) -> int:
         """Wait up to ``timeout`` s for ``write_count`` to change; return the current count."""
@@ -267,6 +282,7 @@ class BufferOwner:
             )
         if name in _WHOLE_BUFFER:
             with self._buffer.lock:
+                self._direct.invalidate(name)
                 result = getattr(self._buffer, name)(*args, **kwargs)
         else:
             result = getattr(self._buffer, name)(*args, **kwargs)
@@ -278,4 +294,5 @@ class BufferOwner:
         self._slots.close_all()
         self._writes.close_all()
         self._channels.close_all()
+        self._direct.invalidate("shutdown")
         self._buffer.shutdown()
