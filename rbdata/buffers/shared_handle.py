@@ -60,15 +60,62 @@ def named_sharing() -> Iterator[None]:
         mp.set_sharing_strategy(strategy)  # type: ignore[no-untyped-call]
 
 
+_SHM = "/dev/shm"
+_HEADER_BYTES = 64  # torch's file_system files start with a reference-count header
+
+
+def _named_tensor(
+    name: str,
+    nbytes: int,
+    dtype: torch.dtype,
+    offset: int,
+    shape: tuple[int, ...],
+    stride: tuple[int, ...],
+) -> torch.Tensor:
+    """A tensor over the shared file ``name`` (what :class:`_NamedPickler` sent)."""
+    region = torch.from_file(
+        _SHM + name, shared=True, size=_HEADER_BYTES + nbytes, dtype=torch.uint8
+    ).view(dtype)
+    # as_strided's offset counts from the file's start, header included
+    return region.as_strided(shape, stride, _HEADER_BYTES // region.element_size() + offset)
+
+
+class _NamedPickler(ForkingPickler):
+    """Shared CPU tensors by their file's name: the receiver maps the file itself.
+
+    torch's own ``file_system`` reduction registers every receiver with the
+    sender's ``torch_shm_manager``, which dies with the sender (Ray kills an
+    actor's children with it): a receiver freeing such a tensor after that
+    aborts. A plain mapping of the file outlives the sender and needs nobody.
+    Shared memory this pickler cannot send by name (a tensor subclass, a bare
+    storage) is refused.
+    """
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, torch.UntypedStorage) and obj.device.type == "cpu" and obj.is_shared():
+            raise pickle.PicklingError("shared memory outside a plain tensor cannot be mapped")
+        if not isinstance(obj, torch.Tensor) or obj.device.type != "cpu" or not obj.is_shared():
+            return NotImplemented
+        if type(obj) is not torch.Tensor:
+            raise pickle.PicklingError(f"a shared {type(obj).__name__} cannot be mapped")
+        _, name, nbytes = obj.untyped_storage()._share_filename_cpu_()
+        args = (name.decode(), nbytes, obj.dtype, obj.storage_offset(), tuple(obj.shape))
+        return _named_tensor, (*args, obj.stride())
+
+
 def dump_shared(obj: Any) -> bytes:
     """``obj`` pickled for another process on this machine: shared memory and locks by name.
 
-    Call it inside :func:`named_sharing` for tensors shared there.
+    Call it inside :func:`named_sharing`, which shares tensors in named files.
+
+    Raises:
+        pickle.PicklingError: for shared memory that cannot travel by name.
+        RuntimeError: for a tensor shared otherwise (by file descriptor).
     """
     out = io.BytesIO()
     context.set_spawning_popen(_Spawning())  # type: ignore[arg-type]
     try:
-        ForkingPickler(out, pickle.HIGHEST_PROTOCOL).dump(obj)
+        _NamedPickler(out, pickle.HIGHEST_PROTOCOL).dump(obj)
     finally:
         context.set_spawning_popen(None)
     return out.getvalue()

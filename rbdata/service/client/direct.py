@@ -124,8 +124,9 @@ class DirectMap:
         self._map = self._handle = None
         self._fetch = None
         return ServiceUnavailableError(
-            f"the replay buffer's actor (process {pid}) is gone: its buffer, which this client "
-            "wrote to through shared memory, went with it; build a new Ray-backed buffer."
+            f"the Ray actor hosting the replay buffer (process {pid}) is no longer alive: the "
+            "buffer this client mapped through shared memory went with it; build a new "
+            "Ray-backed buffer."
         )
 
     def forget(self) -> None:
