@@ -30,7 +30,7 @@ __all__ = ["FORWARDED_METHODS", "RayService", "attach_ray_service"]
 
 logger = logging.getLogger(__name__)
 
-_OPTION_KEYS = frozenset({"ray_init_config", "remote_config", "recovery"})
+_OPTION_KEYS = frozenset({"ray_init_config", "remote_config", "recovery", "same_node_maps"})
 _TRANSPORTS = ("auto", "ray", "distributed")
 _WAITERS = 8  # clients that may wait for data at once (threads of the actor's wait group)
 _SERVERS = 8  # calls the actor serves at once (the hosted buffer's locks guard its state)
@@ -54,6 +54,8 @@ class RayService:
         owner: the actor's class (a :class:`BufferOwner`; sharding extends it).
         recovery: checkpoint the actor and restart it from its checkpoint when its process
             dies, its clients retrying (:mod:`rbdata.service.server.recovery`); None: off.
+        same_node_maps: let clients on the actor's node write (and sample uniformly) through
+            a shared-memory map of the buffer (:mod:`rbdata.service.server.direct`).
 
     Raises:
         ValueError: for an unknown transport, or transport options without ``"distributed"``.
@@ -82,6 +84,7 @@ class RayService:
         transport_options: dict[str, Any] | None = None,
         owner: type[BufferOwner] = BufferOwner,
         recovery: RecoveryConfig | None = None,
+        same_node_maps: bool = True,
     ) -> None:
         if transport not in _TRANSPORTS:
             raise ValueError(f"transport must be one of {_TRANSPORTS}, got {transport!r}.")
@@ -92,6 +95,11 @@ class RayService:
             )
         self._prefetch = prefetch
         self._recovery = recovery
+        if not isinstance(same_node_maps, bool):
+            raise TypeError(
+                "service_backend_options['same_node_maps'] must be a bool, got "
+                f"{type(same_node_maps).__name__}."
+            )
         self._transport = "ray" if transport == "auto" else transport
         self._backend = str((transport_options or {}).get("backend", "gloo"))
         unknown = set(transport_options or {}) - {"backend"}
@@ -124,7 +132,7 @@ class RayService:
                 "starting the hosted buffer",
             )
             cluster = ray.get_runtime_context().gcs_address
-            self._address = OwnerAddress(name, cluster, node, batch_size)
+            self._address = OwnerAddress(name, cluster, node, batch_size, same_node_maps)
             self._client = self._make_client(self._prefetch)
         except BaseException:
             self.shutdown()

@@ -75,13 +75,16 @@ def test_an_unrelated_process_writes_where_the_owner_samples(tmp_path: Path) -> 
         import pickle, sys, torch
         from tensordict import TensorDict
         from rbdata.buffers.shared_handle import import_shared
-        rb = import_shared(open({str(tmp_path / "handle")!r}, "rb").read(), lambda: True, RuntimeError)
+        data = open({str(tmp_path / "handle")!r}, "rb").read()
+        rb = import_shared(data, lambda: True, RuntimeError)
         ids = torch.arange(8, 40)
-        index = rb.extend(TensorDict({{"id": ids, "obs": ids.float().unsqueeze(-1).expand(32, 8)}}, [32]))
+        obs = ids.float().unsqueeze(-1).expand(32, 8)
+        index = rb.extend(TensorDict({{"id": ids, "obs": obs}}, [32]))
         print(index.tolist() == list(range(8, 40)), len(rb))
         """
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    command = [sys.executable, "-c", script]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "40"]
     assert len(rb) == 40 and rb.write_count == 40

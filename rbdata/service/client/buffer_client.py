@@ -81,6 +81,7 @@ class OwnerAddress:
         cluster: the Ray cluster's address (GCS), for processes outside Ray.
         node_id: the Ray node the actor runs on.
         batch_size: the hosted buffer's default batch size.
+        maps: whether clients on the actor's node map the buffer (see :mod:`.direct`).
 
     Examples:
         >>> from rbdata.service.client.buffer_client import OwnerAddress
@@ -92,6 +93,7 @@ class OwnerAddress:
     cluster: str
     node_id: str
     batch_size: int | None
+    maps: bool = True
 
 
 class RayBufferClient(ForwardedMethods):
@@ -198,7 +200,8 @@ class RayBufferClient(ForwardedMethods):
         if self._direct is None:
             actor = self._actor()
             here = runtime.ray_module().get_runtime_context().get_node_id()
-            self._direct = DirectMap(fetcher(actor, here, self._address.node_id))
+            there = self._address.node_id if self._address.maps else None
+            self._direct = DirectMap(fetcher(actor, here, there))
         return self._direct
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:

@@ -134,8 +134,13 @@ class DirectMap:
         self._map = self._handle = None
 
 
-def fetcher(actor: Any, here: str, there: str) -> Callable[[], tuple[bytes | None, bool]] | None:
-    """The call asking ``actor`` for its handle, if this node ``here`` is its node ``there``."""
+def fetcher(
+    actor: Any, here: str, there: str | None
+) -> Callable[[], tuple[bytes | None, bool]] | None:
+    """The call asking ``actor`` for its handle, if this node ``here`` is its node ``there``.
+
+    ``there`` is None when the service maps nothing (``same_node_maps=False``).
+    """
     if here != there:
         return None
     return lambda: tuple(runtime.get(actor.direct_handle.remote(), "direct_handle"))

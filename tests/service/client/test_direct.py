@@ -168,3 +168,26 @@ def test_a_dead_actor_raises_instead_of_hanging(ray_cluster: Any) -> None:
         assert time.monotonic() - start < 10.0
     finally:
         doomed.shutdown()
+
+
+def test_maps_can_be_turned_off(ray_cluster: Any, caplog: Any) -> None:
+    off = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(100),
+        batch_size=8,
+        service_backend="ray",
+        service_backend_options={**OPTIONS, "same_node_maps": False},
+    )
+    try:
+        with caplog.at_level(logging.DEBUG, logger="rbdata.service.client.direct"):
+            mapped_extend(off, rows(10))
+            off.extend(rows(5, 10))
+        assert not any(MAPPED in r.getMessage() for r in caplog.records)
+        assert torch.equal(off[:]["id"], torch.arange(15))
+    finally:
+        off.shutdown()
+    with pytest.raises(TypeError, match="same_node_maps"):
+        TensorDictReplayBuffer(
+            storage=LazyTensorStorage(10),
+            service_backend="ray",
+            service_backend_options={**OPTIONS, "same_node_maps": "yes"},
+        )
