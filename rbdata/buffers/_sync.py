@@ -8,7 +8,8 @@ from typing import Any
 
 import torch.multiprocessing as mp
 
-_GUARD_SLICE_S = 0.25  # a guarded wait for the lock checks the owner this often
+from rbdata.buffers._shared_lock import LocalThenShared, SharedCondition, SharedLock
+from rbdata.storages._counters import SharedCounters
 
 
 class _BufferSync:
@@ -32,6 +33,9 @@ class _BufferSync:
         self._shared = False
         self.lock: Any = threading.RLock()
         self.cond: Any = threading.Condition(self.lock)
+        #: what draws take: the thread lock (a draw changes only this process's sampler)
+        self.draw_lock: Any = self.lock
+        self._cross: SharedLock | None = None
 
     @property
     def shared(self) -> bool:
@@ -49,7 +53,26 @@ class _BufferSync:
             return
         context = mp.get_context("spawn")
         lock = context.RLock()
-        self.lock, self.cond, self._shared = lock, context.Condition(lock), True
+        version = SharedCounters([0])
+        version.share()
+        self._adopt(lock, context.Condition(lock), version)
+
+    def _adopt(self, lock: Any, cond: Any, version: SharedCounters) -> None:
+        local = threading.RLock()
+        self._cross = SharedLock(lock, version)
+        self.lock = LocalThenShared(local, self._cross)
+        self.cond = SharedCondition(cond, self.lock)
+        self.draw_lock, self._shared = local, True
+
+    def read(self, copy: Callable[[], Any]) -> Any:
+        """``copy()`` (of rows) made while nothing is written: lock-free across processes.
+
+        Unshared, it runs under the lock; shared, see :meth:`SharedLock.read`.
+        """
+        if self._cross is None:
+            with self.lock:
+                return copy()
+        return self._cross.read(copy)
 
     def unshare(self) -> None:
         """Back to a thread lock (``share(False)``): other processes no longer exclude this one."""
@@ -69,13 +92,12 @@ class _BufferSync:
         """Bound every wait for the shared lock by ``alive()`` (a process on the same machine).
 
         A process that maps a buffer another process owns (see
-        :mod:`rbdata.buffers._shared_handle`) would wait forever for a lock its
+        :mod:`rbdata.buffers.shared_handle`) would wait forever for a lock its
         owner died holding: guarded, it checks ``alive()`` every
-        :data:`_GUARD_SLICE_S` of waiting and raises ``dead()`` once it fails.
+        quarter second of waiting and raises ``dead()`` once it fails.
         """
-        if self._shared and not isinstance(self.lock, _GuardedLock):
-            self.lock = _GuardedLock(self.lock, alive, dead)
-            self.cond = _GuardedCondition(self.cond, self.lock)
+        if self._cross is not None:
+            self._cross.guard(alive, dead)
 
     def notify(self) -> None:
         """Wake every thread inside :meth:`wait_for` (takes the lock)."""
@@ -84,65 +106,26 @@ class _BufferSync:
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
         """Sleep until ``predicate()`` holds (checked at every notify) or ``timeout`` passes."""
+        if self._shared:
+            return bool(self.cond.wait_for(predicate, timeout))
         with self.cond:
             return bool(self.cond.wait_for(predicate, timeout))
 
     def __getstate__(self) -> dict[str, Any]:
         if not self._shared:
             return {"shared": False}
-        lock, cond = self.lock, self.cond
-        if isinstance(lock, _GuardedLock):  # the guard belongs to this process
-            lock, cond = lock.inner, cond.inner
-        return {"shared": True, "lock": lock, "cond": cond}
+        assert self._cross is not None
+        return {
+            "shared": True,
+            "lock": self._cross.inner,
+            "cond": self.cond.inner,
+            "version": self._cross.version,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         _BufferSync.__init__(self)
         if state["shared"]:
-            self.lock, self.cond, self._shared = state["lock"], state["cond"], True
-
-
-class _GuardedLock:
-    """A multiprocessing lock whose waits give up once its owner process is gone."""
-
-    def __init__(self, lock: Any, alive: Callable[[], bool], dead: Callable[[], Exception]) -> None:
-        self.inner, self._alive, self._dead = lock, alive, dead
-
-    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
-        """Take the lock (``block``/``timeout`` as ``multiprocessing.RLock``); raise if orphaned."""
-        if not block or timeout is not None:
-            return bool(self.inner.acquire(block, timeout))
-        while not self.inner.acquire(True, _GUARD_SLICE_S):
-            if not self._alive():
-                raise self._dead()
-        return True
-
-    def release(self) -> None:
-        """Release the lock."""
-        self.inner.release()
-
-    def __enter__(self) -> bool:
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.inner.release()
-
-
-class _GuardedCondition:
-    """A multiprocessing condition entered through a :class:`_GuardedLock`."""
-
-    def __init__(self, cond: Any, lock: _GuardedLock) -> None:
-        self.inner, self._lock = cond, lock
-
-    def __enter__(self) -> bool:
-        return self._lock.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
-
-    def notify_all(self) -> None:
-        """Wake every waiter (the lock held)."""
-        self.inner.notify_all()
-
-    def wait_for(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
-        """As ``Condition.wait_for`` (the lock held)."""
-        return bool(self.inner.wait_for(predicate, timeout))
+            version = state.get("version")
+            if version is None:  # pickled before the version existed
+                version = SharedCounters([0])
+            self._adopt(state["lock"], state["cond"], version)
