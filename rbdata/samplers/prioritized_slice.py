@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, ClassVar
 
@@ -13,7 +14,7 @@ from rbdata.samplers._live import _LiveSet
 from rbdata.samplers._slice_weight import SliceWeight, span_amount
 from rbdata.samplers.prioritized import PrioritizedSampler
 from rbdata.samplers.slice import SliceArgs, SliceSampler
-from rbdata.storages import Storage
+from rbdata.storages import Storage, shape_of
 
 
 class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
@@ -78,7 +79,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
     _fragments_ok = False
     # The per-transition priorities and validity (``_raw``, ``_valid``) live on the CPU.
     _follows_storage_device = False
-    per_cell_writes: ClassVar[bool] = False  # trajectories follow items along dim 0
+    per_cell_writes: ClassVar[bool] = True  # one priority per cell; trajectories follow dim 0
 
     def __init__(
         self,
@@ -156,6 +157,15 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         self._valid.zero_()
         self._refresh_all = True
 
+    @property
+    def _cache(self) -> dict[str, Any]:
+        """torchrl's boundary cache, read-only: with ``cache_values``, the trajectories read
+        at the last sample (start positions and lengths), empty again after a write."""
+        index = self._index
+        if not self.cache_values or index.pending or not index.n:
+            return {}
+        return {"stop-and-length": index.trajectories()}
+
     def exhausted(self, storage: Storage) -> bool:
         """Whether the storage is empty (an unsampleable buffer raises at ``sample``)."""
         return Sampler.exhausted(self, storage)
@@ -170,14 +180,14 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         self._refresh_all = True
 
     def _sync(self, storage: Storage) -> tuple[bool, int] | None:
-        if getattr(storage, "ndim", 1) != 1:
+        if getattr(storage, "ndim", 1) == 1:
+            cells, what = storage.max_size, f"max_size={storage.max_size}"
+        else:
+            shape = shape_of(storage)
+            cells, what = math.prod(shape), f"{math.prod(shape)} cells (shape {list(shape)})"
+        if cells != self._max_capacity:
             raise ValueError(
-                "PrioritizedSliceSampler needs a storage with ndim=1 (priorities are kept per "
-                f"stored transition), got ndim={storage.ndim}."
-            )
-        if storage.max_size != self._max_capacity:
-            raise ValueError(
-                f"the storage has max_size={storage.max_size} but the sampler was built with "
+                f"the storage has {what} but the sampler was built with "
                 f"max_capacity={self._max_capacity}: they must match."
             )
         change = self._sync_index(storage)

@@ -109,6 +109,11 @@ class TrajectoryIndex:
         """Whether any write was ever recorded (or the markers are static)."""
         return self._static is not None or self.v_end > 0 or bool(self._pending)
 
+    @property
+    def pending(self) -> bool:
+        """Whether writes or edits were recorded that :meth:`sync` has not read yet."""
+        return bool(self._pending) or self._dirty
+
     # ------------------------------------------------------------ sync
     def sync(self, storage: Storage) -> tuple[bool, int] | None:
         """Bring the trajectories up to date with ``storage``.
