@@ -159,8 +159,11 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
 
     @property
     def _cache(self) -> dict[str, Any]:
-        """torchrl's boundary cache, read-only: with ``cache_values``, the trajectories read
-        at the last sample (start positions and lengths), empty again after a write."""
+        """The boundary cache torchrl's tests read: empty until a sample, again after a write.
+
+        With ``cache_values``, the trajectories the last sample read (their start
+        positions and lengths); without it, always empty (as torchrl's).
+        """
         index = self._index
         if not self.cache_values or index.pending or not index.n:
             return {}
