@@ -10,7 +10,11 @@ from tensordict import TensorDictBase
 
 from rbdata._component.checks import NestedKey, check_indices, normalize_key
 from rbdata.buffers._components import _BufferBase
-from rbdata.buffers._conditional_update import ConditionalUpdateResult, conditional_update
+from rbdata.buffers._conditional_update import (
+    ConditionalUpdateResult,
+    Records,
+    conditional_update,
+)
 from rbdata.errors import IncompatibleValueError
 from rbdata.storages import TensorStorage
 
@@ -160,7 +164,7 @@ class _Indexing(_BufferBase):
                 version=version,
                 require_newer=require_newer,
             )
-            self._mark_update(torch.as_tensor(index).reshape(-1)[result.updated])
+            self._mark_update(Records.of(index, self._storage).cells[result.updated])
             return result
 
     def query(

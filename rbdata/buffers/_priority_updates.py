@@ -10,6 +10,7 @@ from tensordict import TensorDictBase
 
 from rbdata.buffers._anchor_priority import reduce_to_anchors
 from rbdata.buffers._components import _BufferBase
+from rbdata.buffers._coordinates import items_of
 from rbdata.buffers._priority import check_priority_update
 from rbdata.samplers import PrioritizedSampler
 from rbdata.samplers._priority_checks import CheckedUpdate
@@ -87,7 +88,7 @@ class _PriorityUpdates(_BufferBase):
                 f"generation has {generation.numel()} entries, expected one per index "
                 f"({index.numel()})."
             )
-        live = self._writer.generations_of(index) == generation
+        live = self._writer.generations_of(items_of(index, self._cells_per_item())) == generation
         skipped = int((~live).sum())
         self._stats.count_skipped_priority_updates(skipped)
         if not skipped:
@@ -125,7 +126,8 @@ class _PriorityUpdates(_BufferBase):
             live = None
             if generation is not None and self._writer.tracks_generations:
                 generation = torch.as_tensor(generation, dtype=torch.long).reshape(-1)
-                live = self._writer.generations_of(index.reshape(-1)) == generation
+                items = items_of(index.reshape(-1), self._cells_per_item())
+                live = self._writer.generations_of(items) == generation
             anchors, priority, skipped = reduce_to_anchors(
                 anchors, priority, batch.get("validity_mask", None), live
             )
