@@ -347,6 +347,8 @@ class TrajectoryIndex:
         """Where the write stream stands; trajectories are rebuilt from the storage on load."""
         if self._pending:
             newest, v_end = int(self._pending[-1][-1]), self.v_end + self._pending_n
+        elif self._newest_hint is not None:  # loaded, not synced yet: the hint it was given
+            newest, v_end = self._newest_hint, self.v_end
         else:
             newest = (self.v_end - 1) % self.modulus if self.modulus and self.v_end else -1
             v_end = self.v_end
