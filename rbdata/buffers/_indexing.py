@@ -151,7 +151,12 @@ class _Indexing(_BufferBase):
         version: int | torch.Tensor | None = None,
         require_newer: bool = False,
     ) -> ConditionalUpdateResult:
-        """Patch the records whose ``(index, generation)`` is still live (see the reference doc)."""
+        """Patch the records whose ``(index, generation)`` is still live (see the reference doc).
+
+        On a storage with ``ndim > 1``, ``index`` holds coordinates (``[N, ndim]``
+        or a tuple, as ``extend`` returns them) or flat cells, one record per cell;
+        each patch entry holds one row per record (reshaped in index order, as torchrl's).
+        """
         self._init()
         with self._sync.lock:
             result = conditional_update(

@@ -33,8 +33,14 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
     (duplicates merged with ``reduction``), typically with the flat index and
     per-transition TD errors of a sampled batch.
 
+    With a storage of ``ndim > 1`` (e.g. ``[steps, envs]``), every stored cell
+    is a transition with its own priority (flat cells, as
+    :class:`PrioritizedSampler`; the buffer shows and takes coordinates) and a
+    slice runs along dim 0 inside one cell's lane, as torchrl's.
+
     Args:
-        max_capacity: number of slots (the storage's ``max_size``).
+        max_capacity: number of slots (the storage's ``max_size``; for
+            ``ndim > 1``, its number of cells).
         alpha: how strongly priorities skew sampling (> 0).
         beta: importance-sampling correction exponent (>= 0).
         eps: added to priorities before the power.
