@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
 
 from rbdata._component.checks import NestedKey, check_indices, normalize_key
-from rbdata.storages import Storage, TensorStorage
+from rbdata.buffers._coordinates import to_flat
+from rbdata.storages import Storage, TensorStorage, shape_of
 from rbdata.writers import Writer
 
-__all__ = ["ConditionalUpdateResult", "conditional_update"]
+__all__ = ["ConditionalUpdateResult", "Records", "conditional_update"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,48 @@ class ConditionalUpdateResult:
     def version_rejected_count(self) -> int:
         """Number of live rows refused by the version comparison (0 without versions)."""
         return 0 if self.version_rejected is None else int(self.version_rejected.sum())
+
+
+@dataclass(frozen=True)
+class Records:
+    """The records an ``update_if_present`` index addresses, one stored cell each.
+
+    On a storage with ``ndim > 1`` the index holds coordinates (``[N, ndim]``
+    or a tuple of tensors, as ``extend`` and ``info["index"]`` give them) or
+    1-D flat cells, as ``update_priority`` takes them.
+
+    Attributes:
+        cells: the stored cell of each record (the row of its leaves).
+        rows: the item (dim-0 slot) of each record, whose generation stamp it has.
+        items: how many items are written (rows beyond are not live).
+        reshape: whether patch entries are reshaped to one row per record
+            (``ndim > 1``, as torchrl's: a ``[B, T]`` patch of ``B * T`` records).
+    """
+
+    cells: torch.Tensor
+    rows: torch.Tensor
+    items: int
+    reshape: bool
+
+    @staticmethod
+    def of(index: Any, storage: Storage) -> Records:
+        """The records of ``index`` (ValueError outside the storage, TypeError for non-integers)."""
+        shape = shape_of(storage)
+        lead = math.prod(shape[1:])
+        if len(shape) == 1:
+            cells = check_indices(index, shape[0])
+        else:
+            cells = check_indices(to_flat(index, shape), math.prod(shape))
+        return Records(cells, cells // lead, len(storage) // lead, len(shape) > 1)
+
+    def patch_rows(self, value: torch.Tensor, leaf: torch.Tensor, key: NestedKey) -> torch.Tensor:
+        """``value`` as one row per record (ValueError if it does not hold one per record)."""
+        expected = (self.cells.numel(), *leaf.shape[1:])
+        if self.reshape and value.numel() == math.prod(expected):
+            return value.reshape(expected)
+        if tuple(value.shape) != expected:
+            raise ValueError(f"patch[{key!r}] has shape {tuple(value.shape)}, expected {expected}.")
+        return value
 
 
 def _last_occurrence(index: torch.Tensor) -> torch.Tensor:
@@ -106,17 +151,16 @@ def conditional_update(
             "version_key and version must be passed together, got "
             f"version_key={version_key!r} and version={version!r}."
         )
-    index = check_indices(index, storage.max_size)
+    records = Records.of(index, storage)
+    index, n = records.cells, records.cells.numel()
     generation = torch.as_tensor(generation)
     if generation.is_floating_point() or generation.dtype == torch.bool:
         raise TypeError(f"generation must hold integers, got dtype {generation.dtype}.")
     generation = generation.to(torch.long).reshape(-1)
-    n = index.numel()
     if generation.numel() != n:
         raise ValueError(
             f"generation has {generation.numel()} entries, expected one per index ({n})."
         )
-    size = len(storage)
     items = patch.items(True, True) if isinstance(patch, TensorDictBase) else patch.items()
     leaves: list[tuple[torch.Tensor, torch.Tensor]] = []
     known = set(storage.leaf_keys())
@@ -130,10 +174,7 @@ def conditional_update(
                 f"patch key {key!r} is not stored; stored keys are {sorted(map(str, known))}."
             )
         leaf = storage.get_leaf(key)
-        value = torch.as_tensor(value)
-        expected = (n, *leaf.shape[1:])
-        if tuple(value.shape) != expected:
-            raise ValueError(f"patch[{key!r}] has shape {tuple(value.shape)}, expected {expected}.")
+        value = records.patch_rows(torch.as_tensor(value), leaf, key)
         if value.dtype != leaf.dtype:
             raise ValueError(f"patch[{key!r}] has dtype {value.dtype}, expected {leaf.dtype}.")
         leaves.append((leaf, value))
@@ -156,7 +197,7 @@ def conditional_update(
             raise ValueError(f"version has {versions.numel()} entries, expected 1 or {n}.")
         versioned = (version_leaf, versions)
     # -- everything validated: compute masks, then write.
-    live = (index < size) & (writer.generations_of(index) == generation) if n else index.bool()
+    live = (records.rows < records.items) & (writer.generations_of(records.rows) == generation)
     stale = ~live
     rejected = None
     apply = live.clone()

@@ -1,7 +1,8 @@
 """Flat cells <-> coordinates: the one place a buffer converts the indices it shows its users.
 
-Inside a buffer every index is a flat cell of the storage (samplers, priorities,
-generations and consume-after-n counts live on flat cells). A storage with
+Inside a buffer every index is a flat cell of the storage (samplers, priorities
+and consume-after-n counts live on flat cells; a generation stamp covers an item,
+all of its cells: :func:`items_of`). A storage with
 ``ndim > 1`` of shape ``[capacity, *lead]`` shows its users coordinates, as
 torchrl does: ``extend`` returns a ``[n_cells, ndim]`` LongTensor, a draw's
 ``info["index"]`` is a tuple of ``ndim`` tensors and a TensorDict batch holds
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["cells_of_rows", "to_coordinates", "to_flat", "to_tuple"]
+__all__ = ["cells_of_rows", "items_of", "to_coordinates", "to_flat", "to_tuple"]
 
 
 def cells_of_rows(rows: torch.Tensor, cells: int) -> torch.Tensor:
@@ -29,6 +30,17 @@ def cells_of_rows(rows: torch.Tensor, cells: int) -> torch.Tensor:
     """
     offsets = torch.arange(cells, device=rows.device)
     return (rows.reshape(-1, 1) * cells + offsets).reshape(-1)
+
+
+def items_of(cells: torch.Tensor, lead: int) -> torch.Tensor:
+    """The items (dim-0 slots) of the flat cells ``cells`` (``lead`` cells per item).
+
+    Examples:
+        >>> import torch
+        >>> items_of(torch.tensor([0, 1, 5]), 2).tolist()
+        [0, 0, 2]
+    """
+    return cells if lead == 1 else torch.div(cells, lead, rounding_mode="floor")
 
 
 def to_coordinates(flat: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:

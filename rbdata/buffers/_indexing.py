@@ -10,7 +10,11 @@ from tensordict import TensorDictBase
 
 from rbdata._component.checks import NestedKey, check_indices, normalize_key
 from rbdata.buffers._components import _BufferBase
-from rbdata.buffers._conditional_update import ConditionalUpdateResult, conditional_update
+from rbdata.buffers._conditional_update import (
+    ConditionalUpdateResult,
+    Records,
+    conditional_update,
+)
 from rbdata.errors import IncompatibleValueError
 from rbdata.storages import TensorStorage
 
@@ -147,7 +151,12 @@ class _Indexing(_BufferBase):
         version: int | torch.Tensor | None = None,
         require_newer: bool = False,
     ) -> ConditionalUpdateResult:
-        """Patch the records whose ``(index, generation)`` is still live (see the reference doc)."""
+        """Patch the records whose ``(index, generation)`` is still live (see the reference doc).
+
+        On a storage with ``ndim > 1``, ``index`` holds coordinates (``[N, ndim]``
+        or a tuple, as ``extend`` returns them) or flat cells, one record per cell;
+        each patch entry holds one row per record (reshaped in index order, as torchrl's).
+        """
         self._init()
         with self._sync.lock:
             result = conditional_update(
@@ -160,7 +169,7 @@ class _Indexing(_BufferBase):
                 version=version,
                 require_newer=require_newer,
             )
-            self._mark_update(torch.as_tensor(index).reshape(-1)[result.updated])
+            self._mark_update(Records.of(index, self._storage).cells[result.updated])
             return result
 
     def query(

@@ -10,6 +10,7 @@ from tensordict import TensorDictBase
 
 from rbdata.buffers._anchor_priority import reduce_to_anchors
 from rbdata.buffers._components import _BufferBase
+from rbdata.buffers._coordinates import items_of, to_coordinates
 from rbdata.buffers._priority import check_priority_update
 from rbdata.samplers import PrioritizedSampler
 from rbdata.samplers._priority_checks import CheckedUpdate
@@ -87,7 +88,7 @@ class _PriorityUpdates(_BufferBase):
                 f"generation has {generation.numel()} entries, expected one per index "
                 f"({index.numel()})."
             )
-        live = self._writer.generations_of(index) == generation
+        live = self._writer.generations_of(items_of(index, self._cells_per_item())) == generation
         skipped = int((~live).sum())
         self._stats.count_skipped_priority_updates(skipped)
         if not skipped:
@@ -117,17 +118,44 @@ class _PriorityUpdates(_BufferBase):
         self, batch: Any, index: torch.Tensor, priority: torch.Tensor, generation: Any
     ) -> None:
         """Priorities of a sampled batch's records: to the records, or to their anchors."""
+        with self._sync.lock:
+            reduced = self._anchor_reduced_priority(
+                batch, priority, index=index, generation=generation
+            )
+            if reduced is None:
+                self.update_priority(index, priority, generation=generation)
+            else:
+                self.update_priority(*reduced)
+
+    def _anchor_reduced_priority(
+        self,
+        batch: Any,
+        priority: torch.Tensor,
+        *,
+        index: torch.Tensor | None = None,
+        generation: Any = None,
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The distinct anchors of a batch's records and the max priority of their valid ones.
+
+        None when the records are their own anchors (no :class:`~rbdata.Sequence`
+        unit, whatever ``"anchor_index"`` the batch holds). Anchors are given as
+        ``update_priority`` takes them back (coordinates ``[N, ndim]`` for a
+        storage with ``ndim > 1``); with the records' flat ``index`` and their
+        ``generation``, an anchor with a record rewritten since the batch was
+        sampled is left out (and counted as skipped).
+        """
         anchors = self._sample_unit.anchors_of(batch, self.storage)
         if anchors is None:
-            self.update_priority(index, priority, generation=generation)
-            return
-        with self._sync.lock:
-            live = None
-            if generation is not None and self._writer.tracks_generations:
-                generation = torch.as_tensor(generation, dtype=torch.long).reshape(-1)
-                live = self._writer.generations_of(index.reshape(-1)) == generation
-            anchors, priority, skipped = reduce_to_anchors(
-                anchors, priority, batch.get("validity_mask", None), live
-            )
-            self._stats.count_skipped_priority_updates(skipped)
-            self.update_priority(anchors, priority)
+            return None
+        live = None
+        if index is not None and generation is not None and self._writer.tracks_generations:
+            generation = torch.as_tensor(generation, dtype=torch.long).reshape(-1)
+            items = items_of(index.reshape(-1), self._cells_per_item())
+            live = self._writer.generations_of(items) == generation
+        anchors, priority, skipped = reduce_to_anchors(
+            anchors, priority, batch.get("validity_mask", None), live
+        )
+        self._stats.count_skipped_priority_updates(skipped)
+        if self._storage.ndim > 1:
+            anchors = to_coordinates(anchors, self._storage_shape())
+        return anchors, priority

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from rbdata.buffers._components import _BufferBase
-from rbdata.buffers._coordinates import to_coordinates
+from rbdata.buffers._coordinates import items_of, to_coordinates
 from rbdata.buffers._gather import finish_batch
 from rbdata.buffers._gather_into import read_rows, reading_into
 from rbdata.buffers._init_args import (
@@ -45,7 +45,9 @@ class _ReadPath(_BufferBase):
         index, info = self._sample_unit.expand(index, info, self._storage)
         info = dict(info)
         if self._writer.tracks_generations:
-            info["index_generation"] = self._writer.generations_of(index)
+            info["index_generation"] = self._writer.generations_of(
+                items_of(index, self._cells_per_item())
+            )
         # ndim > 1: the coordinates [..., ndim] (a TensorDict batch carries them as is)
         if self._storage.ndim == 1:
             info["index"] = index

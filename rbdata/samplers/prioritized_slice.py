@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, ClassVar
 
@@ -13,7 +14,7 @@ from rbdata.samplers._live import _LiveSet
 from rbdata.samplers._slice_weight import SliceWeight, span_amount
 from rbdata.samplers.prioritized import PrioritizedSampler
 from rbdata.samplers.slice import SliceArgs, SliceSampler
-from rbdata.storages import Storage
+from rbdata.storages import Storage, shape_of
 
 
 class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
@@ -32,8 +33,14 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
     (duplicates merged with ``reduction``), typically with the flat index and
     per-transition TD errors of a sampled batch.
 
+    With a storage of ``ndim > 1`` (e.g. ``[steps, envs]``), every stored cell
+    is a transition with its own priority (flat cells, as
+    :class:`PrioritizedSampler`; the buffer shows and takes coordinates) and a
+    slice runs along dim 0 inside one cell's lane, as torchrl's.
+
     Args:
-        max_capacity: number of slots (the storage's ``max_size``).
+        max_capacity: number of slots (the storage's ``max_size``; for
+            ``ndim > 1``, its number of cells).
         alpha: how strongly priorities skew sampling (> 0).
         beta: importance-sampling correction exponent (>= 0).
         eps: added to priorities before the power.
@@ -78,7 +85,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
     _fragments_ok = False
     # The per-transition priorities and validity (``_raw``, ``_valid``) live on the CPU.
     _follows_storage_device = False
-    per_cell_writes: ClassVar[bool] = False  # trajectories follow items along dim 0
+    per_cell_writes: ClassVar[bool] = True  # one priority per cell; trajectories follow dim 0
 
     def __init__(
         self,
@@ -156,6 +163,18 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         self._valid.zero_()
         self._refresh_all = True
 
+    @property
+    def _cache(self) -> dict[str, Any]:
+        """The boundary cache torchrl's tests read: empty until a sample, again after a write.
+
+        With ``cache_values``, the trajectories the last sample read (their start
+        positions and lengths); without it, always empty (as torchrl's).
+        """
+        index = self._index
+        if not self.cache_values or index.pending or not index.n:
+            return {}
+        return {"stop-and-length": index.trajectories()}
+
     def exhausted(self, storage: Storage) -> bool:
         """Whether the storage is empty (an unsampleable buffer raises at ``sample``)."""
         return Sampler.exhausted(self, storage)
@@ -170,14 +189,14 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         self._refresh_all = True
 
     def _sync(self, storage: Storage) -> tuple[bool, int] | None:
-        if getattr(storage, "ndim", 1) != 1:
+        if getattr(storage, "ndim", 1) == 1:
+            cells, what = storage.max_size, f"max_size={storage.max_size}"
+        else:
+            shape = shape_of(storage)
+            cells, what = math.prod(shape), f"{math.prod(shape)} cells (shape {list(shape)})"
+        if cells != self._max_capacity:
             raise ValueError(
-                "PrioritizedSliceSampler needs a storage with ndim=1 (priorities are kept per "
-                f"stored transition), got ndim={storage.ndim}."
-            )
-        if storage.max_size != self._max_capacity:
-            raise ValueError(
-                f"the storage has max_size={storage.max_size} but the sampler was built with "
+                f"the storage has {what} but the sampler was built with "
                 f"max_capacity={self._max_capacity}: they must match."
             )
         change = self._sync_index(storage)

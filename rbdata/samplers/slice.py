@@ -359,7 +359,9 @@ class SliceSampler(Sampler):
                     "ends / trajectories describe a one-dimensional storage, got one with "
                     f"ndim={storage.ndim}."
                 )
-            grid = GridTrajectoryIndex(resolve=self._rule.resolve, weight=index.weight)
+            grid = GridTrajectoryIndex(
+                resolve=self._rule.resolve, weight=index.weight, cell_writes=self.per_cell_writes
+            )
             grid.load_state_dict(index.state_dict())
             self._index = index = grid
         return index

@@ -166,7 +166,11 @@ class Storage(abc.ABC):
             cells[2] = last
 
     def get(self, index: Index) -> Any:
-        """Read the items at ``index`` (an int, a slice or an integer tensor)."""
+        """Read the items at ``index`` (an int, a slice or an integer tensor).
+
+        A tensor storage with ``ndim > 1`` also takes a tuple of ``ndim``
+        coordinates (ints or integer tensors, as torchrl's), read as the cells they name.
+        """
         return self._get(index)
 
     def read_into(self, index: torch.Tensor, memory: torch.Tensor) -> Any | None:

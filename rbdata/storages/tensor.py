@@ -339,8 +339,35 @@ class TensorStorage(_TensorRows):
         offsets = torch.arange(self._cells, device=index.device)
         return (index.unsqueeze(1) * self._cells + offsets).reshape(-1)
 
+    def _cells_at(self, coordinates: tuple[Any, ...]) -> int | torch.Tensor:
+        """The flat cells named by a tuple of ``ndim`` coordinates (ints or integer tensors).
+
+        Raises:
+            TypeError: for coordinates that are not integers.
+            ValueError: for a tuple of the wrong length or coordinates outside the storage.
+        """
+        shape = tuple(self.shape)
+        if len(coordinates) != len(shape):
+            raise ValueError(
+                f"index is a tuple of {len(coordinates)} coordinates, expected {len(shape)} (one "
+                f"per dim of the storage's shape {list(shape)})."
+            )
+        parts = [torch.as_tensor(c) for c in coordinates]
+        if any(p.is_floating_point() or p.is_complex() or p.dtype == torch.bool for p in parts):
+            raise TypeError(f"index coordinates must be integers, got {[p.dtype for p in parts]}.")
+        cells = torch.zeros((), dtype=torch.long)  # broadcasts with the coordinates
+        for size, part in zip(shape, parts, strict=True):
+            if bool(((part < 0) | (part >= size)).any()):
+                raise ValueError(
+                    f"index holds coordinates outside the storage's shape {list(shape)}."
+                )
+            cells = cells * size + part.to(torch.long)
+        return int(cells) if cells.ndim == 0 else cells
+
     # ----------------------------------------------------------------- read
-    def _get(self, index: Index) -> Any:
+    def _get(self, index: Index | tuple[Any, ...]) -> Any:
+        if isinstance(index, tuple) and self.ndim > 1:  # coordinates, as torchrl's
+            index = self._cells_at(index)
         filled = len(self)
         if (
             type(index) is torch.Tensor

@@ -109,6 +109,11 @@ class TrajectoryIndex:
         """Whether any write was ever recorded (or the markers are static)."""
         return self._static is not None or self.v_end > 0 or bool(self._pending)
 
+    @property
+    def pending(self) -> bool:
+        """Whether writes or edits were recorded that :meth:`sync` has not read yet."""
+        return bool(self._pending) or self._dirty
+
     # ------------------------------------------------------------ sync
     def sync(self, storage: Storage) -> tuple[bool, int] | None:
         """Bring the trajectories up to date with ``storage``.
@@ -342,6 +347,8 @@ class TrajectoryIndex:
         """Where the write stream stands; trajectories are rebuilt from the storage on load."""
         if self._pending:
             newest, v_end = int(self._pending[-1][-1]), self.v_end + self._pending_n
+        elif self._newest_hint is not None:  # loaded, not synced yet: the hint it was given
+            newest, v_end = self._newest_hint, self.v_end
         else:
             newest = (self.v_end - 1) % self.modulus if self.modulus and self.v_end else -1
             v_end = self.v_end

@@ -64,6 +64,11 @@ class _Rebuilt(TrajectoryIndex):
         """Whether any write was recorded."""
         return self.v_end > 0 or self._last_write is not None
 
+    @property
+    def pending(self) -> bool:
+        """Whether writes or edits were recorded that :meth:`sync` has not read yet."""
+        return self._last_write is not None or self._stale
+
     def _changed(self, live: int) -> bool:
         return self._last_write is not None or self._stale or live != self.size
 
@@ -91,6 +96,11 @@ class _Rebuilt(TrajectoryIndex):
 class GridTrajectoryIndex(_Rebuilt):
     """Trajectories of a storage with ``ndim > 1``, one ring per cell (see the module doc).
 
+    Args:
+        cell_writes: ``extend`` receives the written flat cells (a sampler with
+            per-cell state, see ``Sampler.per_cell_writes``) rather than items.
+        **index_args: see :class:`~rbdata.trajectories.index.TrajectoryIndex`.
+
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
@@ -105,6 +115,10 @@ class GridTrajectoryIndex(_Rebuilt):
         [0, 4, 1]
     """
 
+    def __init__(self, *, cell_writes: bool = False, **index_args: Any) -> None:
+        self.cell_writes = cell_writes
+        super().__init__(**index_args)
+
     def clear(self) -> None:
         """Forget every trajectory and pending write."""
         super().clear()
@@ -118,6 +132,8 @@ class GridTrajectoryIndex(_Rebuilt):
         if not self._changed(items):
             return None
         newest = self._take_newest()
+        if newest is not None and self.cell_writes:
+            newest //= cells
         if newest is None and self.v_end:
             newest = (self.v_end - 1) % capacity
         v_end = next_v_end(self.v_end, newest, items, capacity)
@@ -138,6 +154,19 @@ class GridTrajectoryIndex(_Rebuilt):
         v = torch.as_tensor(v)
         cell = torch.div(v, COLUMN, rounding_mode="floor")
         return (v - cell * COLUMN).remainder_(self._capacity).mul_(self._cells).add_(cell)
+
+    def slots_to_v(self, slots: torch.Tensor) -> torch.Tensor:
+        """Positions of the live storage slots (flat cell indices) ``slots``."""
+        item, cell = torch.div(slots, self._cells, rounding_mode="floor"), slots % self._cells
+        last = self.v_end - 1
+        return cell * COLUMN + last - torch.remainder(last - item, self._capacity)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the write stream stands (``newest`` a cell with ``cell_writes``)."""
+        state = super().state_dict()
+        if self.cell_writes and self._last_write is None and state["newest"] >= 0:
+            state["newest"] = (state["newest"] + 1) * self._cells - 1
+        return state
 
 
 class FragmentedTrajectoryIndex(_Rebuilt):

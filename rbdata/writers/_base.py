@@ -186,15 +186,31 @@ class Writer(abc.ABC):
         return self
 
     # ------------------------------------------------------------ generations
-    def generations_of(self, index: int | torch.Tensor) -> torch.Tensor:
+    def generations_of(self, index: int | torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor:
         """The generation stamp of each slot of ``index`` (-1: never written or untracked).
 
+        A stamp covers a whole item (a dim-0 slot): with a storage of ``ndim > 1``,
+        coordinates (``[..., ndim]``, as ``extend`` returns them, or a tuple of
+        per-dim tensors) are read by their dim-0 component. A 1-D tensor is
+        always a batch of slots.
+
         Args:
-            index: an int or an integer tensor of slots (any shape).
+            index: an int, an integer tensor of slots (any shape) or coordinates.
 
         Returns:
-            int64 stamps shaped like ``index``.
+            int64 stamps shaped like ``index`` (like its dim-0 component for coordinates).
         """
+        storage = self._storage
+        if isinstance(index, tuple):
+            index = index[0]
+        elif (
+            isinstance(index, torch.Tensor)
+            and index.ndim >= 2
+            and storage is not None
+            and storage.ndim > 1
+            and index.shape[-1] == storage.ndim
+        ):
+            index = index[..., 0]
         index = torch.as_tensor(index, dtype=torch.long)
         generation = self._generation if self._track_generations else None
         if generation is None or not generation.numel():

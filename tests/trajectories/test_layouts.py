@@ -154,15 +154,19 @@ def test_grid_without_replacement_visits_each_trajectory_once_per_pass():
     assert sorted(seen) == list(range(len(trajectories)))
 
 
-def test_prioritized_slices_refuse_multi_dim_storages():
+def test_prioritized_slices_stay_in_one_lane_of_a_multi_dim_storage():
     rb = TensorDictReplayBuffer(
         storage=LazyTensorStorage(20, ndim=2),
         sampler=PrioritizedSliceSampler(20, 1.0, 1.0, slice_len=2, traj_key="episode"),
-        batch_size=4,
+        batch_size=40,
     )
-    rb.extend(TensorDict({"episode": torch.zeros(2, 10, dtype=torch.long)}, [2, 10]))
-    with pytest.raises(ValueError, match="ndim=1"):
-        rb.sample()
+    episode = torch.arange(2).unsqueeze(1).expand(2, 10)  # lane 0: episode 0, lane 1: episode 1
+    rb.extend(TensorDict({"episode": episode}, [2, 10]))
+    batch = rb.sample()
+    lanes = batch["index"][:, 1].view(20, 2)
+    steps = batch["index"][:, 0].view(20, 2)
+    assert (lanes[:, 0] == lanes[:, 1]).all() and (steps[:, 1] == steps[:, 0] + 1).all()
+    assert (batch["episode"].view(20, 2)[:, 0] == lanes[:, 0]).all()
 
 
 @pytest.mark.parametrize("ndim", [1, 2])
