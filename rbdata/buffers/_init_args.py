@@ -106,13 +106,18 @@ def check_backend(
                 "(service_backend='ray'), not to a direct one."
             )
         return backend
-    accepted = {"ray_init_config", "remote_config", "recovery"}
+    accepted = {
+        "ray_init_config",
+        "remote_config",
+        "recovery",
+        "coalesce",
+        "rate_limiter",
+        "rate_limiter_timeout",
+        "shards",
+    }
     unknown = sorted(set(service_backend_options or {}) - accepted)
     if unknown:
-        raise TypeError(
-            "service_backend_options accepts ray_init_config, remote_config and recovery, "
-            f"got {unknown}."
-        )
+        raise TypeError(f"service_backend_options accepts only {sorted(accepted)}, got {unknown}.")
     return backend
 
 
