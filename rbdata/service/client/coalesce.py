@@ -63,28 +63,35 @@ def _leaf_shape(value: torch.Tensor, lead: int) -> tuple[Hashable, ...]:
 
 
 def _as_rows(name: str, data: Any) -> tuple[Hashable, Any, int, int] | None:
-    """``(structure, rows as a batch (a copy), number of rows, bytes)``; None: not coalescable."""
+    """``(structure, a copy of data, number of rows, bytes)``; None: not coalescable."""
     lead = 0 if name == "add" else 1
     if isinstance(data, torch.Tensor):
         if data.ndim < lead:
             return None
         structure: Hashable = ("tensor", *_leaf_shape(data, lead))
-        batch, nbytes = data, data.numel() * data.element_size()
+        nbytes = data.numel() * data.element_size()
     elif isinstance(data, TensorDictBase):
         if data.batch_dims < lead:
             return None
-        leaves = []
+        leaves, nbytes = [], 0
         for key, value in data.items(True, True):
             if not isinstance(value, torch.Tensor):
                 return None
             leaves.append((key, *_leaf_shape(value, lead)))
+            nbytes += value.numel() * value.element_size()
         leaves.sort(key=lambda leaf: str(leaf[0]))
         structure = ("tensordict", tuple(data.batch_size[lead:]), tuple(leaves))
-        batch, nbytes = data, data.bytes()
     else:
         return None
-    batch = batch.unsqueeze(0) if name == "add" else batch
-    return structure, batch.clone(), int(batch.shape[0]), int(nbytes)
+    return structure, data.clone(), 1 if name == "add" else int(data.shape[0]), int(nbytes)
+
+
+def _joined(items: list[tuple[Any, bool]]) -> Any:
+    """The queued items as one batch: stacked adds, concatenated extends (adds as one row)."""
+    if all(added for _, added in items):
+        return torch.stack([data for data, _ in items], 0)
+    batches = [data.unsqueeze(0) if added else data for data, added in items]
+    return batches[0] if len(batches) == 1 else torch.cat(batches, 0)
 
 
 class CoalescedWrites:
@@ -120,7 +127,7 @@ class CoalescedWrites:
             raise ValueError(f"max_bytes must be an int >= 1, got {max_bytes}.")
         self.rows = rows
         self.max_bytes = max_bytes
-        self._items: list[Any] = []
+        self._items: list[tuple[Any, bool]] = []  # (a copy of the data, whether it was an add)
         self._structure: Hashable = None
         self._queued_rows = 0
         self._queued_bytes = 0
@@ -153,7 +160,7 @@ class CoalescedWrites:
             structure, batch, count, nbytes = rows
             if self._items and structure != self._structure:
                 self.flush(send)  # another structure: what is queued goes first
-            self._items.append(batch)
+            self._items.append((batch, name == "add"))
             self._structure = structure
             self._queued_rows += count
             self._queued_bytes += nbytes
@@ -178,7 +185,7 @@ class CoalescedWrites:
             if not items:
                 return
             try:
-                send(items[0] if len(items) == 1 else torch.cat(items, 0))
+                send(_joined(items))
             except Exception as err:
                 note = getattr(err, "add_note", None)
                 if note is not None:
