@@ -34,7 +34,7 @@ def test_a_held_insert_is_woken_by_a_sample_not_by_its_timeout() -> None:
     assert not done.wait(0.3)  # 10 inserted, 0 sampled: the insert waits for the learner
     start = time.monotonic()
     gate.run("sample", None, rb.sample)  # 10 sampled: the insert may go
-    assert done.wait(5.0) and time.monotonic() - start < 2.0
+    assert done.wait(10.0) and time.monotonic() - start < 5.0  # woken, not timed out (30 s)
     writer.join()
     stats = rb.stats()
     assert len(rb) == 20 and stats["rate_limit_insert_waits"] == 1
