@@ -226,8 +226,8 @@ class _BufferBase:
             >>> from rbdata import LazyTensorStorage, ReplayBuffer
             >>> rb = ReplayBuffer(storage=LazyTensorStorage(8)).share()
             >>> _ = rb.extend(torch.arange(4))
-            >>> rb.storage._rows.packed.is_shared(), rb.lock.__class__.__module__
-            (True, 'multiprocessing.synchronize')
+            >>> rb.storage._rows.packed.is_shared(), type(rb.lock).__name__
+            (True, 'LocalThenShared')
         """
         if not isinstance(shared, bool):
             raise TypeError(f"shared must be a bool, got {type(shared).__name__}.")

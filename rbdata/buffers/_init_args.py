@@ -110,6 +110,7 @@ def check_backend(
         "ray_init_config",
         "remote_config",
         "recovery",
+        "same_node_maps",
         "coalesce",
         "rate_limiter",
         "rate_limiter_timeout",
@@ -117,7 +118,7 @@ def check_backend(
     }
     unknown = sorted(set(service_backend_options or {}) - accepted)
     if unknown:
-        raise TypeError(f"service_backend_options accepts only {sorted(accepted)}, got {unknown}.")
+        raise TypeError(f"service_backend_options accepts {sorted(accepted)}, got {unknown}.")
     return backend
 
 

@@ -63,7 +63,7 @@ class _ReadPath(_BufferBase):
         Part of the :class:`~rbdata.buffers.protocol.ServableBuffer` protocol.
         """
         self._init()
-        with self._sync.lock:
+        with self._sync.draw_lock:
             self._follow_writes()
             if self._sampler.exhausted(self._storage):
                 return Draw.empty()
@@ -83,8 +83,9 @@ class _ReadPath(_BufferBase):
         return reading_into(self, memory)
 
     def _fetch(self, index: torch.Tensor, info: Mapping[str, Any], *, keep_info: bool) -> Any:
-        with self._sync.lock:  # a write must not tear the rows being gathered
-            data = read_rows(self, self._storage, index if index.ndim == 1 else index.reshape(-1))
+        flat = index if index.ndim == 1 else index.reshape(-1)
+        # a copy made while no write ran (a write must not tear the rows being gathered)
+        data = self._sync.read(lambda: read_rows(self, self._storage, flat))
         return finish_batch(
             data,
             index,
@@ -126,7 +127,7 @@ class _ReadPath(_BufferBase):
         return data, info
 
     def _sample_once(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
-        with self._sync.lock:
+        with self._sync.draw_lock:
             self._follow_writes()
             index, info = self._draw(batch_size)
             self._pass_ended = bool(self._sampler.ran_out)
@@ -134,7 +135,7 @@ class _ReadPath(_BufferBase):
 
     def _sample_ahead(self, batch_size: int) -> tuple[Any, dict[str, Any], bool] | None:
         """A batch sampled ahead, with whether it ended a pass; None when nothing is sampleable."""
-        with self._sync.lock:
+        with self._sync.draw_lock:
             self._follow_writes()
             if self._sampler.exhausted(self._storage) and len(self._storage):
                 return None

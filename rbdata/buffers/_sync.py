@@ -8,6 +8,9 @@ from typing import Any
 
 import torch.multiprocessing as mp
 
+from rbdata.buffers._shared_lock import LocalThenShared, SharedCondition, SharedLock
+from rbdata.storages._counters import SharedCounters
+
 
 class _BufferSync:
     """A reentrant lock and a condition on it, process-safe once :meth:`share` is called.
@@ -30,6 +33,9 @@ class _BufferSync:
         self._shared = False
         self.lock: Any = threading.RLock()
         self.cond: Any = threading.Condition(self.lock)
+        #: what draws take: the thread lock (a draw changes only this process's sampler)
+        self.draw_lock: Any = self.lock
+        self._cross: SharedLock | None = None
 
     @property
     def shared(self) -> bool:
@@ -47,7 +53,26 @@ class _BufferSync:
             return
         context = mp.get_context("spawn")
         lock = context.RLock()
-        self.lock, self.cond, self._shared = lock, context.Condition(lock), True
+        version = SharedCounters([0])
+        version.share()
+        self._adopt(lock, context.Condition(lock), version)
+
+    def _adopt(self, lock: Any, cond: Any, version: SharedCounters) -> None:
+        local = threading.RLock()
+        self._cross = SharedLock(lock, version)
+        self.lock = LocalThenShared(local, self._cross)
+        self.cond = SharedCondition(cond, self.lock)
+        self.draw_lock, self._shared = local, True
+
+    def read(self, copy: Callable[[], Any]) -> Any:
+        """``copy()`` (of rows) made while nothing is written: lock-free across processes.
+
+        Unshared, it runs under the lock; shared, see :meth:`SharedLock.read`.
+        """
+        if self._cross is None:
+            with self.lock:
+                return copy()
+        return self._cross.read(copy)
 
     def unshare(self) -> None:
         """Back to a thread lock (``share(False)``): other processes no longer exclude this one."""
@@ -63,6 +88,17 @@ class _BufferSync:
         if not self._shared:
             _BufferSync.__init__(self)
 
+    def guard(self, alive: Callable[[], bool], dead: Callable[[], Exception]) -> None:
+        """Bound every wait for the shared lock by ``alive()`` (a process on the same machine).
+
+        A process that maps a buffer another process owns (see
+        :mod:`rbdata.buffers.shared_handle`) would wait forever for a lock its
+        owner died holding: guarded, it checks ``alive()`` every
+        quarter second of waiting and raises ``dead()`` once it fails.
+        """
+        if self._cross is not None:
+            self._cross.guard(alive, dead)
+
     def notify(self) -> None:
         """Wake every thread inside :meth:`wait_for` (takes the lock)."""
         with self.cond:
@@ -70,15 +106,26 @@ class _BufferSync:
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
         """Sleep until ``predicate()`` holds (checked at every notify) or ``timeout`` passes."""
+        if self._shared:
+            return bool(self.cond.wait_for(predicate, timeout))
         with self.cond:
             return bool(self.cond.wait_for(predicate, timeout))
 
     def __getstate__(self) -> dict[str, Any]:
         if not self._shared:
             return {"shared": False}
-        return {"shared": True, "lock": self.lock, "cond": self.cond}
+        assert self._cross is not None
+        return {
+            "shared": True,
+            "lock": self._cross.inner,
+            "cond": self.cond.inner,
+            "version": self._cross.version,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         _BufferSync.__init__(self)
         if state["shared"]:
-            self.lock, self.cond, self._shared = state["lock"], state["cond"], True
+            version = state.get("version")
+            if version is None:  # pickled before the version existed
+                version = SharedCounters([0])
+            self._adopt(state["lock"], state["cond"], version)

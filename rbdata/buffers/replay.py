@@ -17,12 +17,13 @@ from rbdata.buffers._sharing import _WriteFollower
 from rbdata.buffers._state import _BufferState
 from rbdata.buffers._sync import _BufferSync
 from rbdata.buffers._write_path import _WritePath
+from rbdata.buffers.shared_handle import _SharedHandle
 from rbdata.samplers import Sampler
 
 __all__ = ["ReplayBuffer"]
 
 
-class ReplayBuffer(_WritePath, _ReadPath, _Indexing, _PriorityUpdates, _BufferState):
+class ReplayBuffer(_WritePath, _ReadPath, _Indexing, _PriorityUpdates, _BufferState, _SharedHandle):
     """A generic, composable replay buffer (torchrl's ``ReplayBuffer`` API).
 
     The buffer owns its components and the lock they are used under, and

@@ -14,6 +14,8 @@ The options:
 - ``remote_config``: the actor's Ray options (``{"num_cpus": 1}`` by default);
 - ``recovery``: checkpoints and restarts (a
   :class:`~rbdata.service.server.recovery.RecoveryConfig` or its arguments as a dict);
+- ``same_node_maps``: clients on the actor's node write (and sample uniformly) through a
+  shared-memory map of the buffer (True by default; off with a ``rate_limiter``);
 - ``coalesce``: rows of small writes queued and sent as one ``extend``, by the
   buffer itself and, by default, by its clients (:mod:`rbdata.service.client.coalesce`);
 - ``rate_limiter`` (a :class:`~rbdata.loader.SampleToInsertRatio`) and
@@ -40,6 +42,7 @@ OPTION_KEYS = frozenset(
         "ray_init_config",
         "remote_config",
         "recovery",
+        "same_node_maps",
         "coalesce",
         "rate_limiter",
         "rate_limiter_timeout",

@@ -51,6 +51,9 @@ class RayService:
         owner: the actor's class (a :class:`BufferOwner`; sharding extends it).
         recovery: checkpoint the actor and restart it from its checkpoint when its process
             dies, its clients retrying (:mod:`rbdata.service.server.recovery`); None: off.
+        same_node_maps: let clients on the actor's node write (and sample uniformly) through
+            a shared-memory map of the buffer (:mod:`rbdata.service.server.direct`); off
+            with a ``rate_limiter`` (every sample and insert then goes through the actor).
         coalesce: the default ``coalesce`` of the clients, the buffer's own included
             (:mod:`rbdata.service.client.coalesce`; 0: off).
         rate_limiter: the rate limiter the actor enforces on every client
@@ -85,6 +88,7 @@ class RayService:
         transport_options: dict[str, Any] | None = None,
         owner: type[BufferOwner] = BufferOwner,
         recovery: RecoveryConfig | None = None,
+        same_node_maps: bool = True,
         coalesce: int = 0,
         rate_limiter: ServiceRateLimiter | None = None,
     ) -> None:
@@ -99,6 +103,11 @@ class RayService:
         self._prefetch = prefetch
         self._recovery = recovery
         self._coalesce = coalesce
+        if not isinstance(same_node_maps, bool):
+            raise TypeError(
+                "service_backend_options['same_node_maps'] must be a bool, got "
+                f"{type(same_node_maps).__name__}."
+            )
         self._transport = "ray" if transport == "auto" else transport
         self._backend = str((transport_options or {}).get("backend", "gloo"))
         unknown = set(transport_options or {}) - {"backend"}
@@ -134,7 +143,8 @@ class RayService:
             if rate_limiter is not None:
                 runtime.get(self._actor.limit_rate.remote(rate_limiter), "rate_limiter")
             cluster = ray.get_runtime_context().gcs_address
-            self._address = OwnerAddress(name, cluster, node, batch_size)
+            maps = same_node_maps and rate_limiter is None  # a map would bypass the limiter
+            self._address = OwnerAddress(name, cluster, node, batch_size, maps)
             self._client = self._make_client(self._prefetch, coalesce=coalesce)
         except BaseException:
             self.shutdown()

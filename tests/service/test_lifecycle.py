@@ -49,7 +49,8 @@ def transitions(n: int, start: int = 0) -> TensorDict:
 
 def ray_buffer(cls: type = TensorDictReplayBuffer, **kwargs: Any) -> Any:
     kwargs.setdefault("storage", LazyTensorStorage(1000))
-    return cls(service_backend="ray", service_backend_options=OPTIONS, **kwargs)
+    kwargs.setdefault("service_backend_options", OPTIONS)
+    return cls(service_backend="ray", **kwargs)
 
 
 def shm_files() -> set[str]:
@@ -327,7 +328,13 @@ def test_a_second_driver_process_uses_a_pickled_client(td_rb: Any, tmp_path: Pat
 # ---------------------------------------------------------------- speed paths
 def test_shared_memory_slots_requests_in_flight_and_no_leftovers(ray_cluster: Any) -> None:
     before = shm_files()
-    rb = ray_buffer(ReplayBuffer, storage=LazyTensorStorage(500), batch_size=64, prefetch=3)
+    rb = ray_buffer(
+        ReplayBuffer,
+        storage=LazyTensorStorage(500),
+        batch_size=64,
+        prefetch=3,
+        service_backend_options={**OPTIONS, "same_node_maps": False},  # the actor's slots
+    )
     try:
         pixels = torch.randint(0, 255, (500, 4, 32, 32), dtype=torch.uint8)
         rb.extend(TensorDict({"pixels": pixels}, [500]))

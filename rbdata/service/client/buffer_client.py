@@ -29,7 +29,6 @@ import time
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -39,7 +38,9 @@ from torch.utils.hooks import RemovableHandle
 from rbdata.buffers.protocol import INFO_KEYS, Draw, StatsSource
 from rbdata.errors import ServiceUnavailableError
 from rbdata.service import runtime
+from rbdata.service.client.address import OwnerAddress
 from rbdata.service.client.coalesce import CoalescedWrites, CoalescingClient
+from rbdata.service.client.direct import DIRECT_WRITES, DirectMap, fetcher
 from rbdata.service.client.in_flight import (
     Group,
     as_draw,
@@ -71,28 +72,6 @@ _SOURCE_KEY = "is_offline"  # OfflineToOnlineReplayBuffer's per-row part flag
 _ROW_KEY = "_rbdata_row"  # row numbers sent along with a batch to refilter
 _SMALL_ROW_BYTES = 256  # refilter sends only the entries at most this big per row
 _HELD_DRAWS = 8  # batches held for draws not gathered yet, beyond twice the prefetch depth
-
-
-@dataclass(frozen=True)
-class OwnerAddress:
-    """Where a client finds its actor.
-
-    Attributes:
-        actor_name: the actor's name (in the ``rbdata`` namespace).
-        cluster: the Ray cluster's address (GCS), for processes outside Ray.
-        node_id: the Ray node the actor runs on.
-        batch_size: the hosted buffer's default batch size.
-
-    Examples:
-        >>> from rbdata.service.client.buffer_client import OwnerAddress
-        >>> OwnerAddress("rbdata-buffer-0", "127.0.0.1:6379", "node", None).batch_size is None
-        True
-    """
-
-    actor_name: str
-    cluster: str
-    node_id: str
-    batch_size: int | None
 
 
 class RayBufferClient(ForwardedMethods, CoalescingClient):
@@ -153,6 +132,7 @@ class RayBufferClient(ForwardedMethods, CoalescingClient):
         self._stats_sources: OrderedDict[int, StatsSource] = OrderedDict()  # weakref-able
         self._wakes = 0
         self._cache: dict[str, Any] = {"batch_size": self._address.batch_size}
+        self._direct: DirectMap | None = None  # the buffer mapped, on the actor's node
 
     def __getstate__(self) -> dict[str, Any]:
         self.flush()  # a pickled client's writes are all in the buffer
@@ -204,12 +184,27 @@ class RayBufferClient(ForwardedMethods, CoalescingClient):
                 ) from err
         return self._handle
 
+    def _mapped(self) -> DirectMap:
+        """This process's :class:`DirectMap` of the buffer (see :mod:`.direct`)."""
+        if self._direct is None:
+            actor = self._actor()
+            here = runtime.ray_module().get_runtime_context().get_node_id()
+            there = self._address.node_id if self._address.maps else None
+            self._direct = DirectMap(fetcher(actor, here, there))
+        return self._direct
+
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         if self._queue_write(name, args, kwargs):  # coalesced (see CoalescingClient)
             return None
         return self._call_now(name, *args, **kwargs)
 
     def _call_now(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        if name in DIRECT_WRITES:
+            direct = self._mapped()
+            self._pending.flush()
+            done, result = direct.run(name, args, kwargs)
+            if done:
+                return result
         write = name in WRITE_CALLS
         behind = self._write_behind and write
         actor, kw = (self._connect() if behind else self._actor()), encode(kwargs)
@@ -286,7 +281,8 @@ class RayBufferClient(ForwardedMethods, CoalescingClient):
 
     # ------------------------------------------------------------ reading
     def __len__(self) -> int:
-        return int(self._read("len"))
+        mapped = None if self._direct is None else self._direct.buffer()
+        return len(mapped) if mapped is not None else int(self._read("len"))
 
     def __iter__(self) -> Any:
         while True:
@@ -315,13 +311,17 @@ class RayBufferClient(ForwardedMethods, CoalescingClient):
         Raises:
             ValueError: with ``prefetch``, for a ``batch_size`` other than the buffer's.
         """
+        if self._prefetch and batch_size is not None and batch_size != self.batch_size:
+            raise ValueError(
+                f"with prefetch={self._prefetch} the batch size is fixed at construction "
+                f"({self.batch_size}); got batch_size={batch_size}."
+            )
+        self._pending.flush()
+        done, out = self._mapped().run("sample", (batch_size,), {"return_info": return_info}, True)
+        if done:
+            return out
         actor = self._actor()
         if self._prefetch:
-            if batch_size is not None and batch_size != self.batch_size:
-                raise ValueError(
-                    f"with prefetch={self._prefetch} the batch size is fixed at construction "
-                    f"({self.batch_size}); got batch_size={batch_size}."
-                )
             with self._lock:
                 data, info = self._next(
                     self._samples,

@@ -343,6 +343,13 @@ LOCAL_MEMBERS: dict[str, str] = {
 
 #: Public methods a Ray-backed buffer refuses -> the error's message.
 REFUSED_MEMBERS: dict[str, str] = {
+    **{
+        name: (
+            f"{name}() is not available on a Ray-backed buffer (service_backend='ray'): the "
+            "actor exports its buffer to the clients on its node itself (same_node_maps)."
+        )
+        for name in ("export_reason", "export_shared", "guard_lock")
+    },
     "reader": (
         "reader() is not available on a Ray-backed buffer (service_backend='ray'): the reader's "
         "sampler would run in this process, over an empty local storage. Build the reader on a "

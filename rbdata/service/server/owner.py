@@ -26,6 +26,7 @@ from rbdata.buffers.protocol import Draw
 from rbdata.service.client.surface import OWNER_CALLS, OWNER_READS
 from rbdata.service.client.write_slots import WRITE_CALLS
 from rbdata.service.server.channels import OwnerChannels
+from rbdata.service.server.direct import DirectExport
 from rbdata.service.server.rate_limit import ServiceRateLimiter
 from rbdata.service.server.slot_fill import SlotReplies
 from rbdata.service.server.write_slots import WriteRings, copies_on_write
@@ -93,6 +94,7 @@ class BufferOwner:
         self._writes = WriteRings()
         self._channels = OwnerChannels()
         self._rate: ServiceRateLimiter | None = None
+        self._direct = DirectExport()
 
     def build(
         self, buffer: bytes, initialize: bool, node: bool = True
@@ -149,6 +151,23 @@ class BufferOwner:
         if name == "filters_rows":
             return bool(self._buffer.transform.filters_rows)
         return getattr(self._buffer, name)
+
+    def direct_handle(self) -> tuple[bytes | None, bool]:
+        """The hosted buffer, for a client on this node to map: ``(handle, retry)``.
+
+        ``handle`` is None when the buffer cannot be mapped; ``retry`` says
+        whether asking again later may succeed (the storage is still empty).
+        See :mod:`rbdata.service.server.direct`.
+        """
+        return self._direct.handle(self._buffer, self._offers_direct())
+
+    def _offers_direct(self) -> bool:
+        """Whether this owner lets clients write around it.
+
+        Not when it logs writes, nor when it limits the rate (a map's writes and
+        samples would not pass the limiter).
+        """
+        return self._rate is None
 
     def wait_for_write(self, write_count: int, timeout: float) -> int:
         """Wait up to ``timeout`` s for ``write_count`` to change; return the current count."""
@@ -290,6 +309,7 @@ class BufferOwner:
             )
         if name in _WHOLE_BUFFER:
             with self._buffer.lock:
+                self._direct.invalidate(name)
                 result = getattr(self._buffer, name)(*args, **kwargs)
         else:
             size = args[0] if name == "sample" and args else kwargs.get("batch_size")
@@ -302,4 +322,5 @@ class BufferOwner:
         self._slots.close_all()
         self._writes.close_all()
         self._channels.close_all()
+        self._direct.invalidate("shutdown")
         self._buffer.shutdown()

@@ -144,6 +144,10 @@ class RecoveringOwner(ShardOwner):
         if (self._root / _HOSTED).exists():
             self._restore()
 
+    def _offers_direct(self) -> bool:
+        """No writes around this owner: it logs every write for its replay after a restart."""
+        return False
+
     def _restore(self) -> None:
         self._buffer = pickle.loads((self._root / _HOSTED).read_bytes())
         pointer = self._root / _POINTER

@@ -8,7 +8,8 @@ from is declared with one route (``surface.routes()``):
 - CLIENT: implemented by the client itself (requests ahead, slots, local hooks);
 - LOCAL: answered in the calling process on purpose (lifecycle, ``lock``,
   ``service_backend``, ``as_remote``);
-- REFUSED: ``reader``, ``reading_into``, ``policy_age_filters`` and ``share``
+- REFUSED: ``reader``, ``reading_into``, ``policy_age_filters``, ``share`` and the
+  shared-memory export (``export_reason``, ``export_shared``, ``guard_lock``)
   raise NotImplementedError;
 - UNSERVED: ``storage``, ``sampler``, ``prioritized_sampler``, ``writer``,
   ``transform``, ``sample_unit`` and ``generator`` raise NotImplementedError (the
@@ -73,7 +74,15 @@ def test_every_public_member_of_the_buffers_is_declared_once() -> None:
     assert not members - set(declared), f"undeclared members: {sorted(members - set(declared))}"
     assert not set(declared) - members, f"stale declarations: {sorted(set(declared) - members)}"
     by_route = {route: sorted(n for n, r in declared.items() if r is route) for route in Route}
-    assert by_route[Route.REFUSED] == ["policy_age_filters", "reader", "reading_into", "share"]
+    assert by_route[Route.REFUSED] == [
+        "export_reason",
+        "export_shared",
+        "guard_lock",
+        "policy_age_filters",
+        "reader",
+        "reading_into",
+        "share",
+    ]
     assert by_route[Route.UNSERVED] == [
         "generator",
         "prioritized_sampler",

@@ -41,7 +41,10 @@ def test_a_client_on_another_node_gets_no_slots(two_nodes: Any) -> None:
     rb = ReplayBuffer(
         storage=LazyTensorStorage(4096),
         service_backend="ray",
-        service_backend_options={"remote_config": {"num_cpus": 0, "resources": {"worker": 0.01}}},
+        service_backend_options={
+            "remote_config": {"num_cpus": 0, "resources": {"worker": 0.01}},
+            "same_node_maps": False,  # on the owner's node the client would map the buffer
+        },
     )
     try:
         rb.extend(torch.ones(4096, 64))  # 2048 rows of 256 bytes: a batch big enough for slots
@@ -53,6 +56,36 @@ def test_a_client_on_another_node_gets_no_slots(two_nodes: Any) -> None:
         assert client._ring is None  # payloads through the object store, never a slot
         used_ring, total = ray.get(sample_on_worker.remote(rb.client()))
         assert used_ring and total == 2048 * 64  # on the owner's node: shared-memory slots
+    finally:
+        rb.shutdown()
+
+
+@ray.remote(num_cpus=0, resources={"worker": 0.01})
+def extend_on_worker(client: Any) -> tuple[bool, list[int]]:
+    import time
+
+    import torch
+
+    out = client.extend(torch.full((8, 64), 2.0)).tolist()
+    time.sleep(0.06)  # past the client's retry interval: the next write maps the buffer
+    out += client.extend(torch.full((8, 64), 2.0)).tolist()
+    return client._direct.buffer() is not None, out
+
+
+def test_only_clients_on_the_owners_node_map_the_buffer(two_nodes: Any) -> None:
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(64),
+        service_backend="ray",
+        service_backend_options={"remote_config": {"num_cpus": 0, "resources": {"worker": 0.01}}},
+    )
+    try:
+        client = rb.client()
+        client.extend(torch.ones(4, 64))
+        client.extend(torch.ones(4, 64))
+        assert client._direct.buffer() is None  # the driver is on the head node
+        mapped, index = ray.get(extend_on_worker.remote(rb.client()))
+        assert mapped and index == list(range(8, 24))
+        assert len(rb) == 24 and float(rb[:].sum()) == 64 * (8 + 16 * 2)
     finally:
         rb.shutdown()
 

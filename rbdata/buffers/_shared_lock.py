@@ -1,0 +1,208 @@
+"""The cross-process lock of a shared buffer, with a version that lets readers skip it.
+
+Every process writing a shared buffer takes one multiprocessing lock. Readers
+in other processes (a learner sampling, clients on a Ray actor's node) would
+queue behind each other on it although they change nothing shared, so the
+lock keeps a *version* in shared memory (a sequence lock): it is odd while
+some process holds the lock, and moves on every hold. A reader copies rows
+without the lock and keeps the copy only if the version was even and did
+not move meanwhile (:meth:`SharedLock.read`); otherwise it copies again under
+the lock. The version is written only by the lock's holder.
+
+The process-local parts of a shared buffer (its sampler, its write follower)
+are guarded by a thread lock taken before the shared one
+(:class:`LocalThenShared`), so draws synchronize the threads of one process
+only. The lock-free read relies on x86-64's ordering of plain loads and
+stores; elsewhere readers take the lock.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from rbdata.storages._counters import SharedCounters
+
+__all__ = ["LocalThenShared", "SharedCondition", "SharedLock"]
+
+T = TypeVar("T")
+
+_GUARD_SLICE_S = 0.25  # a guarded wait for the lock checks the owner this often
+_OPTIMISTIC = platform.machine().lower() in ("x86_64", "amd64")
+_TRIES = 3  # lock-free copies tried before a reader takes the lock
+_WAIT_SLICE_S = 0.05  # longest sleep of a shared wait between two checks
+
+
+class SharedLock:
+    """A multiprocessing ``RLock`` and its version (see the module docstring).
+
+    Args:
+        inner: the multiprocessing lock.
+        version: one shared int64 cell, odd while the lock is held.
+
+    Examples:
+        >>> import multiprocessing
+        >>> from rbdata.storages._counters import SharedCounters
+        >>> lock = SharedLock(multiprocessing.get_context("spawn").RLock(), SharedCounters([0]))
+        >>> with lock:
+        ...     with lock:  # reentrant: the version moves on the outermost hold only
+        ...         lock.version[0]
+        1
+        >>> lock.version[0], lock.read(lambda: "rows")
+        (2, 'rows')
+    """
+
+    def __init__(self, inner: Any, version: SharedCounters) -> None:
+        self.inner, self.version = inner, version
+        self._depth = 0  # holds by this process (only the holder changes it)
+        self._alive: Callable[[], bool] | None = None
+        self._dead: Callable[[], Exception] | None = None
+
+    def guard(self, alive: Callable[[], bool], dead: Callable[[], Exception]) -> None:
+        """Bound waits for the lock: every quarter second ``alive()``, else raise ``dead()``."""
+        self._alive, self._dead = alive, dead
+
+    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
+        """Take the lock (``block``/``timeout`` as ``multiprocessing.RLock``).
+
+        Raises:
+            Exception: ``dead()`` of :meth:`guard`, once the owner process is gone.
+        """
+        if not self._take(block, timeout):
+            return False
+        self._depth += 1
+        if self._depth == 1:
+            self.version.cells[0] += 1
+        return True
+
+    def _take(self, block: bool, timeout: float | None) -> bool:
+        if self._alive is None or not block or timeout is not None:
+            return bool(self.inner.acquire(block, timeout))
+        while not self.inner.acquire(True, _GUARD_SLICE_S):
+            if not self._alive():
+                assert self._dead is not None
+                raise self._dead()
+        return True
+
+    def release(self) -> None:
+        """Release one hold."""
+        self._depth -= 1
+        if self._depth == 0:
+            self.version.cells[0] += 1
+        self.inner.release()
+
+    def pause(self) -> None:
+        """The holder is about to wait on a condition (the lock is free meanwhile)."""
+        self.version.cells[0] += 1
+
+    def resume(self) -> None:
+        """The holder is back from its wait."""
+        self.version.cells[0] += 1
+
+    def read(self, copy: Callable[[], T]) -> T:
+        """``copy()`` made while no process wrote (lock-free when possible, else locked)."""
+        cells = self.version.cells
+        for _ in range(_TRIES if _OPTIMISTIC and not self._depth else 0):
+            before = cells[0]
+            if before & 1:
+                break
+            try:
+                out = copy()
+            except Exception:  # noqa: BLE001 - a copy racing a write may fail: copy again
+                if cells[0] == before:
+                    raise
+                continue
+            if cells[0] == before:
+                return out
+        with self:
+            return copy()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class LocalThenShared:
+    """This process's thread lock, then the shared lock: what writers of a shared buffer take.
+
+    Args:
+        local: the process's reentrant thread lock (guards its sampler and follower).
+        shared: the cross-process lock.
+    """
+
+    def __init__(self, local: Any, shared: SharedLock) -> None:
+        self.local, self.shared = local, shared
+
+    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
+        """Take both (the thread lock first); False if either is not had in time."""
+        if not self.local.acquire(block, -1 if timeout is None else timeout):
+            return False
+        try:
+            if self.shared.acquire(block, timeout):
+                return True
+        except BaseException:
+            self.local.release()
+            raise
+        self.local.release()
+        return False
+
+    def release(self) -> None:
+        """Release both."""
+        self.shared.release()
+        self.local.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class SharedCondition:
+    """The shared condition, entered through :class:`LocalThenShared`; waits keep the version.
+
+    A wait holds neither this process's thread lock (its other threads keep
+    drawing) nor, while asleep, the shared lock: it checks ``predicate``
+    under both, then sleeps on the shared condition for at most
+    :data:`_WAIT_SLICE_S` (a notify sent between the check and the sleep is
+    seen at the next check).
+
+    Args:
+        inner: the multiprocessing condition over ``lock.shared.inner``.
+        lock: the locks taken to enter it.
+    """
+
+    def __init__(self, inner: Any, lock: LocalThenShared) -> None:
+        self.inner, self.lock = inner, lock
+
+    def __enter__(self) -> bool:
+        return self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+    def notify_all(self) -> None:
+        """Wake every waiter (the lock held)."""
+        self.inner.notify_all()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
+        """Sleep until ``predicate()`` holds or ``timeout`` passes (call it without the lock)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self.lock:
+                if predicate():
+                    return True
+            left = _WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return False
+            shared = self.lock.shared
+            with shared:
+                shared.pause()
+                try:
+                    self.inner.wait(min(left, _WAIT_SLICE_S))
+                finally:
+                    shared.resume()

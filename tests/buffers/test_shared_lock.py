@@ -1,0 +1,105 @@
+"""The shared buffer's lock and its version (rbdata.buffers._shared_lock)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+
+import pytest
+import torch
+
+from rbdata import LazyTensorStorage, ReplayBuffer
+from rbdata.buffers._shared_lock import LocalThenShared, SharedCondition, SharedLock
+from rbdata.storages._counters import SharedCounters
+
+
+def make() -> tuple[SharedLock, LocalThenShared, SharedCondition]:
+    context = multiprocessing.get_context("spawn")
+    inner = context.RLock()
+    shared = SharedLock(inner, SharedCounters([0]))
+    both = LocalThenShared(threading.RLock(), shared)
+    return shared, both, SharedCondition(context.Condition(inner), both)
+
+
+def test_the_version_is_odd_exactly_while_the_lock_is_held() -> None:
+    shared, both, _ = make()
+    assert shared.version[0] == 0
+    with both:
+        assert shared.version[0] % 2 == 1
+        with both:
+            assert shared.version[0] == 1  # reentrant holds do not move it
+    assert shared.version[0] == 2
+
+
+def test_a_read_racing_a_write_copies_again() -> None:
+    shared, both, _ = make()
+    calls = []
+
+    def copy() -> int:
+        calls.append(1)
+        if len(calls) == 1:  # a write lands while the first copy runs
+            with both:
+                pass
+        return len(calls)
+
+    assert shared.read(copy) == 2
+
+
+def test_a_read_while_a_writer_holds_the_lock_waits_for_it() -> None:
+    shared, both, _ = make()
+    taken, release = threading.Event(), threading.Event()
+    seen: list[float] = []
+
+    def writer() -> None:
+        with both:
+            taken.set()
+            release.wait(10)
+            seen.append(time.monotonic())
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    taken.wait(10)
+    timer = threading.Timer(0.2, release.set)
+    timer.start()
+    copied_at = shared.read(time.monotonic)
+    thread.join()
+    assert copied_at >= seen[0]  # copied once the write was over, not during it
+
+
+def test_a_failed_copy_without_a_write_raises() -> None:
+    shared, _, _ = make()
+    with pytest.raises(KeyError):
+        shared.read(lambda: {}["missing"])
+
+
+def test_a_wait_wakes_on_notify_and_times_out() -> None:
+    _, both, cond = make()
+    flag = []
+
+    def notifier() -> None:
+        time.sleep(0.1)
+        with cond:
+            flag.append(1)
+            cond.notify_all()
+
+    thread = threading.Thread(target=notifier)
+    thread.start()
+    start = time.monotonic()
+    assert cond.wait_for(lambda: bool(flag), timeout=5.0)
+    assert time.monotonic() - start < 2.0
+    thread.join()
+    assert not cond.wait_for(lambda: False, timeout=0.1)
+    with both:  # nothing left held by the waits
+        pass
+
+
+def test_a_shared_buffer_draws_without_the_shared_lock() -> None:
+    rb = ReplayBuffer(storage=LazyTensorStorage(16), batch_size=4).share()
+    rb.extend(torch.arange(16))
+    before = rb.lock.shared.version[0]
+    for _ in range(5):
+        assert rb.sample().shape == (4,)
+    assert rb.lock.shared.version[0] == before  # neither the draws nor the copies held it
+    rb.extend(torch.arange(2))
+    assert rb.lock.shared.version[0] == before + 2
