@@ -18,7 +18,7 @@ from rbdata.buffers import (
     TensorDictReplayBuffer,
 )
 from rbdata.buffers._conditional_update import ConditionalUpdateResult
-from rbdata.errors import CheckpointError, ServiceUnavailableError
+from rbdata.errors import CheckpointError, RateLimitTimeoutError, ServiceUnavailableError
 from rbdata.policy_version import PolicyVersion
 from rbdata.query import TrajectoryPredicate, filter_trajectories, iter_trajectories, traj
 from rbdata.sample_units import SampleUnit, Sequence, Transition
@@ -120,6 +120,7 @@ __all__ = [
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
     "RandomSampler",
+    "RateLimitTimeoutError",
     "RayBufferClient",
     "ReplayBuffer",
     "ReplayCallback",

@@ -23,6 +23,7 @@ __all__ = [
     "ExclusiveArgumentsError",
     "IncompatibleValueError",
     "MarkerShapeError",
+    "RateLimitTimeoutError",
     "ServiceUnavailableError",
     "SliceSizeError",
     "Unencodable",
@@ -152,5 +153,18 @@ class ServiceUnavailableError(RuntimeError):
 
     Examples:
         >>> issubclass(ServiceUnavailableError, RuntimeError)
+        True
+    """
+
+
+class RateLimitTimeoutError(TimeoutError):
+    """A Ray-hosted buffer's rate limiter held a sample or an insert past its timeout.
+
+    The service (``service_backend_options={"rate_limiter": ...}``) blocks a sample
+    until the collectors have inserted enough, and an insert until the learners have
+    sampled enough; a wait longer than ``rate_limiter_timeout`` seconds raises this.
+
+    Examples:
+        >>> issubclass(RateLimitTimeoutError, TimeoutError)
         True
     """

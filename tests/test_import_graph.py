@@ -84,8 +84,8 @@ def test_the_graph_sees_real_imports():
     graph = import_graph()
     assert "rbdata.buffers.replay" in graph["rbdata.buffers.tensordict"]
     assert "rbdata.buffers.protocol" in graph["rbdata.loader.dataset"]
-    # an import inside a function counts (rbdata.service imports its lifecycle module lazily)
-    assert "rbdata.service.lifecycle" in graph["rbdata.service"]
+    # an import inside a function counts (rbdata.service imports its attach module lazily)
+    assert "rbdata.service.attach" in graph["rbdata.service"]
     assert "rbdata.service.service" not in import_graph(lazy=False)["rbdata.service"]
 
 

@@ -106,7 +106,16 @@ def check_backend(
                 "(service_backend='ray'), not to a direct one."
             )
         return backend
-    accepted = {"ray_init_config", "remote_config", "recovery", "same_node_maps"}
+    accepted = {
+        "ray_init_config",
+        "remote_config",
+        "recovery",
+        "same_node_maps",
+        "coalesce",
+        "rate_limiter",
+        "rate_limiter_timeout",
+        "shards",
+    }
     unknown = sorted(set(service_backend_options or {}) - accepted)
     if unknown:
         raise TypeError(f"service_backend_options accepts {sorted(accepted)}, got {unknown}.")

@@ -54,7 +54,9 @@ class ReplayBuffer(_WritePath, _ReadPath, _Indexing, _PriorityUpdates, _BufferSt
         compilable: keep the writer's bookkeeping compatible with ``torch.compile``.
         delayed_init: build the components on first use (default: True with a transform_factory).
         service_backend: ``"direct"`` (default) or ``"ray"``.
-        service_backend_options: Ray options (``ray_init_config``, ``remote_config``).
+        service_backend_options: Ray options (``ray_init_config``, ``remote_config``,
+            ``recovery``, ``coalesce``, ``rate_limiter``, ``rate_limiter_timeout``,
+            ``shards``; see :mod:`rbdata.service.attach`).
         use_ray_service: the deprecated spelling of ``service_backend="ray"``.
         transport: how a remote buffer moves payloads (``"auto"``, ``"ray"``, ``"distributed"``).
         transport_options: options of the transport (``{"backend": "gloo" | "nccl"}``).

@@ -8,7 +8,8 @@ package does not import Ray; starting a service needs the ``ray`` extra.
 
 The package is organised by side:
 
-- ``lifecycle`` (:class:`RayService`, :func:`attach_ray_service`) and ``runtime``
+- ``attach`` (:func:`attach_ray_service`: the options), ``lifecycle`` (:class:`RayService`)
+  and ``runtime``
   (importing Ray, the lease on it, its errors as ours);
 - ``server/``: the owner actor (``owner``), its slot replies filled by the
   buffer's own read path (``slot_fill``), its torch.distributed channels (``channels``),
@@ -48,7 +49,7 @@ _NAMES = {
     "ShardedClient": "rbdata.service.sharding.buffer",
     "ShardedReplayBuffer": "rbdata.service.sharding.buffer",
     "RayService": "rbdata.service.lifecycle",
-    "attach_ray_service": "rbdata.service.lifecycle",
+    "attach_ray_service": "rbdata.service.attach",
 }
 
 
@@ -60,7 +61,7 @@ def __getattr__(name: str) -> Any:
 
 def _attach_ray_service(*args: Any, **kwargs: Any) -> Any:
     """:func:`attach_ray_service`, imported when a Ray-backed buffer is first built."""
-    from rbdata.service.lifecycle import attach_ray_service
+    from rbdata.service.attach import attach_ray_service
 
     return attach_ray_service(*args, **kwargs)
 

@@ -1,11 +1,10 @@
 """RayService: starting, serving and stopping the actor behind a Ray-backed buffer.
 
-:func:`attach_ray_service` is what ``ReplayBuffer(..., service_backend="ray")``
-calls: it starts a :class:`~rbdata.service.server.owner.BufferOwner` actor hosting
-a direct copy of the buffer being built and gives the calling buffer the
-Ray-backed variant of its class (:func:`~rbdata.service.client.proxy.proxy_class`,
-a subclass generated from the surface's declaration), whose members go to the
-:class:`RayService` this function returns and its :attr:`RayService.driver` client.
+:func:`~rbdata.service.attach.attach_ray_service` (what
+``ReplayBuffer(..., service_backend="ray")`` calls) builds a :class:`RayService`: it
+starts a :class:`~rbdata.service.server.owner.BufferOwner` actor hosting a direct
+copy of the buffer being built; the calling buffer's members then go to the
+service's :attr:`RayService.driver` client.
 """
 
 from __future__ import annotations
@@ -18,19 +17,17 @@ from rbdata.errors import ServiceUnavailableError
 from rbdata.service import runtime
 from rbdata.service.client.buffer_client import OwnerAddress, RayBufferClient
 from rbdata.service.client.distributed_client import DistributedBufferClient
-from rbdata.service.client.proxy import proxy_class
 from rbdata.service.client.retry import RecoveringClient
-from rbdata.service.client.surface import FORWARDED_METHODS
 from rbdata.service.server.owner import BufferOwner
+from rbdata.service.server.rate_limit import ServiceRateLimiter
 from rbdata.service.server.recovery import RecoveringOwner, RecoveryConfig
 from rbdata.service.transport.channel import BACKENDS
-from rbdata.service.transport.messages import DRAW_GROUP, WAIT_GROUP
+from rbdata.service.transport.messages import DRAW_GROUP, WAIT_GROUP, WRITE_GROUP
 
-__all__ = ["FORWARDED_METHODS", "RayService", "attach_ray_service"]
+__all__ = ["RayService"]
 
 logger = logging.getLogger(__name__)
 
-_OPTION_KEYS = frozenset({"ray_init_config", "remote_config", "recovery", "same_node_maps"})
 _TRANSPORTS = ("auto", "ray", "distributed")
 _WAITERS = 8  # clients that may wait for data at once (threads of the actor's wait group)
 _SERVERS = 8  # calls the actor serves at once (the hosted buffer's locks guard its state)
@@ -55,10 +52,17 @@ class RayService:
         recovery: checkpoint the actor and restart it from its checkpoint when its process
             dies, its clients retrying (:mod:`rbdata.service.server.recovery`); None: off.
         same_node_maps: let clients on the actor's node write (and sample uniformly) through
-            a shared-memory map of the buffer (:mod:`rbdata.service.server.direct`).
+            a shared-memory map of the buffer (:mod:`rbdata.service.server.direct`); off
+            with a ``rate_limiter`` (every sample and insert then goes through the actor).
+        coalesce: the default ``coalesce`` of the clients, the buffer's own included
+            (:mod:`rbdata.service.client.coalesce`; 0: off).
+        rate_limiter: the rate limiter the actor enforces on every client
+            (:mod:`rbdata.service.server.rate_limit`); None: none.
 
     Raises:
-        ValueError: for an unknown transport, or transport options without ``"distributed"``.
+        ValueError: for an unknown transport, or transport options without ``"distributed"``;
+            for ``coalesce`` or ``rate_limiter`` with ``recovery``, or ``coalesce`` with
+            ``"distributed"``.
         TypeError: for an unknown transport option.
 
     Examples:
@@ -85,9 +89,12 @@ class RayService:
         owner: type[BufferOwner] = BufferOwner,
         recovery: RecoveryConfig | None = None,
         same_node_maps: bool = True,
+        coalesce: int = 0,
+        rate_limiter: ServiceRateLimiter | None = None,
     ) -> None:
         if transport not in _TRANSPORTS:
             raise ValueError(f"transport must be one of {_TRANSPORTS}, got {transport!r}.")
+        _check_combination(transport, recovery, coalesce, rate_limiter)
         if transport != "distributed" and transport_options:
             raise ValueError(
                 f"transport_options are used by transport='distributed' only; got "
@@ -95,6 +102,7 @@ class RayService:
             )
         self._prefetch = prefetch
         self._recovery = recovery
+        self._coalesce = coalesce
         if not isinstance(same_node_maps, bool):
             raise TypeError(
                 "service_backend_options['same_node_maps'] must be a bool, got "
@@ -122,7 +130,8 @@ class RayService:
             # a recovering owner replays its log one call at a time; a plain one serves 8 at once
             servers = _SERVERS if recovery is None else 1
             remote = ray.remote(
-                max_concurrency=servers, concurrency_groups={WAIT_GROUP: _WAITERS, DRAW_GROUP: 1}
+                max_concurrency=servers,
+                concurrency_groups={WAIT_GROUP: _WAITERS, DRAW_GROUP: 1, WRITE_GROUP: servers},
             )(owner)
             args = () if recovery is None else (recovery,)
             self._actor = remote.options(**options).remote(*args)
@@ -131,19 +140,26 @@ class RayService:
                 self._actor.build.remote(ray.cloudpickle.dumps(hosted), not delayed_init),
                 "starting the hosted buffer",
             )
+            if rate_limiter is not None:
+                runtime.get(self._actor.limit_rate.remote(rate_limiter), "rate_limiter")
             cluster = ray.get_runtime_context().gcs_address
-            self._address = OwnerAddress(name, cluster, node, batch_size, same_node_maps)
-            self._client = self._make_client(self._prefetch)
+            maps = same_node_maps and rate_limiter is None  # a map would bypass the limiter
+            self._address = OwnerAddress(name, cluster, node, batch_size, maps)
+            self._client = self._make_client(self._prefetch, coalesce=coalesce)
         except BaseException:
             self.shutdown()
             raise
 
-    def _make_client(self, prefetch: int, write_behind: int = 0) -> RayBufferClient:
+    def _make_client(
+        self, prefetch: int, write_behind: int = 0, coalesce: int = 0
+    ) -> RayBufferClient:
         if self._transport == "distributed":
             return DistributedBufferClient(self._address, backend=self._backend)
         if self._recovery is not None:
             return RecoveringClient(self._address, prefetch=prefetch, recovery=self._recovery)
-        return RayBufferClient(self._address, prefetch=prefetch, write_behind=write_behind)
+        return RayBufferClient(
+            self._address, prefetch=prefetch, write_behind=write_behind, coalesce=coalesce
+        )
 
     # ------------------------------------------------------------ lifecycle
     @property
@@ -169,18 +185,25 @@ class RayService:
                 "build a new buffer."
             )
 
-    def client(self, *, prefetch: int | None = None, write_behind: int = 0) -> RayBufferClient:
+    def client(
+        self, *, prefetch: int | None = None, write_behind: int = 0, coalesce: int | None = None
+    ) -> RayBufferClient:
         """A picklable client (no lifecycle methods) for tasks, actors and other processes.
 
         Args:
             prefetch: requests the client keeps in flight; None: the buffer's ``prefetch``.
             write_behind: writes the client keeps in flight (see :class:`RayBufferClient`).
+            coalesce: small writes queued and sent as one ``extend``; None: the buffer's.
 
         Raises:
             RuntimeError: after :meth:`shutdown`.
+            ValueError: for ``coalesce`` with ``recovery`` or ``transport="distributed"``.
         """
         self.start()
-        return self._make_client(self._prefetch if prefetch is None else prefetch, write_behind)
+        coalesce = self._coalesce if coalesce is None else coalesce
+        _check_combination(self._transport, self._recovery, coalesce, None)
+        prefetch = self._prefetch if prefetch is None else prefetch
+        return self._make_client(prefetch, write_behind, coalesce)
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop the actor (its rings and threads first) and release Ray (idempotent).
@@ -192,14 +215,14 @@ class RayService:
             timeout: seconds to wait for the actor's orderly stop before it is killed.
         """
         actor, self._actor = self._actor, None
-        if actor is not None:
-            ray = runtime.ray_module()
-            try:
-                ray.get(actor.stop.remote(), timeout=timeout)
-            except Exception as err:  # noqa: BLE001 - the actor is killed whatever happened
-                logger.debug("the replay buffer actor did not stop cleanly: %s", err)
-            ray.kill(actor, no_restart=True)
-        self._lease.release()
+        client = getattr(self, "_client", None)
+        try:  # the buffer's own queued writes go first (their error is raised after the stop)
+            if actor is not None and client is not None:
+                client.flush()
+        finally:
+            if actor is not None:
+                _stop(actor, timeout)
+            self._lease.release()
 
     @property
     def driver(self) -> RayBufferClient:
@@ -207,63 +230,30 @@ class RayService:
         return self._client
 
 
-def attach_ray_service(
-    buffer: Any,
-    hosted: Any,
-    options: dict[str, Any] | None,
+def _stop(actor: Any, timeout: float | None) -> None:
+    """Stop ``actor`` in order (its rings and threads), then kill it."""
+    ray = runtime.ray_module()
+    try:
+        ray.get(actor.stop.remote(), timeout=timeout)
+    except Exception as err:  # noqa: BLE001 - the actor is killed whatever happened
+        logger.debug("the replay buffer actor did not stop cleanly: %s", err)
+    ray.kill(actor, no_restart=True)
+
+
+def _check_combination(
     transport: str,
-    transport_options: dict[str, Any] | None,
-    *,
-    prefetch: int = 0,
-    delayed_init: bool = False,
-) -> RayService:
-    """Host ``hosted`` in a Ray actor and make ``buffer`` forward to it.
-
-    Args:
-        buffer: the buffer being constructed (it takes the Ray-backed subclass of its class).
-        hosted: a direct copy of it (same class and components) for the actor to host.
-        options: ``service_backend_options``: ``ray_init_config``, ``remote_config`` and
-            ``recovery`` (a :class:`~rbdata.service.server.recovery.RecoveryConfig` or its
-            arguments as a dict).
-        transport: ``"auto"``, ``"ray"`` or ``"distributed"``.
-        transport_options: the transport's options (``{"backend": "gloo"}``).
-        prefetch: batches the buffer's clients request ahead (its ``prefetch`` argument).
-        delayed_init: build the hosted buffer's components on first use, not now.
-
-    Returns:
-        The service (the buffer's ``_remote``).
-
-    Raises:
-        TypeError: for an unknown key of ``options``.
-        ImportError: if Ray is not installed (the ``ray`` extra).
-
-    Examples:
-        >>> import ray, torch
-        >>> from rbdata import LazyTensorStorage, ReplayBuffer
-        >>> _ = ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-        >>> rb = ReplayBuffer(storage=LazyTensorStorage(10), service_backend="ray",
-        ...                   service_backend_options={"remote_config": {"num_cpus": 0}})
-        >>> isinstance(rb, ReplayBuffer), rb.service_backend
-        (True, 'ray')
-        >>> _ = rb.extend(torch.arange(3)); len(rb)
-        3
-        >>> rb.shutdown(); ray.shutdown()
-    """
-    options = dict(options or {})
-    unknown = set(options) - _OPTION_KEYS
-    if unknown:
-        raise TypeError(
-            f"service_backend_options accepts only {sorted(_OPTION_KEYS)}, got {sorted(unknown)}."
+    recovery: RecoveryConfig | None,
+    coalesce: int,
+    rate_limiter: ServiceRateLimiter | None,
+) -> None:
+    """Refuse the options that do not work together yet (ValueError naming them)."""
+    if recovery is not None and (coalesce or rate_limiter is not None):
+        raise ValueError(
+            "service_backend_options['recovery'] does not combine with 'coalesce' or "
+            f"'rate_limiter' yet; got coalesce={coalesce!r}, rate_limiter={rate_limiter!r}."
         )
-    if "recovery" in options:
-        options["recovery"] = RecoveryConfig.from_options(options["recovery"])
-    service = RayService(
-        hosted,
-        prefetch,
-        delayed_init=delayed_init,
-        **options,
-        transport=transport,
-        transport_options=transport_options,
-    )
-    buffer.__class__ = proxy_class(type(buffer))
-    return service
+    if transport == "distributed" and coalesce:
+        raise ValueError(
+            f"coalesce applies to transport='ray' clients, got coalesce={coalesce!r} with "
+            "transport='distributed'."
+        )

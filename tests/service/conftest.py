@@ -12,6 +12,7 @@ import pytest
 def ray_cluster() -> Iterator[Any]:
     """A local Ray cluster (2 CPUs) shared by the tests of one module."""
     ray = pytest.importorskip("ray", reason="the Ray service tests need the 'ray' extra")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # "local": a cluster of its own, even while another process's `ray start` cluster runs
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()

@@ -29,7 +29,6 @@ import time
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -39,6 +38,8 @@ from torch.utils.hooks import RemovableHandle
 from rbdata.buffers.protocol import INFO_KEYS, Draw, StatsSource
 from rbdata.errors import ServiceUnavailableError
 from rbdata.service import runtime
+from rbdata.service.client.address import OwnerAddress
+from rbdata.service.client.coalesce import CoalescedWrites, CoalescingClient
 from rbdata.service.client.direct import DIRECT_WRITES, DirectMap, fetcher
 from rbdata.service.client.in_flight import (
     Group,
@@ -56,6 +57,7 @@ from rbdata.service.transport.codec import Payload, decode, encode, unpack
 from rbdata.service.transport.messages import (
     SLOT_MIN_BYTES,
     WAIT_GROUP,
+    WRITE_GROUP,
     InSlot,
     Raised,
     ReturnsSelf,
@@ -72,31 +74,7 @@ _SMALL_ROW_BYTES = 256  # refilter sends only the entries at most this big per r
 _HELD_DRAWS = 8  # batches held for draws not gathered yet, beyond twice the prefetch depth
 
 
-@dataclass(frozen=True)
-class OwnerAddress:
-    """Where a client finds its actor.
-
-    Attributes:
-        actor_name: the actor's name (in the ``rbdata`` namespace).
-        cluster: the Ray cluster's address (GCS), for processes outside Ray.
-        node_id: the Ray node the actor runs on.
-        batch_size: the hosted buffer's default batch size.
-        maps: whether clients on the actor's node map the buffer (see :mod:`.direct`).
-
-    Examples:
-        >>> from rbdata.service.client.buffer_client import OwnerAddress
-        >>> OwnerAddress("rbdata-buffer-0", "127.0.0.1:6379", "node", None).batch_size is None
-        True
-    """
-
-    actor_name: str
-    cluster: str
-    node_id: str
-    batch_size: int | None
-    maps: bool = True
-
-
-class RayBufferClient(ForwardedMethods):
+class RayBufferClient(ForwardedMethods, CoalescingClient):
     """A picklable handle on a Ray-hosted replay buffer (see the module docstring).
 
     Get one from a Ray-backed buffer: ``rb.client()`` (see
@@ -111,6 +89,8 @@ class RayBufferClient(ForwardedMethods):
             once and are acknowledged before this client's next other call, or by
             :meth:`flush` (0: each write waits and returns its indices; see
             :mod:`rbdata.service.client.write_behind`).
+        coalesce: ``add``/``extend`` calls of fewer rows are queued and sent as one
+            ``extend`` (0: off; see :mod:`rbdata.service.client.coalesce`).
 
     Examples:
         >>> import pickle
@@ -123,11 +103,15 @@ class RayBufferClient(ForwardedMethods):
 
     service_backend = "ray"
 
-    def __init__(self, address: OwnerAddress, *, prefetch: int = 0, write_behind: int = 0) -> None:
+    def __init__(
+        self, address: OwnerAddress, *, prefetch: int = 0, write_behind: int = 0, coalesce: int = 0
+    ) -> None:
         self._address = address
         self._prefetch = prefetch
         self._write_behind = write_behind
-        PendingWrites(write_behind)  # checks the argument before anything is set up
+        self._coalesce = coalesce
+        PendingWrites(write_behind)  # checks the arguments before anything is set up
+        CoalescedWrites(coalesce)
         self._setup_local()
 
     def _setup_local(self) -> None:
@@ -138,6 +122,7 @@ class RayBufferClient(ForwardedMethods):
         self._ring_tried = False
         self._writes = WriteSlots()  # big writes through shared memory, on the actor's node
         self._pending = PendingWrites(getattr(self, "_write_behind", 0))  # writes in flight
+        self._coalesced = CoalescedWrites(getattr(self, "_coalesce", 0))  # small writes queued
         self._samples = Group()  # sample() replies requested ahead
         self._draws = Group()  # draw() replies requested ahead
         self._draw_size: int | None = None
@@ -155,12 +140,14 @@ class RayBufferClient(ForwardedMethods):
             "address": self._address,
             "prefetch": self._prefetch,
             "write_behind": self._write_behind,
+            "coalesce": self._coalesce,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._address = state["address"]
         self._prefetch = state["prefetch"]
         self._write_behind = state.get("write_behind", 0)
+        self._coalesce = state.get("coalesce", 0)
         self._setup_local()
 
     def __repr__(self) -> str:
@@ -170,15 +157,17 @@ class RayBufferClient(ForwardedMethods):
 
     # ------------------------------------------------------------ plumbing
     def flush(self) -> None:
-        """Wait until this client's writes kept in flight (``write_behind``) are written.
+        """Send the writes queued (``coalesce``) and wait for those in flight (``write_behind``).
 
         Raises:
             Exception: the error a write raised in the actor (the writes after it stand).
         """
+        self._flush_coalesced()
         self._pending.flush()
 
     def _actor(self) -> Any:
-        """The actor's handle, once this client's writes in flight are acknowledged."""
+        """The actor's handle, once this client's writes queued or in flight are acknowledged."""
+        self._flush_coalesced()
         self._pending.flush()
         return self._connect()
 
@@ -205,19 +194,26 @@ class RayBufferClient(ForwardedMethods):
         return self._direct
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        if self._queue_write(name, args, kwargs):  # coalesced (see CoalescingClient)
+            return None
+        return self._call_now(name, *args, **kwargs)
+
+    def _call_now(self, name: str, *args: Any, **kwargs: Any) -> Any:
         if name in DIRECT_WRITES:
             direct = self._mapped()
             self._pending.flush()
             done, result = direct.run(name, args, kwargs)
             if done:
                 return result
-        behind = self._write_behind and name in WRITE_CALLS
+        write = name in WRITE_CALLS
+        behind = self._write_behind and write
         actor, kw = (self._connect() if behind else self._actor()), encode(kwargs)
         ref = self._writes.submit(actor, name, args, kw)
         payload = None
         if ref is None:
             payload = encode(args)
-            ref = actor.call.remote(name, payload, kw)
+            call = actor.call.options(concurrency_group=WRITE_GROUP) if write else actor.call
+            ref = call.remote(name, payload, kw)
         if behind:
             self._pending.add(ref, name)
             result = None

@@ -130,7 +130,9 @@ def _shutdown(self: Any, timeout: float | None = None) -> None:
     self._remote.shutdown(timeout)
 
 
-def _client(self: Any, *, prefetch: int | None = None, write_behind: int = 0) -> Any:
+def _client(
+    self: Any, *, prefetch: int | None = None, write_behind: int = 0, coalesce: int | None = None
+) -> Any:
     """A picklable client of the actor, for tasks, actors and other processes.
 
     Args:
@@ -138,8 +140,11 @@ def _client(self: Any, *, prefetch: int | None = None, write_behind: int = 0) ->
         prefetch: requests the client keeps in flight; None: the buffer's ``prefetch``.
         write_behind: writes the client keeps in flight (``add``/``extend`` return None;
             see :class:`~rbdata.service.RayBufferClient`).
+        coalesce: ``add``/``extend`` calls of fewer rows are queued (they return None) and
+            sent as one ``extend`` (0: off; None: the buffer's ``coalesce`` option; see
+            :mod:`rbdata.service.client.coalesce`).
     """
-    return self._remote.client(prefetch=prefetch, write_behind=write_behind)
+    return self._remote.client(prefetch=prefetch, write_behind=write_behind, coalesce=coalesce)
 
 
 def _enter(self: Any) -> Any:

@@ -24,7 +24,7 @@ from typing import Any
 
 from rbdata.service import runtime
 from rbdata.service.transport.codec import Payload, encode_into
-from rbdata.service.transport.messages import SLOT_MIN_BYTES
+from rbdata.service.transport.messages import SLOT_MIN_BYTES, WRITE_GROUP
 from rbdata.service.transport.slots import SlotRing
 
 __all__ = ["WRITE_CALLS", "WriteSlots"]
@@ -68,7 +68,8 @@ class WriteSlots:
         if packed is None:  # bigger than a slot
             ring.release(slot)
             return None
-        return actor.call_in_slot.remote(name, str(ring.path), slot, packed, kwargs)
+        call = actor.call_in_slot.options(concurrency_group=WRITE_GROUP)
+        return call.remote(name, str(ring.path), slot, packed, kwargs)
 
     def consider(self, actor: Any, node_id: str, name: str, args: Payload) -> None:
         """After a write sent as an argument: open the ring if it was big and the actor is near."""

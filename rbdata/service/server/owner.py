@@ -19,13 +19,15 @@ number travels.
 from __future__ import annotations
 
 import pickle
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from rbdata.buffers.protocol import Draw
 from rbdata.service.client.surface import OWNER_CALLS, OWNER_READS
 from rbdata.service.client.write_slots import WRITE_CALLS
 from rbdata.service.server.channels import OwnerChannels
 from rbdata.service.server.direct import DirectExport
+from rbdata.service.server.rate_limit import ServiceRateLimiter
 from rbdata.service.server.slot_fill import SlotReplies
 from rbdata.service.server.write_slots import WriteRings, copies_on_write
 from rbdata.service.transport.channel import Wire
@@ -37,6 +39,8 @@ from rbdata.service.transport.messages import (
 )
 
 __all__ = ["BufferOwner"]
+
+T = TypeVar("T")
 
 #: Calls that read or replace the buffer as a whole: run under its lock, so that a call
 #: served at the same time never sees half of a write (the others take the lock inside).
@@ -89,6 +93,7 @@ class BufferOwner:
         self._slots = SlotReplies()
         self._writes = WriteRings()
         self._channels = OwnerChannels()
+        self._rate: ServiceRateLimiter | None = None
         self._direct = DirectExport()
 
     def build(
@@ -106,6 +111,15 @@ class BufferOwner:
         if initialize:
             _ = self._buffer.storage  # the property builds the components
         return (self.node_id() if node else None), self._buffer.batch_size
+
+    def limit_rate(self, limiter: ServiceRateLimiter) -> None:
+        """Enforce ``limiter`` on every client's samples and inserts from now on."""
+        limiter.attach(self._buffer)
+        self._rate = limiter
+
+    def _limited(self, name: str, size: int | None, call: Callable[[], T]) -> T:
+        """``call()``, once the rate limiter (if any) lets the call ``name`` through."""
+        return call() if self._rate is None else self._rate.run(name, size, call)
 
     # ------------------------------------------------------------ control
     def node_id(self) -> str:
@@ -148,8 +162,12 @@ class BufferOwner:
         return self._direct.handle(self._buffer, self._offers_direct())
 
     def _offers_direct(self) -> bool:
-        """Whether this owner lets clients write around it (not when it logs writes)."""
-        return True
+        """Whether this owner lets clients write around it.
+
+        Not when it logs writes, nor when it limits the rate (a map's writes and
+        samples would not pass the limiter).
+        """
+        return self._rate is None
 
     def wait_for_write(self, write_count: int, timeout: float) -> int:
         """Wait up to ``timeout`` s for ``write_count`` to change; return the current count."""
@@ -161,9 +179,13 @@ class BufferOwner:
     def sample(self, batch_size: int | None, ring: str | None) -> Reply:
         """``buffer.sample(batch_size, return_info=True)``, read into a slot of ``ring`` if free."""
         buffer = self._buffer
-        return self._slots.reply(buffer, ring, lambda: buffer.sample(batch_size, return_info=True))[
-            0
-        ]
+        return self._limited(
+            "sample",
+            batch_size,
+            lambda: self._slots.reply(
+                buffer, ring, lambda: buffer.sample(batch_size, return_info=True)
+            )[0],
+        )
 
     def draw_gather(self, batch_size: int, ring: str | None) -> Reply:
         """Draw a batch and gather it: ``(index, info, ends_pass, batch)``, one reply."""
@@ -171,8 +193,12 @@ class BufferOwner:
 
     def _draw_gather(self, batch_size: int, ring: str | None) -> tuple[Reply, bool]:
         """:meth:`draw_gather`'s reply, and whether the draw holds rows."""
-        reply, value = self._slots.reply(
-            self._buffer, ring, lambda: self._draw_and_gather(batch_size)
+        reply, value = self._limited(
+            "draw_gather",
+            batch_size,
+            lambda: self._slots.reply(
+                self._buffer, ring, lambda: self._draw_and_gather(batch_size)
+            ),
         )
         return reply, value[3] is not None
 
@@ -272,7 +298,8 @@ class BufferOwner:
 
     def _run(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if name == "draw_gather":
-            return self._draw_and_gather(*args, **kwargs)
+            size = args[0] if args else kwargs.get("batch_size")
+            return self._limited(name, size, lambda: self._draw_and_gather(*args, **kwargs))
         if name == "gather":
             return self._buffer.gather(Draw(*args, **kwargs))
         if name not in OWNER_CALLS:
@@ -285,7 +312,8 @@ class BufferOwner:
                 self._direct.invalidate(name)
                 result = getattr(self._buffer, name)(*args, **kwargs)
         else:
-            result = getattr(self._buffer, name)(*args, **kwargs)
+            size = args[0] if name == "sample" and args else kwargs.get("batch_size")
+            result = self._limited(name, size, lambda: getattr(self._buffer, name)(*args, **kwargs))
         return ReturnsSelf() if result is self._buffer else result
 
     # ------------------------------------------------------------ lifecycle

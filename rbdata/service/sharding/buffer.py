@@ -31,9 +31,9 @@ from rbdata.service import runtime
 from rbdata.service.client.buffer_client import RayBufferClient
 from rbdata.service.lifecycle import RayService
 from rbdata.service.server.recovery import RecoveryConfig
-from rbdata.service.sharding.owner import ShardMass, ShardOwner
-from rbdata.service.sharding.routing import global_weight, merge, shard_counts, split_index
-from rbdata.service.transport.codec import decode
+from rbdata.service.sharding.owner import ShardOwner
+from rbdata.service.sharding.routing import split_index
+from rbdata.service.sharding.sampling import sample_shards
 
 __all__ = ["ShardedClient", "ShardedReplayBuffer"]
 
@@ -219,25 +219,14 @@ class ShardedClient:
         self.update_priority(data.get("index"), data.get(key).detach().abs())
 
     # ------------------------------------------------------------ sampling
-    def _masses(self) -> list[ShardMass]:
-        handles = self._each(lambda shard: shard._actor(), None)
-        out = []
-        for number, handle in enumerate(handles):
-            mass = ShardMass(0.0, float("inf"), 0.0, False)
-            if handle is not None:
-                try:
-                    mass = ShardMass(*runtime.get(handle.mass.remote(), "mass"))
-                except ServiceUnavailableError as err:
-                    logger.warning("shard %d is unavailable, sampling the others: %s", number, err)
-            out.append(mass)
-        return out
-
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
         """Draw ``batch_size`` items over all shards, exactly in proportion to their mass.
 
         Prioritized shards: in proportion to the global priority mass, with importance
         weights normalised by the global smallest priority; uniform shards: in
-        proportion to their sizes.
+        proportion to their sizes. A shard that is gone or was emptied between the two
+        rounds has its part drawn from the others
+        (:func:`~rbdata.service.sharding.sampling.sample_shards`).
 
         Raises:
             ValueError: without a batch size (here or the buffer's default).
@@ -246,42 +235,7 @@ class ShardedClient:
         size = self.batch_size if batch_size is None else batch_size
         if size is None:
             raise ValueError("batch_size must be given: the buffer has no default batch size.")
-        masses = self._masses()
-        counts = shard_counts([m.total for m in masses], size, self._generator).tolist()
-        asked = {
-            shard: self._shards[shard]._actor().shard_sample.remote(int(count))
-            for shard, count in enumerate(counts)
-            if count
-        }
-        replies = {shard: decode(runtime.get(ref, "sample")) for shard, ref in asked.items()}
-        for shard, (_, _, mass) in replies.items():
-            masses[shard] = ShardMass(*mass)
-        smallest = min(m.smallest for m in masses if m.total > 0)
-        batches, infos = [], []
-        for shard, (batch, info, mass) in sorted(replies.items()):
-            info = self._globalise(shard, info, ShardMass(*mass), smallest)
-            if isinstance(batch, TensorDictBase):
-                for key in ("index", "priority_weight"):
-                    if key in batch.keys() and key in info:
-                        batch.set(key, info[key].reshape(batch.get(key).shape))
-            batches.append(batch)
-            infos.append(info)
-        order = torch.randperm(size, generator=self._generator)
-        batch = merge(batches, order)
-        if not return_info:
-            return batch
-        return batch, merge(infos, order)
-
-    def _globalise(
-        self, shard: int, info: dict[str, Any], mass: ShardMass, smallest: float
-    ) -> dict[str, Any]:
-        out = dict(info)
-        out["index"] = torch.as_tensor(info["index"]).long() + shard * self._capacity
-        if "priority_weight" in info:
-            out["priority_weight"] = global_weight(
-                info["priority_weight"], mass.smallest, smallest, mass.beta
-            )
-        return out
+        return sample_shards(self._shards, self._capacity, size, self._generator, return_info)
 
     # ------------------------------------------------------------ state
     def stats(self) -> dict[str, Any]:

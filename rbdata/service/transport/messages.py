@@ -6,13 +6,25 @@ from dataclasses import dataclass
 
 from rbdata.service.transport.codec import Packed, Payload
 
-__all__ = ["DRAW_GROUP", "SLOT_MIN_BYTES", "WAIT_GROUP", "InSlot", "Raised", "Reply", "ReturnsSelf"]
+__all__ = [
+    "DRAW_GROUP",
+    "SLOT_MIN_BYTES",
+    "WAIT_GROUP",
+    "WRITE_GROUP",
+    "InSlot",
+    "Raised",
+    "Reply",
+    "ReturnsSelf",
+]
 
 #: The actor's concurrency group for blocking waits (a waiting client never blocks a write).
 WAIT_GROUP = "wait"
 #: the owner's concurrency group of draws: one thread, so that the draws a client keeps in
 #: flight are served in the order it sent them (a pass ends with the batch that ended it)
 DRAW_GROUP = "draws"
+#: the owner's concurrency group of writes: a write held by the rate limiter never takes a
+#: thread that reads and priority updates need
+WRITE_GROUP = "writes"
 #: Replies smaller than this travel inline with Ray's answer (cheaper than a slot).
 SLOT_MIN_BYTES = 64 * 1024
 

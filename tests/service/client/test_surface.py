@@ -174,7 +174,9 @@ class _Service:
     def start(self) -> None:
         self.events.append("start")
 
-    def client(self, *, prefetch: int | None = None, write_behind: int = 0) -> str:
+    def client(
+        self, *, prefetch: int | None = None, write_behind: int = 0, coalesce: int | None = None
+    ) -> str:
         return f"a client, prefetch {prefetch}"
 
     def shutdown(self, timeout: float | None = None) -> None:

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 import torch
+from tensordict import TensorDict
 
-from rbdata import LazyTensorStorage, PrioritizedReplayBuffer, ReplayBuffer
+from rbdata import LazyTensorStorage, PrioritizedReplayBuffer, ReplayBuffer, TensorDictReplayBuffer
+from rbdata.service.sharding import sampling
 from rbdata.service.sharding.buffer import ShardedReplayBuffer
 
 pytestmark = pytest.mark.ray
@@ -170,5 +172,110 @@ def test_sticky_clients_pickle_and_write_to_their_own_shard(ray_cluster: Any) ->
         first = client.extend(torch.arange(5)) // 50
         assert (client.extend(torch.arange(5)) // 50).tolist() == first.tolist()
         assert len(rb) == 10 and rb.sample().shape == torch.Size([8])
+    finally:
+        rb.shutdown()
+
+
+# ------------------------------------------------------- service_backend_options shards
+def test_the_shards_option_builds_a_sharded_ray_backed_buffer(ray_cluster: Any) -> None:
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(50),
+        batch_size=8,
+        service_backend="ray",
+        service_backend_options={"shards": 2, "remote_config": CONFIG},
+    )
+    try:
+        assert isinstance(rb, TensorDictReplayBuffer) and rb.service_backend == "ray"
+        assert type(rb._remote).__name__ == "ShardedService" and rb.is_alive
+        data = TensorDict({"obs": torch.arange(10.0)}, [10])
+        index = rb.extend(data)  # sticky: the buffer's own writes go to one shard
+        assert len({int(i) // 50 for i in index}) == 1
+        client = pickle.loads(pickle.dumps(rb.client()))
+        client.extend(data)
+        stats = rb.stats()
+        assert len(rb) == 20 and rb.write_count == 20
+        assert stats["capacity"] == 100 and stats["shards_alive"] == 2
+        batch = rb.sample()
+        assert batch.batch_size == torch.Size([8]) and bool((batch["index"] < 100).all())
+        with pytest.raises(NotImplementedError, match=r"rb.query is not available on a sharded"):
+            rb.query(lambda trajectory: True)
+        with pytest.raises(ValueError, match="takes no prefetch, write_behind or coalesce"):
+            rb.client(write_behind=2)
+    finally:
+        rb.shutdown()
+    assert not rb.is_alive
+    with pytest.raises(RuntimeError, match="was shut down"):
+        rb.client()
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"shards": 0}, ValueError, r"\['shards'\] must be an int >= 1 \(1: unsharded\), got 0"),
+        ({"shards": "2"}, TypeError, r"\['shards'\] must be an int, got str"),
+        ({"shards": True}, TypeError, r"\['shards'\] must be an int, got bool"),
+        ({"shards": 2, "coalesce": 4}, ValueError, r"shards'\]=2 does not combine with"),
+    ],
+)
+def test_bad_shards_options_are_refused(
+    ray_cluster: Any, options: dict[str, Any], error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        ReplayBuffer(service_backend="ray", service_backend_options={**options})
+
+
+def test_one_shard_is_the_unsharded_service(ray_cluster: Any) -> None:
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(10),
+        service_backend="ray",
+        service_backend_options={"shards": 1, "remote_config": CONFIG},
+    )
+    try:
+        assert type(rb._remote).__name__ == "RayService"
+        assert rb.extend(torch.arange(3)).tolist() == [0, 1, 2]
+    finally:
+        rb.shutdown()
+
+
+def _two_filled_shards() -> ShardedReplayBuffer:
+    rb = ShardedReplayBuffer(
+        ReplayBuffer(storage=LazyTensorStorage(20)),
+        2,
+        routing="round_robin",
+        seed=0,
+        remote_config=CONFIG,
+    )
+    rb.extend(torch.arange(10))
+    rb.extend(torch.arange(10, 20))
+    return rb
+
+
+def test_a_draw_retries_the_part_of_a_shard_emptied_after_its_mass_was_read(
+    ray_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rb = _two_filled_shards()
+    try:
+        stale = sampling.read_masses(rb._shards)  # both shards hold 10 items
+        monkeypatch.setattr(sampling, "read_masses", lambda shards: list(stale))
+        rb._shards[0].empty()
+        _, info = rb.sample(64, return_info=True)
+        assert info["index"].shape == (64,) and bool((info["index"] // 20 == 1).all())
+        rb._shards[1].empty()
+        with pytest.raises(RuntimeError, match="every shard is empty"):
+            rb.sample(8)
+    finally:
+        rb.shutdown()
+
+
+def test_a_draw_retries_the_part_of_a_shard_that_died(
+    ray_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rb = _two_filled_shards()
+    try:
+        stale = sampling.read_masses(rb._shards)
+        monkeypatch.setattr(sampling, "read_masses", lambda shards: list(stale))
+        ray.kill(rb._shards[1]._actor(), no_restart=True)
+        data, info = rb.sample(64, return_info=True)
+        assert bool((info["index"] // 20 == 0).all()) and bool((data < 20).all())
     finally:
         rb.shutdown()
