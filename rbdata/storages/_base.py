@@ -149,18 +149,28 @@ class Storage(abc.ABC):
         """
         return self
 
-    def set(self, index: Index, data: Any) -> None:
+    def set(self, index: Index, data: Any, *, set_cursor: bool = True) -> None:
         """Write ``data`` at ``index`` (an int, a slice or a 1-D LongTensor).
 
         For an int ``index`` ``data`` is one item; otherwise ``data`` holds one
         item per index along its first dimension. Validation happens before
         anything is written: on error the storage is unchanged.
+
+        Args:
+            index: where to write.
+            data: what to write.
+            set_cursor: whether the write counts as filling slots (``len`` and the
+                last written slot follow it). False (torchrl's keyword) writes the
+                content only, as an in-place edit of slots that are already counted
+                or a pre-fill of slots a later write will count.
         """
         stop = self._set(index, data)
         cells = self._counters.cells
+        cells[1] += 1  # the mutation revision
+        if not set_cursor:
+            return
         if stop > cells[0]:
             cells[0] = stop
-        cells[1] += 1  # the mutation revision
         last = _last_slot(index, stop)
         if last is not None:
             cells[2] = last
@@ -211,7 +221,20 @@ class Storage(abc.ABC):
         self.load_state_dict(self.apply_load_hooks(read_state(path, "storage")))
 
     def apply_save_hooks(self, state: dict[str, Any]) -> dict[str, Any]:
-        """``state`` (a :meth:`state_dict`) passed through the save hooks, in order."""
+        """``state`` (a :meth:`state_dict`) passed through the save hooks, in order.
+
+        As torchrl's checkpointers do, a hook with an ``is_full`` attribute has it
+        set to whether the storage is full, and one with a ``shift`` attribute to
+        the slot after the last one written (0 before any write), before it runs.
+        """
+        if self._save_hooks:
+            last = self._last_cursor_index
+            is_full, shift = len(self) == self.max_size, 0 if last is None else last + 1
+            for hook in self._save_hooks:
+                if hasattr(hook, "is_full"):
+                    hook.is_full = is_full
+                if hasattr(hook, "shift"):
+                    hook.shift = shift
         for hook in self._save_hooks:
             state = hook(state)
         return state

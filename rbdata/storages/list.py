@@ -15,6 +15,9 @@ from ._base import Index, Storage, _as_index, _get_index, _identity, _set_index
 from ._counters import spawning
 from ._torchrl import is_torchrl_layout, list_storage_state
 
+#: ``max_size`` of an unbounded list storage (``max_size=None``), torchrl's value
+_UNBOUNDED = torch.iinfo(torch.int64).max
+
 
 def _collate_list(items: list[Any]) -> Any:
     """Stack items read from a list storage (TensorDicts stacked, the rest default-collated)."""
@@ -30,13 +33,16 @@ class ListStorage(Storage):
     ``get(LongTensor)`` a list of items (the buffer's ``collate_fn`` merges
     them), ``storage[a:b]`` the list of filled items in that slice.
 
+    ``max_size=None`` makes the storage unbounded (``max_size`` is then the
+    largest int64, as in torchrl).
+
     ``state_dict()`` returns ``{"len": int, "items": list}``: the items are the
     stored objects themselves, so saving it needs pickle unless they are all
     tensors or plain Python values (``torch.load(weights_only=True)`` refuses
     arbitrary objects).
 
     Args:
-        max_size: number of slots. Defaults to 1000.
+        max_size: number of slots; None for no bound. Defaults to 1000.
 
     Keyword Args:
         compilable: accepted as torchrl's argument (see :class:`Storage`).
@@ -54,12 +60,12 @@ class ListStorage(Storage):
 
     def __init__(
         self,
-        max_size: int = 1000,
+        max_size: int | None = 1000,
         *,
         compilable: bool = False,
         device: torch.device | str | int | None = None,
     ) -> None:
-        super().__init__(max_size, compilable=compilable)
+        super().__init__(_UNBOUNDED if max_size is None else max_size, compilable=compilable)
         self.device = None if device is None else torch.device(device)
         self._items: list[Any] = []
 
@@ -178,7 +184,7 @@ class LazyStackStorage(ListStorage):
     (a ``LazyStackedTensorDict``), so heterogeneous shapes are kept.
 
     Args:
-        max_size: number of slots. Defaults to 1000.
+        max_size: number of slots; None for no bound. Defaults to 1000.
 
     Keyword Args:
         compilable: accepted as torchrl's argument (see :class:`Storage`).
@@ -201,7 +207,7 @@ class LazyStackStorage(ListStorage):
 
     def __init__(
         self,
-        max_size: int = 1000,
+        max_size: int | None = 1000,
         *,
         compilable: bool = False,
         stack_dim: int = 0,

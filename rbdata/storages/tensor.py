@@ -17,7 +17,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torch.utils._pytree import tree_map
 
-from ._base import Index, _as_index, _get_index, _set_index
+from ._base import Index, _as_index, _check_int, _get_index, _set_index
 from ._pytree import _Structure
 from ._row_layout import _PackedLayout
 from ._stack import _stacked
@@ -88,6 +88,11 @@ class TensorStorage(_TensorRows):
         compilable: bool = False,
     ) -> None:
         _check_ndim(ndim)
+        if storage is None:
+            raise ValueError(
+                "Expected storage to be non-null: TensorStorage wraps pre-allocated data "
+                "(use LazyTensorStorage to allocate at the first write)."
+            )
         if isinstance(storage, TensorDictBase) and not storage.keys():
             # An empty TensorDict only gives the capacity: the first write sets the layout.
             cells = math.prod(storage.batch_size[:ndim])
@@ -109,7 +114,8 @@ class TensorStorage(_TensorRows):
         cells = math.prod(first.shape[:ndim])
         if max_size is not None and max_size != cells:
             raise ValueError(
-                f"max_size must equal the number of items in storage ({cells}), got {max_size}."
+                f"The max-size and the storage shape mismatch: got max_size={max_size} for a "
+                f"storage of {cells} item(s) (shape {list(first.shape)}); max_size must equal it."
             )
         self._setup(cells, device, ndim, compilable)
         self.set(slice(0, first.shape[0]), storage)
@@ -236,6 +242,24 @@ class TensorStorage(_TensorRows):
         n = _check_leaves(structure, leaves, layout.dtypes, _tails(layout, lead), batched)
         return _Plan(structure, layout, lead, leaves, n)
 
+    def _init(self, data: Any) -> None:
+        """Lay out the rows for items like ``data`` (one item), as a first write would.
+
+        torchrl's storages allocate in this hook; code that pre-allocates a lazy
+        storage with ``storage._init(item)`` works here too.
+
+        Raises:
+            RuntimeError: if the storage is already initialized.
+        """
+        if self._rows is not None:
+            raise RuntimeError(f"{type(self).__name__} is already initialized.")
+        plan = self._plan(data, False)
+        if not math.prod(plan.lead):
+            raise ValueError(
+                f"max_size={self.max_size} cannot hold one item of {list(plan.lead)} cells."
+            )
+        self._allocate(plan.structure, plan.layout, plan.lead)
+
     def _leaves(self, data: Any, batched: bool) -> tuple[list[torch.Tensor], int]:
         structure, layout, _ = self._allocated()
         leaves = structure.flatten(data)
@@ -359,6 +383,11 @@ class TensorStorage(_TensorRows):
         if isinstance(index, slice):
             return self._get_items(range(*index.indices(self._len)))
         structure, _, rows = self._allocated()  # before the bounds: RuntimeError, as torchrl
+        if isinstance(index, int) and self.ndim > 1:  # one item along dim 0, as torchrl
+            item = _check_int(index, self._len, self._len, "get")
+            lead = torch.Size(self._lead)
+            packed = rows.read_range(item * self._cells, (item + 1) * self._cells)
+            return structure.build(rows.split(packed, lead), lead, self._out_device)
         slots = _get_index(index, len(self))
         if isinstance(slots, int):
             leaves = rows.split(rows.read_range(slots, slots + 1), _SCALAR)
