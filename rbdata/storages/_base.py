@@ -11,9 +11,10 @@ from typing import Any, overload
 import torch
 
 from rbdata._component.checks import check_bool, check_int
+from rbdata._component.compiling import not_traced
 from rbdata._component.state_file import read_state, write_state
 
-from ._counters import SharedCounters
+from ._counters import LocalCounters, SharedCounters
 
 Index = int | slice | torch.Tensor
 
@@ -60,8 +61,13 @@ class Storage(abc.ABC):
     def __init__(self, max_size: int, *, compilable: bool = False) -> None:
         self.max_size = check_int(max_size, "max_size", minimum=1)
         self._compilable = check_bool(compilable, "compilable")
-        # [filled items, mutation revision, last slot written]: seen by child processes
-        self._counters = SharedCounters([0, 0, -1])
+        # [filled items, mutation revision, last slot written]: seen by child processes;
+        # compilable: a plain list torch.compile traces (as torchrl's plain attributes)
+        self._counters = (
+            LocalCounters([0, 0, -1], tensors=(1,))  # the revision: bumped without a guard
+            if self._compilable
+            else SharedCounters([0, 0, -1])
+        )
         self._save_hooks: list[Callable[[Any], Any]] = []
         self._load_hooks: list[Callable[[Any], Any]] = []
         self._newest_of: Callable[[], int] | None = None
@@ -85,6 +91,8 @@ class Storage(abc.ABC):
     def _last_cursor_index(self) -> int | None:
         """The slot (along the first dim) of the last item written, None before any."""
         last = self._counters[2]
+        if type(last) is not int:  # a 0-d tensor, set by a write under torch.compile
+            last = int(last)
         return None if last < 0 else last
 
     def _note_mutation(self, last: int | None = None) -> None:
@@ -164,6 +172,9 @@ class Storage(abc.ABC):
                 content only, as an in-place edit of slots that are already counted
                 or a pre-fill of slots a later write will count.
         """
+        if self._compilable and torch.compiler.is_compiling():
+            self._set_compiling(index, data, set_cursor)
+            return
         stop = self._set(index, data)
         cells = self._counters.cells
         cells[1] += 1  # the mutation revision
@@ -174,6 +185,56 @@ class Storage(abc.ABC):
         last = _last_slot(index, stop)
         if last is not None:
             cells[2] = last
+
+    def _set_compiling(self, index: Index, data: Any, set_cursor: bool) -> None:
+        """:meth:`set` under ``torch.compile`` (``compilable=True``): a write dynamo traces.
+
+        The storage's :meth:`_set_traced` writes where it can (no data-dependent
+        check: a tensor index is not bounds-checked) and ``len`` grows by the
+        items written, capped at the capacity, as torchrl counts it; any other
+        write runs eagerly (a graph break).
+        """
+        n = self._set_traced(index, data)
+        if n is None:
+            _set_eagerly(self, index, data, set_cursor)
+            return
+        cells: list[Any] = self._counters.cells  # the last slot may be a 0-d tensor here
+        cells[1] += 1
+        if not set_cursor or not n:
+            return
+        cells[0] = min(cells[0] + n, self.max_size_along_dim0)
+        if isinstance(index, torch.Tensor):
+            cells[2] = index[-1]
+        elif type(index) is slice:
+            cells[2] = index.stop - 1
+        else:
+            cells[2] = index
+
+    def _set_traced(self, index: Index, data: Any) -> int | None:
+        """Write under ``torch.compile`` if this storage can trace it; return the items written.
+
+        None (the base: always) leaves the write to the eager path.
+        """
+        return None
+
+    def _rand_given_ndim(
+        self, batch_size: int, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """``batch_size`` uniform slots (flat cells on ndim>1 storages) among the filled ones.
+
+        Samplers draw here under ``torch.compile``; the draw itself
+        (:meth:`_rand_given_ndim_impl`) is never traced: traced, it depends on
+        ``len(self)``, which dynamo guards on, and a compiled sample would
+        recompile as the storage fills (torchrl's reason for the same hooks).
+        """
+        return self._rand_given_ndim_impl(batch_size, generator)
+
+    @not_traced
+    def _rand_given_ndim_impl(
+        self, batch_size: int, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """The draw of :meth:`_rand_given_ndim`, outside the graph (a graph break)."""
+        return torch.randint(len(self), (batch_size,), generator=generator)
 
     def get(self, index: Index) -> Any:
         """Read the items at ``index`` (an int, a slice or an integer tensor)."""
@@ -293,6 +354,12 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the storage from :meth:`state_dict`'s output."""
+
+
+@not_traced
+def _set_eagerly(storage: Storage, index: Index, data: Any, set_cursor: bool) -> None:
+    """A write ``torch.compile`` does not trace (a graph break), as outside it."""
+    storage.set(index, data, set_cursor=set_cursor)
 
 
 # ------------------------------------------------------------ index helpers

@@ -17,6 +17,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torch.utils._pytree import tree_map
 
+from rbdata._component.compiling import not_traced
+
 from ._base import Index, _as_index, _check_int, _get_index, _set_index
 from ._pytree import _Structure
 from ._row_layout import _PackedLayout
@@ -162,6 +164,8 @@ class TensorStorage(_TensorRows):
         return self._len
 
     def __len__(self) -> int:
+        if self._compilable and torch.compiler.is_compiling():
+            return _len_eagerly(self)
         return self._len * self._cells
 
     @property
@@ -328,6 +332,52 @@ class TensorStorage(_TensorRows):
         self._write(slots, leaves, batched)
         return stop
 
+    def _set_traced(self, index: Index, data: Any) -> int | None:
+        """A write ``torch.compile`` traces: an initialized storage, a tensor, slice or int index.
+
+        The leaves are assembled into whole rows, then copied into the rows with one
+        ``index_copy_`` (tensor) or ``copy_`` (slice, int) of their 8-byte words:
+        the only mutation the graph makes of the storage (aot_autograd refuses
+        writes through the per-leaf views, of other dtypes). A tensor index is
+        not bounds-checked here (the check would depend on its values).
+        """
+        rows = self._rows_value
+        if rows is None or self._rendezvous is not None:
+            return None
+        start: int | None = None
+        if isinstance(index, torch.Tensor):
+            if index.ndim != 1 or index.dtype is not torch.int64:
+                return None
+        elif type(index) is slice:
+            start, stop = index.start or 0, index.stop
+            if index.step not in (None, 1) or type(start) is not int or type(stop) is not int:
+                return None
+            if not 0 <= start <= stop <= self._capacity:
+                raise IndexError(
+                    f"set slice {start}:{stop} is out of range for capacity {self._capacity}."
+                )
+        elif type(index) is int:
+            start = _check_int(index, self._len, self._capacity, "set")
+        else:
+            return None
+        batched = type(index) is not int
+        leaves, n = self._leaves(data, batched)
+        count = n if batched else 1
+        if start is not None and type(index) is slice and count != index.stop - start:
+            raise ValueError(f"index selects {index.stop - start} item(s) but data holds {n}.")
+        layout, cells = rows.layout, self._cells
+        if cells != 1 or self.ndim > 1:
+            leaves = [t.reshape(-1, *shape) for t, shape in zip(leaves, layout.shapes, strict=True)]
+        elif not batched:
+            leaves = [t.unsqueeze(0) for t in leaves]
+        stage = rows.assemble(leaves, count * cells)
+        if start is None:
+            assert isinstance(index, torch.Tensor)
+            rows.words.index_copy_(0, self._to_cells(index.to(rows.device)), stage)
+        else:
+            rows.words[start * cells : (start + count) * cells].copy_(stage)
+        return count
+
     def _write(
         self,
         index: int | range | tuple[range, range] | torch.Tensor,
@@ -365,6 +415,10 @@ class TensorStorage(_TensorRows):
 
     # ----------------------------------------------------------------- read
     def _get(self, index: Index) -> Any:
+        if self._compilable and torch.compiler.is_compiling():
+            traced = self._get_traced(index)
+            if traced is not None:
+                return traced
         filled = len(self)
         if (
             type(index) is torch.Tensor
@@ -396,6 +450,21 @@ class TensorStorage(_TensorRows):
         flat = slots if slots.ndim == 1 else slots.reshape(-1)
         leaves = rows.split(rows.read_index(flat), batch)
         return structure.build(leaves, batch, self._out_device)
+
+    def _get_traced(self, index: Index) -> Any | None:
+        """A read ``torch.compile`` traces (a 1-D int64 index, not bounds-checked), or None."""
+        rows = self._rows_value
+        if (
+            rows is None
+            or self._structure is None
+            or not isinstance(index, torch.Tensor)
+            or index.ndim != 1
+            or index.dtype is not torch.int64
+            or rows.out_device is not None
+        ):
+            return None
+        picked = torch.index_select(rows.words, 0, index.to(rows.device))
+        return self._structure.build(rows.split(picked, index.shape), index.shape, self._out_device)
 
     def read_into(self, index: torch.Tensor, memory: torch.Tensor) -> Any | None:
         """``get(index)`` as one gather of packed rows into ``memory`` (None: it cannot)."""
@@ -473,6 +542,17 @@ class TensorStorage(_TensorRows):
 
 
 # --------------------------------------------------------------- helpers
+@not_traced
+def _len_eagerly(storage: TensorStorage) -> int:
+    """``len(storage)`` outside the graph (a graph break), as torchrl's compilable storages read it.
+
+    Traced, the length is guarded as a constant: a function reading it recompiles
+    at every write. Read eagerly, it comes back into the graph as a value dynamo
+    makes dynamic after one change.
+    """
+    return storage._len * storage._cells
+
+
 def _count(index: int | range | tuple[range, range] | torch.Tensor) -> int:
     """Number of items a normalized write index addresses."""
     if isinstance(index, int):
