@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from tensordict import LazyStackedTensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
 from torch.utils.data._utils.collate import default_collate
 
 from rbdata._component.checks import check_int
@@ -17,6 +17,13 @@ from ._torchrl import is_torchrl_layout, list_storage_state
 
 #: ``max_size`` of an unbounded list storage (``max_size=None``), torchrl's value
 _UNBOUNDED = torch.iinfo(torch.int64).max
+
+
+def _copy(item: Any) -> Any:
+    """``item`` copied if it is a tensor or a tensor collection, else as is."""
+    if isinstance(item, torch.Tensor) or is_tensor_collection(item):
+        return item.clone()
+    return item
 
 
 def _collate_list(items: list[Any]) -> Any:
@@ -36,10 +43,12 @@ class ListStorage(Storage):
     ``max_size=None`` makes the storage unbounded (``max_size`` is then the
     largest int64, as in torchrl).
 
-    ``state_dict()`` returns ``{"len": int, "items": list}``: the items are the
-    stored objects themselves, so saving it needs pickle unless they are all
-    tensors or plain Python values (``torch.load(weights_only=True)`` refuses
-    arbitrary objects).
+    ``state_dict()`` returns ``{"len": int, "_storage": list}`` (the items under
+    torchrl's key): the items are the stored objects themselves, so saving it
+    needs pickle unless they are all tensors or plain Python values
+    (``torch.load(weights_only=True)`` refuses arbitrary objects).
+    ``load_state_dict`` copies the tensors and TensorDicts it is given, so that
+    the loaded storage does not change with the state it came from.
 
     Args:
         max_size: number of slots; None for no bound. Defaults to 1000.
@@ -152,17 +161,19 @@ class ListStorage(Storage):
         self._items = []
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"len": filled slots, "items": the stored objects}`` (may need pickle to save)."""
-        return {"len": self._len, "items": list(self._items[: self._len])}
+        """``{"len": filled slots, "_storage": the stored objects}`` (may need pickle to save)."""
+        return {"len": self._len, "_storage": list(self._items[: self._len])}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the items of :meth:`state_dict`; ValueError (storage unchanged) if too many.
 
-        A torchrl list-storage state (``{"_storage": [...]}``) is read too.
+        A torchrl list-storage state (``{"_storage": [...]}``) is read too. Tensors
+        and TensorDicts are copied (the storage does not alias the state's).
         """
         if is_torchrl_layout(state_dict):
             state_dict = list_storage_state(state_dict)
-        items = list(state_dict.get("items", []))
+        # "items": the key of states saved before torchrl's "_storage" (dumps keep it)
+        items = [_copy(item) for item in state_dict.get("_storage", state_dict.get("items", []))]
         length = state_dict.get("len", len(items))
         if len(items) > self.max_size or length != len(items):
             raise ValueError(

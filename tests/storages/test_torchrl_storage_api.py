@@ -113,3 +113,32 @@ def test_save_hooks_get_shift_and_is_full(tmp_path):
     rb.extend(torch.arange(7))  # wraps: the last slot written is 1
     rb.dumps(tmp_path / "b")
     assert (hook.shift, hook.is_full) == (2, True)
+
+
+def test_list_storage_state_uses_torchrl_key_and_load_copies():
+    storage = ListStorage(10)
+    storage.set(0, torch.randn(3))
+    storage.set(1, TensorDict({"a": torch.randn(3)}, [3]))
+    storage.set(2, "text")
+    sd = storage.state_dict()
+    assert sorted(sd) == ["_storage", "len"] and sd["len"] == 3
+    other = ListStorage(10)
+    other.load_state_dict(sd)
+    before = (other.get(0).clone(), other.get(1).clone())
+    sd["_storage"][0].zero_()
+    sd["_storage"][1]["a"].zero_()
+    torch.testing.assert_close(other.get(0), before[0])
+    torch.testing.assert_close(other.get(1)["a"], before[1]["a"])
+    assert other.get(2) == "text"
+    legacy = ListStorage(10)
+    legacy.load_state_dict({"len": 1, "items": [torch.ones(2)]})  # states saved before
+    assert (legacy.get(0) == 1).all()
+
+
+def test_list_storage_dumps_round_trip(tmp_path):
+    rb = ReplayBuffer(storage=ListStorage(10))
+    rb.extend([torch.full((2,), i) for i in range(4)])
+    rb.dumps(tmp_path)
+    other = ReplayBuffer(storage=ListStorage(10))
+    other.loads(tmp_path)
+    assert len(other) == 4 and (other[3] == 3).all()
