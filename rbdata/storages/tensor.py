@@ -17,14 +17,12 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torch.utils._pytree import tree_map
 
-from rbdata._component.compiling import not_traced
-
 from ._base import Index, _as_index, _check_int, _get_index, _set_index
 from ._pytree import _Structure
 from ._row_layout import _PackedLayout
 from ._stack import _stacked
 from ._state import _parse_state
-from ._tensor_rows import _TensorRows
+from ._tensor_traced import _len_eagerly, _TracedRows
 from ._torchrl import is_torchrl_layout, tensor_storage_state
 from ._validate import _check_leaves, _check_ndim, _tails
 
@@ -41,7 +39,7 @@ class _Plan(NamedTuple):
     n: int
 
 
-class TensorStorage(_TensorRows):
+class TensorStorage(_TracedRows):
     """A storage of tensors, wrapping pre-allocated data.
 
     The data (a Tensor, a TensorDict or a PyTree of tensors: dicts with str or
@@ -332,52 +330,6 @@ class TensorStorage(_TensorRows):
         self._write(slots, leaves, batched)
         return stop
 
-    def _set_traced(self, index: Index, data: Any) -> int | None:
-        """A write ``torch.compile`` traces: an initialized storage, a tensor, slice or int index.
-
-        The leaves are assembled into whole rows, then copied into the rows with one
-        ``index_copy_`` (tensor) or ``copy_`` (slice, int) of their 8-byte words:
-        the only mutation the graph makes of the storage (aot_autograd refuses
-        writes through the per-leaf views, of other dtypes). A tensor index is
-        not bounds-checked here (the check would depend on its values).
-        """
-        rows = self._rows_value
-        if rows is None or self._rendezvous is not None:
-            return None
-        start: int | None = None
-        if isinstance(index, torch.Tensor):
-            if index.ndim != 1 or index.dtype is not torch.int64:
-                return None
-        elif type(index) is slice:
-            start, stop = index.start or 0, index.stop
-            if index.step not in (None, 1) or type(start) is not int or type(stop) is not int:
-                return None
-            if not 0 <= start <= stop <= self._capacity:
-                raise IndexError(
-                    f"set slice {start}:{stop} is out of range for capacity {self._capacity}."
-                )
-        elif type(index) is int:
-            start = _check_int(index, self._len, self._capacity, "set")
-        else:
-            return None
-        batched = type(index) is not int
-        leaves, n = self._leaves(data, batched)
-        count = n if batched else 1
-        if start is not None and type(index) is slice and count != index.stop - start:
-            raise ValueError(f"index selects {index.stop - start} item(s) but data holds {n}.")
-        layout, cells = rows.layout, self._cells
-        if cells != 1 or self.ndim > 1:
-            leaves = [t.reshape(-1, *shape) for t, shape in zip(leaves, layout.shapes, strict=True)]
-        elif not batched:
-            leaves = [t.unsqueeze(0) for t in leaves]
-        stage = rows.assemble(leaves, count * cells)
-        if start is None:
-            assert isinstance(index, torch.Tensor)
-            rows.words.index_copy_(0, self._to_cells(index.to(rows.device)), stage)
-        else:
-            rows.words[start * cells : (start + count) * cells].copy_(stage)
-        return count
-
     def _write(
         self,
         index: int | range | tuple[range, range] | torch.Tensor,
@@ -406,12 +358,6 @@ class TensorStorage(_TensorRows):
             rows.write_index(
                 self._to_cells(torch.arange(index.start, index.stop, index.step)), leaves
             )
-
-    def _to_cells(self, index: torch.Tensor) -> torch.Tensor:
-        if self._cells == 1:
-            return index
-        offsets = torch.arange(self._cells, device=index.device)
-        return (index.unsqueeze(1) * self._cells + offsets).reshape(-1)
 
     # ----------------------------------------------------------------- read
     def _get(self, index: Index) -> Any:
@@ -450,21 +396,6 @@ class TensorStorage(_TensorRows):
         flat = slots if slots.ndim == 1 else slots.reshape(-1)
         leaves = rows.split(rows.read_index(flat), batch)
         return structure.build(leaves, batch, self._out_device)
-
-    def _get_traced(self, index: Index) -> Any | None:
-        """A read ``torch.compile`` traces (a 1-D int64 index, not bounds-checked), or None."""
-        rows = self._rows_value
-        if (
-            rows is None
-            or self._structure is None
-            or not isinstance(index, torch.Tensor)
-            or index.ndim != 1
-            or index.dtype is not torch.int64
-            or rows.out_device is not None
-        ):
-            return None
-        picked = torch.index_select(rows.words, 0, index.to(rows.device))
-        return self._structure.build(rows.split(picked, index.shape), index.shape, self._out_device)
 
     def read_into(self, index: torch.Tensor, memory: torch.Tensor) -> Any | None:
         """``get(index)`` as one gather of packed rows into ``memory`` (None: it cannot)."""
@@ -542,17 +473,6 @@ class TensorStorage(_TensorRows):
 
 
 # --------------------------------------------------------------- helpers
-@not_traced
-def _len_eagerly(storage: TensorStorage) -> int:
-    """``len(storage)`` outside the graph (a graph break), as torchrl's compilable storages read it.
-
-    Traced, the length is guarded as a constant: a function reading it recompiles
-    at every write. Read eagerly, it comes back into the graph as a value dynamo
-    makes dynamic after one change.
-    """
-    return storage._len * storage._cells
-
-
 def _count(index: int | range | tuple[range, range] | torch.Tensor) -> int:
     """Number of items a normalized write index addresses."""
     if isinstance(index, int):
