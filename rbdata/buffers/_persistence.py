@@ -177,9 +177,9 @@ def _dumps(rb: _Persistable, path: str | os.PathLike[str]) -> None:
     sd = rb.state_dict()
     storage_sd = rb.storage.apply_save_hooks(sd.pop("_storage"))
     objects = None
-    if "items" in storage_sd:  # list storages hold arbitrary Python objects
-        objects = storage_sd["items"]
-        storage_sd = {k: v for k, v in storage_sd.items() if k != "items"}
+    if "_storage" in storage_sd:  # list storages hold arbitrary Python objects
+        objects = storage_sd["_storage"]
+        storage_sd = {k: v for k, v in storage_sd.items() if k != "_storage"}
     sd["_storage"] = storage_sd
     writer = rb.writer
     manifest = {
@@ -236,7 +236,7 @@ def _loads(rb: _Persistable, path: str | os.PathLike[str], allow_pickle: bool) -
         )
     storage_sd = _entry(sd, "_storage") or {}
     if objects is not None:
-        storage_sd = {**storage_sd, "items": objects}
+        storage_sd = {**storage_sd, "_storage": objects}
     sd["_storage"] = rb.storage.apply_load_hooks(storage_sd)
     sd.pop("storage", None)
     try:

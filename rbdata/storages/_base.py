@@ -13,7 +13,8 @@ import torch
 from rbdata._component.checks import check_bool, check_int
 from rbdata._component.state_file import read_state, write_state
 
-from ._counters import SharedCounters
+from ._compile_hooks import _CompileHooks
+from ._counters import LocalCounters, SharedCounters
 
 Index = int | slice | torch.Tensor
 
@@ -22,7 +23,7 @@ def _identity(data: Any) -> Any:
     return data
 
 
-class Storage(abc.ABC):
+class Storage(_CompileHooks, abc.ABC):
     """Base class of every storage.
 
     A storage holds up to ``max_size`` items in slots ``0 .. max_size - 1``.
@@ -60,8 +61,13 @@ class Storage(abc.ABC):
     def __init__(self, max_size: int, *, compilable: bool = False) -> None:
         self.max_size = check_int(max_size, "max_size", minimum=1)
         self._compilable = check_bool(compilable, "compilable")
-        # [filled items, mutation revision, last slot written]: seen by child processes
-        self._counters = SharedCounters([0, 0, -1])
+        # [filled items, mutation revision, last slot written]: seen by child processes;
+        # compilable: a plain list torch.compile traces (as torchrl's plain attributes)
+        self._counters = (
+            LocalCounters([0, 0, -1], tensors=(1,))  # the revision: bumped without a guard
+            if self._compilable
+            else SharedCounters([0, 0, -1])
+        )
         self._save_hooks: list[Callable[[Any], Any]] = []
         self._load_hooks: list[Callable[[Any], Any]] = []
         self._newest_of: Callable[[], int] | None = None
@@ -85,6 +91,8 @@ class Storage(abc.ABC):
     def _last_cursor_index(self) -> int | None:
         """The slot (along the first dim) of the last item written, None before any."""
         last = self._counters[2]
+        if type(last) is not int:  # a 0-d tensor, set by a write under torch.compile
+            last = int(last)
         return None if last < 0 else last
 
     def _note_mutation(self, last: int | None = None) -> None:
@@ -149,18 +157,31 @@ class Storage(abc.ABC):
         """
         return self
 
-    def set(self, index: Index, data: Any) -> None:
+    def set(self, index: Index, data: Any, *, set_cursor: bool = True) -> None:
         """Write ``data`` at ``index`` (an int, a slice or a 1-D LongTensor).
 
         For an int ``index`` ``data`` is one item; otherwise ``data`` holds one
         item per index along its first dimension. Validation happens before
         anything is written: on error the storage is unchanged.
+
+        Args:
+            index: where to write.
+            data: what to write.
+            set_cursor: whether the write counts as filling slots (``len`` and the
+                last written slot follow it). False (torchrl's keyword) writes the
+                content only, as an in-place edit of slots that are already counted
+                or a pre-fill of slots a later write will count.
         """
+        if self._compilable and torch.compiler.is_compiling():
+            self._set_compiling(index, data, set_cursor)
+            return
         stop = self._set(index, data)
         cells = self._counters.cells
+        cells[1] += 1  # the mutation revision
+        if not set_cursor:
+            return
         if stop > cells[0]:
             cells[0] = stop
-        cells[1] += 1  # the mutation revision
         last = _last_slot(index, stop)
         if last is not None:
             cells[2] = last
@@ -215,7 +236,20 @@ class Storage(abc.ABC):
         self.load_state_dict(self.apply_load_hooks(read_state(path, "storage")))
 
     def apply_save_hooks(self, state: dict[str, Any]) -> dict[str, Any]:
-        """``state`` (a :meth:`state_dict`) passed through the save hooks, in order."""
+        """``state`` (a :meth:`state_dict`) passed through the save hooks, in order.
+
+        As torchrl's checkpointers do, a hook with an ``is_full`` attribute has it
+        set to whether the storage is full, and one with a ``shift`` attribute to
+        the slot after the last one written (0 before any write), before it runs.
+        """
+        if self._save_hooks:
+            last = self._last_cursor_index
+            is_full, shift = len(self) == self.max_size, 0 if last is None else last + 1
+            for hook in self._save_hooks:
+                if hasattr(hook, "is_full"):
+                    hook.is_full = is_full
+                if hasattr(hook, "shift"):
+                    hook.shift = shift
         for hook in self._save_hooks:
             state = hook(state)
         return state

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 from multiprocessing import sharedctypes
 from multiprocessing.context import get_spawning_popen
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -46,8 +46,9 @@ class SharedCounters:
     def __init__(self, values: list[int]) -> None:
         self._tensor: torch.Tensor | None = None
         self._raw: Any = sharedctypes.RawArray(ctypes.c_int64, len(values))
-        #: the cells as a memoryview of int64 (the fastest reads and writes from Python)
-        self.cells = memoryview(self._raw).cast("B").cast("q")
+        #: the cells as a memoryview of int64 (the fastest reads and writes from Python);
+        #: a list in :class:`LocalCounters` (typed as a list of ints: both index the same way)
+        self.cells = cast("list[int]", memoryview(self._raw).cast("B").cast("q"))
         for i, value in enumerate(values):
             self.cells[i] = value
 
@@ -59,7 +60,7 @@ class SharedCounters:
 
     def values(self) -> list[int]:
         """Every cell's value."""
-        return self.cells.tolist()
+        return list(self.cells)
 
     @property
     def is_shared(self) -> bool:
@@ -74,7 +75,7 @@ class SharedCounters:
     def _adopt(self, tensor: torch.Tensor) -> None:
         self._tensor, self._raw = tensor, None
         over = (ctypes.c_int64 * tensor.numel()).from_address(tensor.data_ptr())
-        self.cells = memoryview(over).cast("B").cast("q")
+        self.cells = cast("list[int]", memoryview(over).cast("B").cast("q"))
 
     def __getstate__(self) -> dict[str, Any]:
         if self._tensor is not None:
@@ -88,7 +89,7 @@ class SharedCounters:
         raw = state.get("raw")
         if raw is not None:
             self._raw = raw
-            self.cells = memoryview(raw).cast("B").cast("q")
+            self.cells = cast("list[int]", memoryview(raw).cast("B").cast("q"))
             return
         tensor = state.get("tensor")
         if tensor is not None and tensor.is_shared():
@@ -96,3 +97,60 @@ class SharedCounters:
             return
         values = tensor.tolist() if tensor is not None else state["values"]
         SharedCounters.__init__(self, values)
+
+
+class LocalCounters(SharedCounters):
+    """:class:`SharedCounters` in a plain list until :meth:`share`, which ``torch.compile`` reads.
+
+    ``compilable=True`` storages and writers count here, as torchrl keeps their
+    counters in plain attributes: dynamo traces reads and writes of list cells
+    (it cannot subscript the memoryview of shared cells). The cells named in
+    ``tensors`` hold 0-d int64 tensors, which a compiled graph bumps without
+    guarding on their value (a counter that changes on every call would
+    otherwise make it recompile). A child process started with the object gets
+    a copy; after :meth:`share` the cells are shared, as :class:`SharedCounters`'s
+    are (and no longer traced).
+
+    Args:
+        values: the initial values.
+        tensors: the indices of the cells kept as 0-d tensors.
+
+    Examples:
+        >>> counters = LocalCounters([0, 5], tensors=(1,))
+        >>> counters[0] += 3
+        >>> counters.cells[1] += 1
+        >>> counters.values()
+        [3, 6]
+    """
+
+    __slots__ = ("_tensors",)
+
+    def __init__(self, values: list[int], tensors: tuple[int, ...] = ()) -> None:
+        self._tensor = None
+        self._raw = None
+        self._tensors = tensors
+        cells: list[Any] = list(values)
+        for i in tensors:
+            cells[i] = torch.tensor(cells[i], dtype=torch.int64)
+        self.cells = cells  # ints, and 0-d tensors at ``tensors``
+
+    def __getitem__(self, i: int) -> int:
+        return int(self.cells[i])
+
+    def values(self) -> list[int]:
+        """Every cell's value (a cell set under ``torch.compile`` may hold a 0-d tensor)."""
+        return [int(v) for v in self.cells]
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self._tensor is not None:
+            return {"tensor": self._tensor}
+        return {"values": self.values(), "tensors": self._tensors}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        tensor = state.get("tensor")
+        if tensor is not None and tensor.is_shared():
+            self._raw, self._tensors = None, ()
+            self._adopt(tensor)
+            return
+        values = tensor.tolist() if tensor is not None else state["values"]
+        LocalCounters.__init__(self, values, tuple(state.get("tensors", ())))

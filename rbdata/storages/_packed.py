@@ -170,6 +170,27 @@ class _PackedRows:
         if not self._assembler.write(leaves, self.piece_rows[start:stop]):
             torch._foreach_copy_([view[start:stop] for view in self.views], leaves)
 
+    def assemble(self, leaves: list[torch.Tensor], n: int) -> torch.Tensor:
+        """Whole rows (``[n, row_words]`` words) built from ``leaves`` with views and one ``cat``.
+
+        No staged tensor is written in place, so ``torch.compile`` traces it (the
+        unsafe split views the other write paths fill are not followed by its
+        functionalization). Padding bytes are 0.
+        """
+        layout = self.layout
+        pieces: list[torch.Tensor] = []
+        at = 0
+        for i in sorted(range(len(leaves)), key=layout.offsets.__getitem__):
+            offset = layout.offsets[i]
+            if offset > at:
+                pieces.append(leaves[i].new_zeros((n, offset - at), dtype=torch.uint8))
+            leaf = leaves[i].to(self.device).reshape(n, -1).contiguous()
+            pieces.append(leaf.view(torch.uint8))
+            at = offset + layout.dtypes[i].itemsize * layout.numels[i]
+        if layout.row_bytes > at:
+            pieces.append(leaves[0].new_zeros((n, layout.row_bytes - at), dtype=torch.uint8))
+        return torch.cat(pieces, 1).view(_WORD)
+
     def write_index(self, index: torch.Tensor, leaves: list[torch.Tensor]) -> None:
         """Copy ``leaves`` (each ``[n, *shape]``) into the rows at ``index`` (1-D, length n)."""
         if index.device != self.device:

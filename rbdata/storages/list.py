@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from tensordict import LazyStackedTensorDict, TensorDictBase
+from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collection
 from torch.utils.data._utils.collate import default_collate
 
 from rbdata._component.checks import check_int
@@ -14,6 +14,16 @@ from rbdata._component.checks import check_int
 from ._base import Index, Storage, _as_index, _get_index, _identity, _set_index
 from ._counters import spawning
 from ._torchrl import is_torchrl_layout, list_storage_state
+
+#: ``max_size`` of an unbounded list storage (``max_size=None``), torchrl's value
+_UNBOUNDED = torch.iinfo(torch.int64).max
+
+
+def _copy(item: Any) -> Any:
+    """``item`` copied if it is a tensor or a tensor collection, else as is."""
+    if isinstance(item, torch.Tensor) or is_tensor_collection(item):
+        return item.clone()
+    return item
 
 
 def _collate_list(items: list[Any]) -> Any:
@@ -30,13 +40,18 @@ class ListStorage(Storage):
     ``get(LongTensor)`` a list of items (the buffer's ``collate_fn`` merges
     them), ``storage[a:b]`` the list of filled items in that slice.
 
-    ``state_dict()`` returns ``{"len": int, "items": list}``: the items are the
-    stored objects themselves, so saving it needs pickle unless they are all
-    tensors or plain Python values (``torch.load(weights_only=True)`` refuses
-    arbitrary objects).
+    ``max_size=None`` makes the storage unbounded (``max_size`` is then the
+    largest int64, as in torchrl).
+
+    ``state_dict()`` returns ``{"len": int, "_storage": list}`` (the items under
+    torchrl's key): the items are the stored objects themselves, so saving it
+    needs pickle unless they are all tensors or plain Python values
+    (``torch.load(weights_only=True)`` refuses arbitrary objects).
+    ``load_state_dict`` copies the tensors and TensorDicts it is given, so that
+    the loaded storage does not change with the state it came from.
 
     Args:
-        max_size: number of slots. Defaults to 1000.
+        max_size: number of slots; None for no bound. Defaults to 1000.
 
     Keyword Args:
         compilable: accepted as torchrl's argument (see :class:`Storage`).
@@ -54,12 +69,12 @@ class ListStorage(Storage):
 
     def __init__(
         self,
-        max_size: int = 1000,
+        max_size: int | None = 1000,
         *,
         compilable: bool = False,
         device: torch.device | str | int | None = None,
     ) -> None:
-        super().__init__(max_size, compilable=compilable)
+        super().__init__(_UNBOUNDED if max_size is None else max_size, compilable=compilable)
         self.device = None if device is None else torch.device(device)
         self._items: list[Any] = []
 
@@ -146,17 +161,19 @@ class ListStorage(Storage):
         self._items = []
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"len": filled slots, "items": the stored objects}`` (may need pickle to save)."""
-        return {"len": self._len, "items": list(self._items[: self._len])}
+        """``{"len": filled slots, "_storage": the stored objects}`` (may need pickle to save)."""
+        return {"len": self._len, "_storage": list(self._items[: self._len])}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the items of :meth:`state_dict`; ValueError (storage unchanged) if too many.
 
-        A torchrl list-storage state (``{"_storage": [...]}``) is read too.
+        A torchrl list-storage state (``{"_storage": [...]}``) is read too. Tensors
+        and TensorDicts are copied (the storage does not alias the state's).
         """
         if is_torchrl_layout(state_dict):
             state_dict = list_storage_state(state_dict)
-        items = list(state_dict.get("items", []))
+        # "items": the key of states saved before torchrl's "_storage" (dumps keep it)
+        items = [_copy(item) for item in state_dict.get("_storage", state_dict.get("items", []))]
         length = state_dict.get("len", len(items))
         if len(items) > self.max_size or length != len(items):
             raise ValueError(
@@ -178,7 +195,7 @@ class LazyStackStorage(ListStorage):
     (a ``LazyStackedTensorDict``), so heterogeneous shapes are kept.
 
     Args:
-        max_size: number of slots. Defaults to 1000.
+        max_size: number of slots; None for no bound. Defaults to 1000.
 
     Keyword Args:
         compilable: accepted as torchrl's argument (see :class:`Storage`).
@@ -201,7 +218,7 @@ class LazyStackStorage(ListStorage):
 
     def __init__(
         self,
-        max_size: int = 1000,
+        max_size: int | None = 1000,
         *,
         compilable: bool = False,
         stack_dim: int = 0,

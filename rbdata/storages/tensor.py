@@ -17,12 +17,12 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torch.utils._pytree import tree_map
 
-from ._base import Index, _as_index, _get_index, _set_index
+from ._base import Index, _as_index, _check_int, _get_index, _set_index
 from ._pytree import _Structure
 from ._row_layout import _PackedLayout
 from ._stack import _stacked
 from ._state import _parse_state
-from ._tensor_rows import _TensorRows
+from ._tensor_traced import _len_eagerly, _TracedRows
 from ._torchrl import is_torchrl_layout, tensor_storage_state
 from ._validate import _check_leaves, _check_ndim, _tails
 
@@ -39,7 +39,7 @@ class _Plan(NamedTuple):
     n: int
 
 
-class TensorStorage(_TensorRows):
+class TensorStorage(_TracedRows):
     """A storage of tensors, wrapping pre-allocated data.
 
     The data (a Tensor, a TensorDict or a PyTree of tensors: dicts with str or
@@ -88,6 +88,11 @@ class TensorStorage(_TensorRows):
         compilable: bool = False,
     ) -> None:
         _check_ndim(ndim)
+        if storage is None:
+            raise ValueError(
+                "Expected storage to be non-null: TensorStorage wraps pre-allocated data "
+                "(use LazyTensorStorage to allocate at the first write)."
+            )
         if isinstance(storage, TensorDictBase) and not storage.keys():
             # An empty TensorDict only gives the capacity: the first write sets the layout.
             cells = math.prod(storage.batch_size[:ndim])
@@ -109,7 +114,8 @@ class TensorStorage(_TensorRows):
         cells = math.prod(first.shape[:ndim])
         if max_size is not None and max_size != cells:
             raise ValueError(
-                f"max_size must equal the number of items in storage ({cells}), got {max_size}."
+                f"The max-size and the storage shape mismatch: got max_size={max_size} for a "
+                f"storage of {cells} item(s) (shape {list(first.shape)}); max_size must equal it."
             )
         self._setup(cells, device, ndim, compilable)
         self.set(slice(0, first.shape[0]), storage)
@@ -156,6 +162,8 @@ class TensorStorage(_TensorRows):
         return self._len
 
     def __len__(self) -> int:
+        if self._compilable and torch.compiler.is_compiling():
+            return _len_eagerly(self)
         return self._len * self._cells
 
     @property
@@ -235,6 +243,24 @@ class TensorStorage(_TensorRows):
         )
         n = _check_leaves(structure, leaves, layout.dtypes, _tails(layout, lead), batched)
         return _Plan(structure, layout, lead, leaves, n)
+
+    def _init(self, data: Any) -> None:
+        """Lay out the rows for items like ``data`` (one item), as a first write would.
+
+        torchrl's storages allocate in this hook; code that pre-allocates a lazy
+        storage with ``storage._init(item)`` works here too.
+
+        Raises:
+            RuntimeError: if the storage is already initialized.
+        """
+        if self._rows is not None:
+            raise RuntimeError(f"{type(self).__name__} is already initialized.")
+        plan = self._plan(data, False)
+        if not math.prod(plan.lead):
+            raise ValueError(
+                f"max_size={self.max_size} cannot hold one item of {list(plan.lead)} cells."
+            )
+        self._allocate(plan.structure, plan.layout, plan.lead)
 
     def _leaves(self, data: Any, batched: bool) -> tuple[list[torch.Tensor], int]:
         structure, layout, _ = self._allocated()
@@ -333,12 +359,6 @@ class TensorStorage(_TensorRows):
                 self._to_cells(torch.arange(index.start, index.stop, index.step)), leaves
             )
 
-    def _to_cells(self, index: torch.Tensor) -> torch.Tensor:
-        if self._cells == 1:
-            return index
-        offsets = torch.arange(self._cells, device=index.device)
-        return (index.unsqueeze(1) * self._cells + offsets).reshape(-1)
-
     def _cells_at(self, coordinates: tuple[Any, ...]) -> int | torch.Tensor:
         """The flat cells named by a tuple of ``ndim`` coordinates (ints or integer tensors).
 
@@ -368,6 +388,10 @@ class TensorStorage(_TensorRows):
     def _get(self, index: Index | tuple[Any, ...]) -> Any:
         if isinstance(index, tuple) and self.ndim > 1:  # coordinates, as torchrl's
             index = self._cells_at(index)
+        if self._compilable and torch.compiler.is_compiling():
+            traced = self._get_traced(index)
+            if traced is not None:
+                return traced
         filled = len(self)
         if (
             type(index) is torch.Tensor
@@ -386,6 +410,11 @@ class TensorStorage(_TensorRows):
         if isinstance(index, slice):
             return self._get_items(range(*index.indices(self._len)))
         structure, _, rows = self._allocated()  # before the bounds: RuntimeError, as torchrl
+        if isinstance(index, int) and self.ndim > 1:  # one item along dim 0, as torchrl
+            item = _check_int(index, self._len, self._len, "get")
+            lead = torch.Size(self._lead)
+            packed = rows.read_range(item * self._cells, (item + 1) * self._cells)
+            return structure.build(rows.split(packed, lead), lead, self._out_device)
         slots = _get_index(index, len(self))
         if isinstance(slots, int):
             leaves = rows.split(rows.read_range(slots, slots + 1), _SCALAR)

@@ -13,7 +13,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from rbdata._component.checks import check_bool
 from rbdata._component.state_file import read_state, write_state
 from rbdata.storages import Storage
-from rbdata.storages._counters import SharedCounters
+from rbdata.storages._counters import LocalCounters, SharedCounters
 
 __all__ = ["Writer", "batch_len", "slice_batch"]
 
@@ -89,8 +89,9 @@ class Writer(abc.ABC):
         self._compilable = check_bool(compilable, "compilable")
         self._track_generations = check_bool(track_generations, "track_generations")
         self._storage: Storage | None = None
-        # [cursor, write_count], seen by child processes (as torchrl's mp.Value cells)
-        self._counters = SharedCounters([0, 0])
+        # [cursor, write_count], seen by child processes (as torchrl's mp.Value cells);
+        # compilable: a plain list torch.compile traces (as torchrl's plain ints)
+        self._counters = (LocalCounters if self._compilable else SharedCounters)([0, 0])
         # the stamps live on the storage (every writer of it advances them); kept here
         # until a storage is registered
         self._unattached_generation: torch.Tensor | None = None

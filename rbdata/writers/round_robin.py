@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDict
 from torch.utils._pytree import tree_map
 
+from rbdata._component.compiling import own_frame
 from rbdata.writers._base import Writer, batch_len, slice_batch
+
+if TYPE_CHECKING:
+    from rbdata.storages import Storage
 
 __all__ = ["RoundRobinWriter", "TensorDictRoundRobinWriter"]
 
@@ -65,8 +69,11 @@ class RoundRobinWriter(Writer):
             data = slice_batch(data, slice(skip, None))
         first_slot = (start + skip) % capacity
         stop = first_slot + n - skip
-        # Slice writes (two at the wrap point): fast copies, and compile-friendly.
-        if stop <= capacity:
+        if self._compilable:
+            # one write at the slots tensor: no slice bound for dynamo to specialize on
+            _set_in_own_frame(storage, index[skip:] if skip else index, data)
+        # Slice writes (two at the wrap point): fast copies.
+        elif stop <= capacity:
             storage.set(slice(first_slot, stop), data)
         else:
             cut = capacity - first_slot
@@ -81,6 +88,17 @@ class RoundRobinWriter(Writer):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(cursor={self._cursor}, write_count={self._write_count})"
+
+
+@own_frame
+def _set_in_own_frame(storage: Storage, index: torch.Tensor, data: Any) -> None:
+    """``storage.set`` that ``torch.compile`` traces as a frame of its own (compilable writers).
+
+    Traced inline, the storage's counters would be guarded in the writer's frame
+    too, which then recompiles once more as the storage fills; in a frame of its
+    own, they are guarded (and made dynamic) in one place.
+    """
+    storage.set(index, data)
 
 
 class TensorDictRoundRobinWriter(RoundRobinWriter):
