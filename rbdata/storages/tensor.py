@@ -386,8 +386,9 @@ class TensorStorage(_TracedRows):
 
     # ----------------------------------------------------------------- read
     def _get(self, index: Index | tuple[Any, ...]) -> Any:
-        if isinstance(index, tuple) and self.ndim > 1:  # coordinates, as torchrl's
-            index = self._cells_at(index)
+        coordinates = isinstance(index, tuple) and self.ndim > 1
+        if coordinates:  # coordinates, as torchrl's: flat cells from here on
+            index = self._cells_at(index)  # type: ignore[arg-type]
         if self._compilable and torch.compiler.is_compiling():
             traced = self._get_traced(index)
             if traced is not None:
@@ -410,7 +411,7 @@ class TensorStorage(_TracedRows):
         if isinstance(index, slice):
             return self._get_items(range(*index.indices(self._len)))
         structure, _, rows = self._allocated()  # before the bounds: RuntimeError, as torchrl
-        if isinstance(index, int) and self.ndim > 1:  # one item along dim 0, as torchrl
+        if isinstance(index, int) and self.ndim > 1 and not coordinates:  # an item, as torchrl
             item = _check_int(index, self._len, self._len, "get")
             lead = torch.Size(self._lead)
             packed = rows.read_range(item * self._cells, (item + 1) * self._cells)
