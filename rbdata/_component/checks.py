@@ -145,7 +145,8 @@ def normalize_key(key: Any, name: str = "key", *, dotted: bool = True) -> Nested
     if isinstance(key, str):
         if not dotted and "." in key:
             raise ValueError(
-                f"{name}={key!r} is a dotted string; pass nested keys as tuples, e.g. "
+                f"Dotted-string keys are not split: {name}={key!r} is a dotted string; pass "
+                "nested keys as tuples, e.g. "
                 f"{tuple(key.split('.'))!r}."
             )
         return key

@@ -143,7 +143,8 @@ def conditional_update(
         )
     if not writer.tracks_generations:
         raise RuntimeError(
-            "update_if_present needs a writer that tracks slot generations, e.g. "
+            "update_if_present is a conditional update: it needs a writer that tracks slot "
+            "generations, e.g. "
             "RoundRobinWriter(track_generations=True)."
         )
     if (version_key is None) != (version is None):

@@ -151,7 +151,7 @@ class _ReadPath(_BufferBase):
         while result is None:  # sampled ahead after everything was consumed
             if not len(self._prefetcher):
                 raise RuntimeError(
-                    "Cannot sample: every item was consumed "
+                    "Cannot sample from an empty storage: every item was consumed "
                     f"(consume_after_n_samples={self._consume_after_n}); write new items first."
                 )
             result = self._prefetcher.pop()

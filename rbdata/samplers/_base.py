@@ -106,7 +106,7 @@ class Sampler:
         live = self._live_set(storage)
         if live is not None and len(live) == 0:
             raise RuntimeError(
-                "Cannot sample: every item was consumed "
+                "Cannot sample from an empty storage: every item was consumed "
                 f"(consume_after_n_samples={live.n}); write new items first."
             )
         return self._sample(storage, batch_size, live)

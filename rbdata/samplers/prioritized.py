@@ -33,6 +33,19 @@ _REDUCTIONS = {"max": "amax", "min": "amin", "sum": "sum", "mean": "mean", "medi
 _LEAF_REDUCTIONS = {"max": "amax", "min": "amin"}
 
 
+def _check_exponent(value: Any, name: str) -> float:
+    """``value`` as a float >= 0 (``alpha``, ``beta``), with torchrl's wording on error.
+
+    Raises:
+        TypeError: if it is not a real number.
+        ValueError: if it is negative or NaN.
+    """
+    number = check_number(value, name)
+    if not number >= 0:
+        raise ValueError(f"{name} must be greater or equal than 0 (>= 0), got {name}={number!r}.")
+    return number
+
+
 class PrioritizedSampler(Sampler):
     """Prioritized sampling: item ``i`` is drawn with probability ``p_i**alpha / sum_j p_j**alpha``.
 
@@ -97,8 +110,8 @@ class PrioritizedSampler(Sampler):
     ) -> None:
         super().__init__()
         self._max_capacity = check_int(max_capacity, "max_capacity", minimum=1)
-        self._alpha = check_number(alpha, "alpha", minimum=0.0)
-        self._beta = check_number(beta, "beta", minimum=0.0)
+        self._alpha = _check_exponent(alpha, "alpha")
+        self._beta = _check_exponent(beta, "beta")
         self._eps = check_number(eps, "eps", minimum=0.0)
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {sorted(_REDUCTIONS)}, got {reduction!r}.")
@@ -112,6 +125,8 @@ class PrioritizedSampler(Sampler):
         self._initial_priority: float = (1.0 + self._eps) ** self._alpha
         self._max_seen: float = self._initial_priority
         self._max_raw = 1.0  # the largest raw priority written (alpha = 0 cannot recover it)
+        # where the largest raw priority was first written (torchrl's ``_max_priority[1]``)
+        self._max_index: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         if spawning():
@@ -192,22 +207,28 @@ class PrioritizedSampler(Sampler):
 
     @alpha.setter
     def alpha(self, value: float) -> None:
-        value = check_number(value, "alpha", minimum=0.0)
+        value = _check_exponent(value, "alpha")
         old, self._alpha = self._alpha, value
         if value == old:
             return
-        if old == 0.0:
-            warnings.warn(
-                "PrioritizedSampler.alpha changed from 0: the stored priorities cannot be "
-                "recovered, so items keep uniform weights until their priority is updated.",
-                UserWarning,
-                stacklevel=2,
-            )
-        else:
-            leaves = self._tree.leaves.clone()
-            self._store.set_leaves(leaves.pow_(value / old))
-            self._max_seen = self._max_seen ** (value / old)
         self._initial_priority = (1.0 + self._eps) ** value
+        if old == 0.0:
+            # every written leaf holds (p + eps) ** 0 == 1: the raw priorities are gone
+            self._max_seen = (self._max_raw + self._eps) ** value
+            if self._store.has_mass():
+                warnings.warn(
+                    "PrioritizedSampler.alpha changed away from 0 on a sampler that holds "
+                    "priorities: they cannot be recovered (alpha=0 stores 1.0 for every "
+                    "written item), so those items keep uniform weights until their "
+                    "priority is next updated.",
+                    UserWarning,
+                    stacklevel=2,
+                )
+            return
+        leaves = self._tree.leaves
+        written = leaves > 0  # slots never written stay 0 (0 ** 0 would make them 1)
+        self._store.set_leaves(torch.where(written, leaves.pow(value / old), leaves))
+        self._max_seen = self._max_seen ** (value / old)
 
     @property
     def beta(self) -> float:
@@ -221,8 +242,12 @@ class PrioritizedSampler(Sampler):
     # ------------------------------------------------------------ priorities
     @property
     def default_priority(self) -> float:
-        """The tree value given to new items: ``(max_priority + eps) ** alpha``."""
-        return float(self._default_value())
+        """The raw priority new items get (as torchrl's): the largest seen, 1.0 at first.
+
+        With ``max_priority_within_buffer``, the largest in the buffer. The tree
+        holds ``(default_priority + eps) ** alpha`` for them.
+        """
+        return float(self._max_priority[0])
 
     def _default_value(self) -> float | torch.Tensor:
         """:attr:`default_priority`, as a 0-d tensor on a device where reading it would sync."""
@@ -231,12 +256,31 @@ class PrioritizedSampler(Sampler):
         return self._max_seen
 
     @property
-    def _max_priority(self) -> tuple[float, None]:
-        """The raw priority new items get, as torchrl's ``(raw max priority, index)``."""
-        if self._alpha > 0:
-            raw = self.default_priority ** (1.0 / self._alpha) - self._eps
-            return (raw, None)
-        return (self._max_raw, None)
+    def _max_priority(self) -> tuple[float, int | None]:
+        """The raw max priority and its slot (torchrl's ``_max_priority``): what new items get.
+
+        The slot is where the largest priority was first written; with
+        ``max_priority_within_buffer``, the first slot holding the largest value
+        in the tree (an O(capacity) read). With ``alpha=0`` the tree cannot give
+        raw values back: the largest ever written is kept.
+        """
+        if self._alpha == 0 or not self._max_priority_within_buffer:
+            return (self._max_raw, self._max_index)
+        if not self._store.has_mass():
+            return (1.0, None)  # nothing in the buffer: new items get 1.0
+        top = float(self._default_value())
+        raw = max(top ** (1.0 / self._alpha) - self._eps, 0.0)
+        return (raw, int(self._tree.leaves.argmax()))
+
+    @property
+    def _min_tree(self) -> Any:
+        """The tree read as torchrl's min tree: ``tree[i]`` is slot ``i``'s value.
+
+        rbdata keeps one tree (its smallest positive leaf is :attr:`_tree`'s
+        ``min``); slots never written read 0 here, where torchrl's min tree holds
+        the largest float.
+        """
+        return self._tree
 
     @property
     def _sum_tree(self) -> Any:
@@ -259,6 +303,8 @@ class PrioritizedSampler(Sampler):
         """Give the (re)written slots ``index`` the default priority."""
         self._check_index(index, self._max_capacity)
         self._store.fill(index, self._default_value())
+        if self._max_index is None and index.numel():
+            self._max_index = int(index[0])  # torchrl's writes set the first max: 1.0 here
 
     def _check_index(self, index: torch.Tensor, bound: int) -> None:
         """ValueError unless the 1-D int64 ``index`` lies in ``[0, bound)`` (a sync off the CPU)."""
@@ -367,6 +413,8 @@ class PrioritizedSampler(Sampler):
             merged_index, merged = self._merge_duplicates(store.tensor(slots), store.tensor(raw))
             slots, raw = store.index_array(merged_index), store.value_array(merged)
             raw_top = store.largest(raw)
+        if self._max_index is None or raw_top > self._max_raw:
+            self._max_index = int(slots[int(raw.argmax())])  # where the new largest is
         self._max_raw = max(self._max_raw, raw_top)
         values = store.powered(raw, self._eps, self._alpha)  # the caller's priorities stay as given
         positive = (low + self._eps) ** self._alpha > 0
@@ -471,23 +519,36 @@ class PrioritizedSampler(Sampler):
         self._store.set_leaves(torch.zeros(self._max_capacity, dtype=self._tree.dtype))
         self._max_seen = self._initial_priority
         self._max_raw = 1.0
+        self._max_index = None
 
     # ------------------------------------------------------------ state
     def _extra_state(self) -> dict[str, Any]:
-        """The tree leaves (a CPU copy, loadable on any device) and the max priority."""
+        """The tree leaves (a CPU copy, loadable on any device), the max priority, the exponents."""
         return {
             "leaves": self._store.leaves_on_cpu(),
             "max_priority": self._max_seen,
             "max_raw_priority": self._max_raw,
+            "max_priority_index": self._max_index,
+            "alpha": self._alpha,
+            "beta": self._beta,
+            "eps": self._eps,
         }
 
     def _load_extra_state(self, state_dict: dict[str, Any]) -> None:
         """Restore the tree from its leaves (checked first)."""
         leaves = checked_leaves(state_dict.get("leaves"), self._max_capacity, self._tree.dtype)
+        alpha = _check_exponent(state_dict.get("alpha", self._alpha), "state_dict['alpha']")
+        beta = _check_exponent(state_dict.get("beta", self._beta), "state_dict['beta']")
+        eps = check_number(state_dict.get("eps", self._eps), "state_dict['eps']", minimum=0.0)
         if leaves is not None:
             self._store.set_leaves(leaves)
+        # the saved exponents come back with the leaves they produced (as torchrl's)
+        self._alpha, self._beta, self._eps = alpha, beta, eps
+        self._initial_priority = (1.0 + eps) ** alpha
         self._max_seen = float(state_dict.get("max_priority", self._max_seen))
         self._max_raw = float(state_dict.get("max_raw_priority", self._max_raw))
+        index = state_dict.get("max_priority_index", self._max_index)
+        self._max_index = None if index is None else int(index)
 
     def __repr__(self) -> str:
         return (

@@ -130,7 +130,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
     def _on_write(self, index: torch.Tensor) -> None:
         """Give the written slots the default priority; boundaries update at the next sample."""
         self._check_index(index, self._max_capacity)
-        self._raw.index_fill_(0, index, self.default_priority)
+        self._raw.index_fill_(0, index, float(self._default_value()))
         self._index.extend(index)
 
     # torchrl's slice samplers come first: mark_update re-reads boundaries, priorities stay
