@@ -40,14 +40,16 @@ def resolve_batch_size(batch_size: Any, default: int | None) -> int:
 
     Raises:
         TypeError: if ``batch_size`` is not an int.
-        ValueError: if it is not positive, or neither it nor a default is given.
+        ValueError: if it is not positive.
+        RuntimeError: if neither it nor a default is given (torchrl's error: the buffer
+            was built without one).
     """
     if batch_size is not None:
         return check_int(batch_size, "batch_size", minimum=1)
     if default is None:
-        raise ValueError(
-            "batch_size was not given to sample() and the buffer has no default; pass "
-            "batch_size=... to sample() or to the constructor."
+        raise RuntimeError(
+            "batch_size not specified: it was not given to sample() and the buffer has no "
+            "default; pass batch_size=... to sample() or to the constructor."
         )
     return default
 

@@ -160,6 +160,11 @@ class _ReadPath(_BufferBase):
         return self.refilter(data), info
 
     def __iter__(self) -> Iterator[Any]:
+        if self._batch_size is None:
+            raise RuntimeError(
+                "Cannot iterate over the replay buffer. Batch_size was not specified at "
+                "construction: pass batch_size=... to the constructor."
+            )
         while not self.sampler.exhausted(self.storage) or len(self._prefetcher):
             try:
                 yield self.sample()

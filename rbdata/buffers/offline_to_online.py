@@ -330,6 +330,7 @@ class OfflineToOnlineReplayBuffer:
 
         Raises:
             ValueError: for a bad ``batch_size`` or a schedule value outside ``[0, 1]``.
+            RuntimeError: without a ``batch_size`` here or at construction.
             RuntimeError: if offline rows are due and the offline buffer is empty.
         """
         draw = self.draw(resolve_batch_size(batch_size, self._batch_size))

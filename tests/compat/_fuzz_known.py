@@ -95,16 +95,6 @@ RULES: tuple[Rule, ...] = (
         lambda s: s.name == "extend" and s.op[1] == 0 and raises(s.theirs),
     ),
     (
-        "sample() with no batch size anywhere: ValueError",
-        lambda s: (
-            s.name in ("sample", "iterate")
-            and s.cfg.batch_size is None
-            and (s.name == "iterate" or s.op[1] is None)
-            and raises(s.theirs, "RuntimeError")
-            and raises(s.ours, "ValueError")
-        ),
-    ),
-    (
         "iterating an empty buffer yields nothing",
         lambda s: s.name == "iterate" and raises(s.theirs, "RuntimeError") and s.ours == [],
     ),
