@@ -10,6 +10,7 @@ epoch. :meth:`_BatchPrefetcher.state` settles them and keeps copies;
 from __future__ import annotations
 
 import copy
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -88,6 +89,9 @@ class _BatchPrefetcher:
         self.depth = depth
         self._executor: ThreadPoolExecutor | None = None
         self._futures: deque[Future[Any]] = deque()
+        #: guards the queue; held while waiting for the batches in flight (torchrl's
+        #: ``_futures_lock``: a checkpoint holds it until they are settled)
+        self.lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._futures)
@@ -107,9 +111,11 @@ class _BatchPrefetcher:
                 initializer=torch.set_num_threads,  # torch's thread count is per thread
                 initargs=(threads,),
             )
-        while len(self._futures) < self.depth + 1:
-            self._futures.append(self._executor.submit(sample))
-        return self._futures.popleft().result()
+        with self.lock:
+            while len(self._futures) < self.depth + 1:
+                self._futures.append(self._executor.submit(sample))
+            oldest = self._futures.popleft()
+        return oldest.result()
 
     def pop(self) -> Any:
         """The oldest result, without sampling more (the queue only shrinks)."""
@@ -133,7 +139,8 @@ class _BatchPrefetcher:
 
         The batches in flight take the buffer's lock: call this without holding it.
         """
-        wait(tuple(self._futures))
+        with self.lock:
+            wait(tuple(self._futures))
 
     def state(self) -> dict[str, Any]:
         """The queued batches, settled and copied (call :meth:`settle` first).

@@ -29,6 +29,11 @@ class _BufferState(_BufferBase):
         (3, 3)
     """
 
+    @property
+    def _futures_lock(self) -> Any:
+        """The lock of the batches in flight (torchrl's name): checkpoints hold it to settle."""
+        return self._prefetcher.lock
+
     def state_dict(self) -> dict[str, Any]:
         """The buffer's full state (content included) under fixed keys.
 

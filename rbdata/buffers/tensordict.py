@@ -125,14 +125,14 @@ class TensorDictReplayBuffer(ReplayBuffer):
 
         With a :class:`~rbdata.Sequence` unit the records' priorities go to
         their anchors (``anchor_index``): the max over each window's valid records.
+        A batch without ``priority_key`` gives its rows the sampler's
+        ``default_priority`` (torchrl's behaviour).
         """
+        index = self._flat_index(data.get("index"), 'data["index"]')
         priority = data.get(self.priority_key, None)
         if priority is None:
-            raise KeyError(
-                f"priority_key {self.priority_key!r} not found in the batch; keys are "
-                f"{sorted(map(str, data.keys(True, True)))}."
-            )
-        index = self._flat_index(data.get("index"), 'data["index"]')
+            default = getattr(self.sampler, "default_priority", 1.0)  # unprioritized: a warning
+            priority = torch.full(index.shape, float(default), dtype=torch.float)
         if priority.ndim > index.ndim:
             priority = priority.reshape(*index.shape, -1).amax(-1)
         self._update_record_priority(data, index, priority, data.get("index_generation", None))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import time
 
 import pytest
 import torch
@@ -137,3 +138,39 @@ def test_a_pass_restored_mid_way_hands_out_every_item_once(size, prefetch, drawn
     rest = list(restored)
     assert torch.equal(torch.cat([*seen, *rest]).sort().values, torch.arange(size))
     assert [b.tolist() for b in rest] == [b.tolist() for b in source]
+
+
+def test_state_dict_holds_the_futures_lock_while_batches_in_flight_settle() -> None:
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+
+    def collate(items: list) -> torch.Tensor:  # type: ignore[type-arg]
+        started.set()
+        release.wait(5)
+        return torch.stack(items)
+
+    rb = ReplayBuffer(storage=ListStorage(20), collate_fn=collate, batch_size=3, prefetch=2)
+    rb.extend(torch.arange(20))
+    release.set()
+    rb.sample()  # the thread now samples ahead
+    release.clear()
+    assert started.wait(5)
+    seen_held: list[bool] = []
+
+    def watcher() -> None:
+        for _ in range(2000):
+            if not rb._futures_lock.acquire(blocking=False):
+                seen_held.append(True)
+                break
+            rb._futures_lock.release()
+            time.sleep(0.001)
+        release.set()
+
+    thread = threading.Thread(target=watcher)
+    thread.start()
+    state = rb.state_dict()
+    thread.join(5)
+    assert seen_held == [True]  # state_dict waited for the batches in flight holding it
+    assert len(state["_prefetch_state"]["queue"]) >= 1
+    rb.shutdown()

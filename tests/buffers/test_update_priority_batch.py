@@ -75,11 +75,16 @@ def test_a_missing_priority_without_a_tensordict_is_a_type_error():
     assert torch.equal(rb.sampler.state_dict()["leaves"], before)
 
 
-def test_a_batch_without_the_priority_key_names_the_key():
+def test_a_batch_without_the_priority_key_gets_the_default_priority():
     rb = make(0)
     fill(rb, 0, 4)
-    with pytest.raises(KeyError, match="td_error"):
-        rb.update_priority(rb.sample())
+    batch = rb.sample()
+    rb.update_priority(batch.set("td_error", torch.full((batch.shape[0],), 50.0)))
+    rb.update_priority(rb.sample().exclude("td_error"))  # torchrl: the sampler's default
+    sampler = rb.sampler
+    stored = sampler._sum_tree[batch["index"]]  # type: ignore[attr-defined]
+    assert bool((stored > 0).all())
+    assert sampler.default_priority == pytest.approx(50.0)  # the max priority seen
 
 
 def test_a_non_prioritized_tensordict_buffer_warns_as_for_update_tensordict_priority():
@@ -88,3 +93,17 @@ def test_a_non_prioritized_tensordict_buffer_warns_as_for_update_tensordict_prio
     batch = rb.sample().set("td_error", torch.ones(2))
     with pytest.warns(UserWarning, match="not prioritized: the priorities are ignored"):
         rb.update_priority(batch)  # as update_tensordict_priority: a warning, nothing else
+
+
+def test_a_transition_unit_batch_without_priorities_updates_to_the_default() -> None:
+    from rbdata import TensorDictPrioritizedReplayBuffer, Transition
+
+    rb = TensorDictPrioritizedReplayBuffer(
+        alpha=0.7, beta=0.9, storage=LazyTensorStorage(10), batch_size=4, sample_unit=Transition()
+    )
+    rb.extend(TensorDict({"obs": torch.randn(10, 3)}, batch_size=[10]))
+    sample = rb.sample()
+    assert sample.batch_size[0] == 4
+    before = rb.sampler._sum_tree[sample["index"]].clone()  # type: ignore[attr-defined]
+    rb.update_tensordict_priority(sample)
+    assert torch.allclose(rb.sampler._sum_tree[sample["index"]], before)  # type: ignore[attr-defined]
