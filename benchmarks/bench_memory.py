@@ -16,8 +16,11 @@ capacities 10k, 1M and 100M, for Atari rows (``pixels`` uint8[4, 84, 84],
 capacity the library cannot allocate shows its error.
 
 ``writers``: 1 and 4 processes (``torch.multiprocessing``, spawn) extend one
-shared buffer with 200,000 small transitions in all, in batches of 100, while
-the parent samples; the row gives the transitions written per second.
+shared buffer while the parent samples batches of 256: 200,000 small
+transitions in all, in batches of 100, or 20,000 Atari rows in batches of 10;
+the row gives the transitions written per second, the median of ``--rounds``
+rounds (each round runs 1 then 4 writers, so the machine's load swings move
+both alike), and the 4 / 1 ratio of those medians.
 
 Each measurement runs in its own interpreter, so the memory of one does not
 count in another; torchrl's run in the virtualenv named by
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -38,7 +42,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 CAPACITIES = (10_000, 1_000_000, 100_000_000)
 ROWS = 1000
-TOTAL, BATCH = 200_000, 100  # the writers row: transitions in all, per extend
+# the writers rows: transitions in all and per extend, by row kind
+WRITES = {"small": (200_000, 100), "atari": (20_000, 10)}
 
 
 def _rss() -> int:
@@ -85,28 +90,30 @@ def child_extend(lib_name: str, kind: str, capacity: int) -> dict[str, Any]:
     return {"seconds": seconds, "rss_bytes": first - base, "rows": ROWS, "per_row": per_row}
 
 
-def _writer(rb: Any, n: int, ready: Any, go: Any, done: Any) -> None:
-    data = _data("small", BATCH)
+def _writer(rb: Any, kind: str, n: int, ready: Any, go: Any, done: Any) -> None:
+    batch = WRITES[kind][1]
+    data = _data(kind, batch)
     ready.put(1)
     go.wait()
-    for _ in range(n // BATCH):
+    for _ in range(n // batch):
         rb.extend(data)
     done.put(1)
 
 
-def child_writers(lib_name: str, processes: int) -> dict[str, Any]:
+def child_writers(lib_name: str, kind: str, processes: int) -> dict[str, Any]:
     """``processes`` spawned writers fill one shared buffer while this process samples."""
     import torch.multiprocessing as mp
 
     lib = _lib(lib_name)
-    rb = lib.TensorDictReplayBuffer(storage=lib.LazyTensorStorage(TOTAL), batch_size=256)
-    rb.extend(_data("small", BATCH))  # the storage is laid out (and shared) here
+    total, batch = WRITES[kind]
+    rb = lib.TensorDictReplayBuffer(storage=lib.LazyTensorStorage(total), batch_size=256)
+    rb.extend(_data(kind, batch))  # the storage is laid out (and shared) here
     rb.empty()
     rb.share()
     ctx = mp.get_context("spawn")
     ready, done, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [
-        ctx.Process(target=_writer, args=(rb, TOTAL // processes, ready, go, done))
+        ctx.Process(target=_writer, args=(rb, kind, total // processes, ready, go, done))
         for _ in range(processes)
     ]
     for proc in procs:
@@ -126,7 +133,14 @@ def child_writers(lib_name: str, processes: int) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     for proc in procs:
         proc.join()
-    return {"seconds": seconds, "items": len(rb), "write_count": rb.write_count, "samples": samples}
+    return {
+        "seconds": seconds,
+        "rate": total / seconds,
+        "items": len(rb),
+        "write_count": rb.write_count,
+        "samples": samples,
+        "exact": len(rb) == rb.write_count == total,
+    }
 
 
 def _run_child(python: str, args: list[str]) -> dict[str, Any]:
@@ -183,40 +197,74 @@ def print_extend(rows: list[dict[str, Any]]) -> None:
         print(f"{row['kind']:<6} {row['capacity']:>11,}  {cells}")
 
 
-def table_writers(vs_torchrl: bool) -> list[dict[str, Any]]:
-    """The ``writers`` rows: transitions written per second by 1 and 4 processes."""
+def table_writers(vs_torchrl: bool, kinds: list[str], rounds: int) -> list[dict[str, Any]]:
+    """The ``writers`` rows: transitions written per second by 1 and 4 processes, per kind.
+
+    Each round runs 1 then 4 writers for every library; a row keeps every
+    round's rate and their median.
+    """
+    pythons = _pythons(vs_torchrl)
+    runs: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for _ in range(rounds):
+        for kind in kinds:
+            for processes in (1, 4):
+                for lib, python in pythons.items():
+                    result = _run_child(python, ["writers", lib, kind, str(processes)])
+                    runs.setdefault((kind, processes, lib), []).append(result)
     out = []
-    for processes in (1, 4):
-        row: dict[str, Any] = {"processes": processes}
-        for lib, python in _pythons(vs_torchrl).items():
-            row[lib] = _run_child(python, ["writers", lib, str(processes)])
-        out.append(row)
+    for kind in kinds:
+        for processes in (1, 4):
+            row: dict[str, Any] = {"kind": kind, "processes": processes}
+            for lib in pythons:
+                results = runs[(kind, processes, lib)]
+                failed = [r for r in results if "error" in r]
+                if failed:
+                    row[lib] = failed[0]
+                    continue
+                rates = [r["rate"] for r in results]
+                row[lib] = {
+                    "rate": statistics.median(rates),
+                    "rates": rates,
+                    "samples": statistics.median(r["samples"] for r in results),
+                    "exact": all(r["exact"] for r in results),
+                }
+            out.append(row)
     return out
 
 
 def print_writers(rows: list[dict[str, Any]]) -> None:
-    libs = [k for k in rows[0] if k != "processes"]
+    libs = [k for k in rows[0] if k not in ("kind", "processes")]
     print(
-        f"{TOTAL:,} small transitions (extend of {BATCH}) into one shared buffer by spawned "
-        "writers while the parent samples: transitions/s (parent's batches of 256)"
+        "transitions into one shared buffer by spawned writers while the parent samples "
+        "batches of 256: median transitions/s over the rounds, [range], parent's batches, "
+        "4 / 1 writers"
     )
-    print("writers  " + "  ".join(f"{lib:<26}" for lib in libs))
+    print(f"{'rows':<6} writers  " + "  ".join(f"{lib:<44}" for lib in libs))
+    first: dict[tuple[str, str], float] = {}
     for row in rows:
         cells = []
         for lib in libs:
             r = row[lib]
             if "error" in r:
                 cells.append(f"failed ({r['error'][:30]})")
-            else:
-                ok = "" if r["items"] == r["write_count"] == TOTAL else " (count off)"
-                cells.append(f"{TOTAL / r['seconds']:9.0f}/s {r['samples']:6d} batches{ok}")
-        print(f"{row['processes']:<8} " + "  ".join(f"{c:<26}" for c in cells))
+                continue
+            ok = "" if r["exact"] else " (count off)"
+            spread = f"[{min(r['rates']) / 1e3:.0f}k-{max(r['rates']) / 1e3:.0f}k]"
+            ratio = ""
+            if row["processes"] == 1:
+                first[(row["kind"], lib)] = r["rate"]
+            elif (row["kind"], lib) in first:
+                ratio = f" x{r['rate'] / first[(row['kind'], lib)]:.2f}"
+            cells.append(f"{r['rate'] / 1e3:6.0f}k/s {spread:<13} {r['samples']:6.0f}{ratio}{ok}")
+        print(f"{row['kind']:<6} {row['processes']:<8} " + "  ".join(f"{c:<44}" for c in cells))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vs-torchrl", action="store_true")
     parser.add_argument("--rows", default="extend,writers")
+    parser.add_argument("--kinds", default="small,atari", help="the writers rows' row kinds")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the writers rows")
     parser.add_argument("--json", metavar="OUT")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -226,8 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             lib, kind, capacity = rest
             print(json.dumps(child_extend(lib, kind, int(capacity))))
         else:
-            lib, processes = rest
-            print(json.dumps(child_writers(lib, int(processes))))
+            lib, kind, processes = rest
+            print(json.dumps(child_writers(lib, kind, int(processes))))
         return 0
     results: dict[str, Any] = {}
     rows = args.rows.split(",")
@@ -235,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         results["extend"] = table_extend(args.vs_torchrl)
         print_extend(results["extend"])
     if "writers" in rows:
-        results["writers"] = table_writers(args.vs_torchrl)
+        results["writers"] = table_writers(args.vs_torchrl, args.kinds.split(","), args.rounds)
         print_writers(results["writers"])
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
