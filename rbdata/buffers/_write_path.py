@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
@@ -144,8 +143,7 @@ class _WritePath(_BufferBase):
         """Write a batch: into consumed slots first (consume-after-n), then at the cursor.
 
         The consumed slots a batch reuses (the ones consumed first) take its
-        items in slot order, so that a run of consumed slots is one slice copy
-        and scattered ones are written front to back.
+        items in the order they were consumed (torchrl's order).
         """
         writer = self._writer
         if self._consume_after_n is None or writer.write_at is None:
@@ -154,7 +152,6 @@ class _WritePath(_BufferBase):
         free = self._sampler.reusable_slots(n)
         if not free.numel():
             return writer.extend(data)
-        free = _in_slot_order(free)
         k = free.numel()
         if k < n:
             capacity = self._storage.max_size_along_dim0
@@ -184,17 +181,6 @@ class _WritePath(_BufferBase):
             self._sample_unit._empty()
             self._follower.seen = self._writer.write_count
             self._sync.cond.notify_all()
-
-
-def _in_slot_order(slots: torch.Tensor) -> torch.Tensor:
-    """Distinct non-negative CPU ``slots`` sorted (a bitmap pass when they are dense)."""
-    values = slots.numpy()
-    top = int(values.max()) + 1
-    if 8 * values.size >= top:  # dense: mark and collect, O(top), cheaper than a sort
-        marks = np.zeros(top, dtype=bool)
-        marks[values] = True
-        return torch.from_numpy(np.flatnonzero(marks))
-    return torch.from_numpy(np.sort(values))
 
 
 def _is_empty(data: Any) -> bool:

@@ -1,4 +1,4 @@
-"""The write path (rbdata/buffers/_write_path.py): consumed slots reused in slot order."""
+"""The write path (rbdata/buffers/_write_path.py): consumed slots reused in consumption order."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from rbdata import LazyTensorStorage, ReplayBuffer, TensorDictReplayBuffer
-from rbdata.buffers._write_path import _in_slot_order
 
 
 def _drained(capacity: int, consumed: int, seed: int = 0) -> tuple[ReplayBuffer, list[int]]:
@@ -26,22 +25,14 @@ def _drained(capacity: int, consumed: int, seed: int = 0) -> tuple[ReplayBuffer,
     return rb, drawn
 
 
-@given(
-    slots=st.lists(st.integers(0, 5000), unique=True, min_size=1, max_size=300),
-)
-def test_slot_order_sorts_sparse_and_dense_slots(slots):
-    out = _in_slot_order(torch.tensor(slots, dtype=torch.long))
-    assert out.dtype == torch.long and out.tolist() == sorted(slots)
-
-
 @settings(deadline=None, max_examples=30)
 @given(capacity=st.integers(2, 40), data=st.data())
-def test_extend_fills_the_consumed_slots_first_first_in_slot_order(capacity, data):
+def test_extend_fills_the_consumed_slots_first_first_in_consumption_order(capacity, data):
     consumed = data.draw(st.integers(1, capacity))
     n = data.draw(st.integers(1, consumed))
     rb, drawn = _drained(capacity, consumed, data.draw(st.integers(0, 99)))
     index = rb.extend(torch.arange(100, 100 + n))
-    assert index.tolist() == sorted(drawn[:n])  # the first consumed, in slot order
+    assert index.tolist() == drawn[:n]  # the first consumed, in the order they were
     stored = rb.storage[:]
     for item, slot in enumerate(index.tolist()):
         assert int(stored[slot]) == 100 + item
@@ -50,8 +41,8 @@ def test_extend_fills_the_consumed_slots_first_first_in_slot_order(capacity, dat
     assert len(rb) == capacity - consumed + n
 
 
-def test_a_fully_consumed_buffer_is_rewritten_as_one_run():
-    """Every slot consumed: the next extend writes slots 0..n-1 in order, values read back."""
+def test_a_fully_consumed_buffer_is_rewritten_in_consumption_order():
+    """Every slot consumed: the next extend writes the slots in the order they were consumed."""
     capacity = 300
     data = TensorDict(
         {"obs": torch.randn(capacity, 5), "next": {"done": torch.rand(capacity, 1) > 0.5}},
@@ -59,23 +50,25 @@ def test_a_fully_consumed_buffer_is_rewritten_as_one_run():
     )
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), consume_after_n_samples=1)
     rb.extend(data)
+    order: list[int] = []
     while len(rb):
-        rb.sample(64)
+        order += rb.sample(64, return_info=True)[1]["index"].tolist()
     fresh = data.apply(lambda t: t.flip(0))
-    assert rb.extend(fresh).tolist() == list(range(capacity))
-    stored = rb.storage[:]
+    index = rb.extend(fresh)
+    assert index.tolist() == order and sorted(order) == list(range(capacity))
+    stored = rb.storage[index]
     assert torch.equal(stored["obs"], fresh["obs"])
     assert torch.equal(stored["next", "done"], fresh["next", "done"])
 
 
 def test_a_write_larger_than_the_consumed_slots_continues_at_the_cursor():
-    """3 slots consumed, 5 items: the consumed slots in slot order, then the cursor (0, 1),
+    """3 slots consumed, 5 items: the consumed slots in consumption order, then the cursor (0, 1),
     unless the cursor would land on a reused slot: then all 5 go round robin."""
     branches = set()
     for seed in range(40):
         rb, drawn = _drained(10, 3, seed)
         index = rb.extend(torch.arange(100, 105)).tolist()
-        head = sorted(drawn)
+        head = drawn
         if 0 in head or 1 in head:
             assert index == [0, 1, 2, 3, 4]
         else:
