@@ -163,7 +163,8 @@ class _SharedHandle(_BufferBase):
                 try:
                     return self._pickled_shared()
                 except (RuntimeError, TypeError, ValueError, pickle.PicklingError) as err:
-                    reason = f"{type(err).__name__}: {err}"
+                    _log.warning("the buffer cannot be mapped by other processes: %r", err)
+                    return None
         _log.debug("the buffer is not mapped by other processes: %s", reason)
         return None
 

@@ -144,17 +144,18 @@ def test_state_dict_holds_the_futures_lock_while_batches_in_flight_settle() -> N
     import threading
 
     started, release = threading.Event(), threading.Event()
+    calls = []
 
     def collate(items: list) -> torch.Tensor:  # type: ignore[type-arg]
-        started.set()
-        release.wait(5)
+        calls.append(1)
+        if len(calls) > 1:  # the batches sampled ahead of the first wait for the release
+            started.set()
+            release.wait(5)
         return torch.stack(items)
 
     rb = ReplayBuffer(storage=ListStorage(20), collate_fn=collate, batch_size=3, prefetch=2)
     rb.extend(torch.arange(20))
-    release.set()
-    rb.sample()  # the thread now samples ahead
-    release.clear()
+    rb.sample()  # the thread now samples ahead, blocked in collate
     assert started.wait(5)
     seen_held: list[bool] = []
 

@@ -109,8 +109,8 @@ class Model:
         self.write_count += 1
 
     def write(self, ids: list[int]) -> None:
-        # the consumed slots reused first (consumed first first) take the items in slot order
-        free = sorted(self._reusable()[: len(ids)]) if self.consume is not None else []
+        # the consumed slots reused first (consumed first first) take the items in that order
+        free = self._reusable()[: len(ids)] if self.consume is not None else []
         rest = len(ids) - len(free)
         if rest and any((self.cursor + k) % C in free for k in range(rest)):
             free, rest = [], len(ids)  # the cursor would land on a reused slot: round robin

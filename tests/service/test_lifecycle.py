@@ -233,8 +233,8 @@ def test_iteration_with_next_ends_a_pass_with_none(empty_rb: Any) -> None:
 def test_actor_exceptions_keep_their_type_and_message(td_rb: Any) -> None:
     with pytest.raises(ValueError, match="batch_size must be"):
         td_rb.sample(batch_size=0)
-    with pytest.raises(KeyError, match="td_error"):
-        td_rb.update_tensordict_priority(td_rb.sample())
+    with pytest.raises(KeyError, match="'no_such_key' is not stored"):
+        td_rb["no_such_key"]
     try:
         td_rb.extend(TensorDict({"obs": torch.zeros(2, 5)}, [2]))
         raise AssertionError("a mismatching extend must raise")
