@@ -315,6 +315,13 @@ class OfflineToOnlineReplayBuffer:
         return self._online.add(data)
 
     # --------------------------------------------------------- sampling
+    def _batch_size_of(self, batch_size: int | None) -> int:
+        """``batch_size`` checked, else the default; ValueError without either (torchrl's)."""
+        try:
+            return resolve_batch_size(batch_size, self._batch_size)
+        except RuntimeError as err:
+            raise ValueError(str(err)) from None
+
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
         """Sample one mixed batch.
 
@@ -330,10 +337,11 @@ class OfflineToOnlineReplayBuffer:
 
         Raises:
             ValueError: for a bad ``batch_size`` or a schedule value outside ``[0, 1]``.
-            RuntimeError: without a ``batch_size`` here or at construction.
+            ValueError: without a ``batch_size`` here or at construction (torchrl's type
+                for this class; ``ReplayBuffer`` raises ``RuntimeError`` there).
             RuntimeError: if offline rows are due and the offline buffer is empty.
         """
-        draw = self.draw(resolve_batch_size(batch_size, self._batch_size))
+        draw = self.draw(self._batch_size_of(batch_size))
         batch = self.gather(draw)
         if return_info:
             info_keys = (*INFO_KEYS, SOURCE_KEY)
@@ -374,7 +382,7 @@ class OfflineToOnlineReplayBuffer:
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         """Yield batches of ``batch_size`` rows forever."""
-        resolve_batch_size(None, self._batch_size)
+        self._batch_size_of(None)
         while True:
             yield self.sample()
 

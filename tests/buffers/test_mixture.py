@@ -181,7 +181,7 @@ def test_constructor_errors() -> None:
 
 def test_sample_batch_size_errors() -> None:
     rb = _mixture()
-    with pytest.raises(RuntimeError, match="batch_size not specified"):
+    with pytest.raises(ValueError, match="batch_size not specified"):
         rb.sample()
     with pytest.raises(ValueError, match="batch_size must be >= 1, got -1"):
         rb.sample(-1)
@@ -350,7 +350,7 @@ def test_iteration_and_context_manager() -> None:
     with _mixture(0.5, batch_size=6) as rb:
         batches = [b for _, b in zip(range(3), rb, strict=False)]
     assert [int(b["is_offline"].sum()) for b in batches] == [3, 3, 3]
-    with pytest.raises(RuntimeError, match="batch_size not specified"):
+    with pytest.raises(ValueError, match="batch_size not specified"):
         next(iter(_mixture()))
 
 
