@@ -80,7 +80,14 @@ def bench_ray() -> list[RayRow]:
     import rbdata as lib
 
     torch.set_num_threads(1)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        # the task rows' workers stay (Ray stops idle workers above num_cpus after 1 s;
+        # a fresh one, importing torch, starts seconds into the others' window)
+        _system_config={"idle_worker_killing_time_threshold_ms": 600_000},
+    )
     rows: list[RayRow] = []
     try:
         empty = ray.remote(num_cpus=0)(_Empty).remote()
@@ -212,13 +219,38 @@ def _build(lib: str) -> Any:
 
 def _sample_for(client: Any, seconds: float) -> float:
     """Batches per second ``client`` samples for ``seconds`` (after a warm-up)."""
+    n, start, stop = _sample_window(client, seconds, time.time())
+    return n / (stop - start)
+
+
+def _sample_window(client: Any, seconds: float, start_at: float) -> tuple[int, float, float]:
+    """``(batches, start, stop)``: ``client`` sampling from ``start_at`` (a ``time.time()``).
+
+    Tasks given one ``start_at`` sample over the same window, after their warm-up.
+    """
     for _ in range(10):
         client.sample()
-    n, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
+    time.sleep(max(0.0, start_at - time.time()))
+    n, start = 0, time.time()
+    while time.time() - start < seconds:
         client.sample()
         n += 1
-    return n / (time.perf_counter() - start)
+    return n, start, time.time()
+
+
+def _together(task: Any, clients: list[Any], seconds: float) -> float:
+    """Batches per second of ``clients`` sampling at once, each in its own task.
+
+    All batches over the span from the first window's start to the last one's
+    end: tasks that did not overlap (a worker started late) count as slower,
+    never as faster.
+    """
+    import ray
+
+    start_at = time.time() + 1.0  # past every task's start and warm-up
+    windows = ray.get([task.remote(c, seconds, start_at) for c in clients])
+    span = max(w[2] for w in windows) - min(w[1] for w in windows)
+    return sum(w[0] for w in windows) / span
 
 
 def _collect_for(client: Any, seconds: float, pace: float, flush: bool) -> int:
@@ -241,7 +273,14 @@ def side_by_side_rows(lib: str, seconds: float, shards: tuple[int, ...] = ()) ->
     import ray
 
     torch.set_num_threads(1)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        # the task rows' workers stay (Ray stops idle workers above num_cpus after 1 s;
+        # a fresh one, importing torch, starts seconds into the others' window)
+        _system_config={"idle_worker_killing_time_threshold_ms": 600_000},
+    )
     out: dict[str, float] = {}
     try:
         rb = _build(lib)
@@ -255,12 +294,12 @@ def side_by_side_rows(lib: str, seconds: float, shards: tuple[int, ...] = ()) ->
             writer.flush()
         out["sample"] = 1 / _per_call(rb.sample, seconds)
         sampler = ray.remote(num_cpus=0)(_sample_for)
+        window = ray.remote(num_cpus=0)(_sample_window)
         collector = ray.remote(num_cpus=0)(_collect_for)
-        ray.get([sampler.remote(rb.client(), 0.1) for _ in range(5)])  # the workers start
+        # four workers start (each task runs long enough that none can run two)
+        _together(window, [rb.client() for _ in range(4)], 0.5)
         for n in (1, 2, 4):
-            out[f"tasks{n}"] = sum(
-                ray.get([sampler.remote(rb.client(), seconds) for _ in range(n)])
-            )
+            out[f"tasks{n}"] = _together(window, [rb.client() for _ in range(n)], seconds)
         out["alone"] = ray.get(sampler.remote(rb.client(), seconds))
         writers = [rb.client(write_behind=4) if lib == "rbdata" else rb.client() for _ in range(4)]
         fleet = [collector.remote(w, seconds + 1.0, _PACE, lib == "rbdata") for w in writers]

@@ -98,14 +98,24 @@ class DirectMap:
             kwargs: its keyword arguments.
             read: it samples (run only when the handle allows sampling from the map).
 
-        The epoch is checked again under the owner's lock, so a call never
+        A write checks the epoch again under the owner's lock, so it never
         lands in memory the owner replaced meanwhile (it then fetches anew).
+        A read takes no lock: the owner moves the epoch before a whole-buffer
+        call starts, so a read after which the epoch has not moved overlapped
+        none (rows written meanwhile are the buffer's own concern: its reads
+        are lock-free across processes). A read the epoch moved under is
+        dropped and made again.
         """
         for _ in range(2):
             buffer = self.buffer()
             if buffer is None or (read and not self._handle.reads):  # type: ignore[union-attr]
                 return False, None
             self._check_alive()
+            if read:
+                out = getattr(buffer, name)(*args, **kwargs)
+                if self._current():
+                    return True, out
+                continue
             with buffer.lock:
                 if self._current():
                     return True, getattr(buffer, name)(*args, **kwargs)
