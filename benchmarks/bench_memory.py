@@ -16,7 +16,8 @@ capacities 10k, 1M and 100M, for Atari rows (``pixels`` uint8[4, 84, 84],
 capacity the library cannot allocate shows its error.
 
 ``writers``: 1 and 4 processes (``torch.multiprocessing``, spawn) extend one
-shared buffer while the parent samples batches of 256: 200,000 small
+shared buffer while the parent samples batches of 256, flat out or at 100
+batches/s (a learner whose step takes the rest of its time): 200,000 small
 transitions in all, in batches of 100, or 20,000 Atari rows in batches of 10;
 the row gives the transitions written per second, the median of ``--rounds``
 rounds (each round runs 1 then 4 writers, so the machine's load swings move
@@ -43,7 +44,8 @@ HERE = Path(__file__).resolve().parent
 CAPACITIES = (10_000, 1_000_000, 100_000_000)
 ROWS = 1000
 # the writers rows: transitions in all and per extend, by row kind
-WRITES = {"small": (200_000, 100), "atari": (20_000, 10)}
+WRITES = {"small": (800_000, 100), "atari": (40_000, 10)}
+PACES = (0.0, 100.0)  # the parent's sampling in the writers rows: flat out, a learner's pace
 
 
 def _rss() -> int:
@@ -100,8 +102,12 @@ def _writer(rb: Any, kind: str, n: int, ready: Any, go: Any, done: Any) -> None:
     done.put(1)
 
 
-def child_writers(lib_name: str, kind: str, processes: int) -> dict[str, Any]:
-    """``processes`` spawned writers fill one shared buffer while this process samples."""
+def child_writers(lib_name: str, kind: str, processes: int, pace: float) -> dict[str, Any]:
+    """``processes`` spawned writers fill one shared buffer while this process samples.
+
+    The parent samples flat out (``pace`` 0) or ``pace`` batches per second, as a
+    learner whose step takes the rest of its time.
+    """
     import torch.multiprocessing as mp
 
     lib = _lib(lib_name)
@@ -122,14 +128,17 @@ def child_writers(lib_name: str, kind: str, processes: int) -> dict[str, Any]:
         ready.get(timeout=120)
     start = time.perf_counter()
     go.set()
-    finished, samples = 0, 0
+    finished, samples, due = 0, 0, start
     while finished < processes:
         while not done.empty():
             done.get()
             finished += 1
-        if len(rb) >= 256:
+        if len(rb) >= 256 and time.perf_counter() >= due:
             rb.sample()
             samples += 1
+            due += 1 / pace if pace else 0.0
+        elif pace:
+            time.sleep(0.0005)
     seconds = time.perf_counter() - start
     for proc in procs:
         proc.join()
@@ -204,19 +213,22 @@ def table_writers(vs_torchrl: bool, kinds: list[str], rounds: int) -> list[dict[
     round's rate and their median.
     """
     pythons = _pythons(vs_torchrl)
-    runs: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    runs: dict[tuple[str, float, int, str], list[dict[str, Any]]] = {}
     for _ in range(rounds):
         for kind in kinds:
-            for processes in (1, 4):
-                for lib, python in pythons.items():
-                    result = _run_child(python, ["writers", lib, kind, str(processes)])
-                    runs.setdefault((kind, processes, lib), []).append(result)
+            for pace in PACES:
+                for processes in (1, 4):
+                    for lib, python in pythons.items():
+                        args = ["writers", lib, kind, str(processes), str(pace)]
+                        runs.setdefault((kind, pace, processes, lib), []).append(
+                            _run_child(python, args)
+                        )
     out = []
     for kind in kinds:
-        for processes in (1, 4):
-            row: dict[str, Any] = {"kind": kind, "processes": processes}
+        for pace, processes in ((p, n) for p in PACES for n in (1, 4)):
+            row: dict[str, Any] = {"kind": kind, "pace": pace, "processes": processes}
             for lib in pythons:
-                results = runs[(kind, processes, lib)]
+                results = runs[(kind, pace, processes, lib)]
                 failed = [r for r in results if "error" in r]
                 if failed:
                     row[lib] = failed[0]
@@ -233,14 +245,14 @@ def table_writers(vs_torchrl: bool, kinds: list[str], rounds: int) -> list[dict[
 
 
 def print_writers(rows: list[dict[str, Any]]) -> None:
-    libs = [k for k in rows[0] if k not in ("kind", "processes")]
+    libs = [k for k in rows[0] if k not in ("kind", "pace", "processes")]
     print(
         "transitions into one shared buffer by spawned writers while the parent samples "
-        "batches of 256: median transitions/s over the rounds, [range], parent's batches, "
-        "4 / 1 writers"
+        "batches of 256 (flat out, or at a learner's pace in batches/s): median "
+        "transitions/s over the rounds, [range], parent's batches, 4 / 1 writers"
     )
-    print(f"{'rows':<6} writers  " + "  ".join(f"{lib:<44}" for lib in libs))
-    first: dict[tuple[str, str], float] = {}
+    print(f"{'rows':<6} {'parent':<9} writers  " + "  ".join(f"{lib:<44}" for lib in libs))
+    first: dict[tuple[str, float, str], float] = {}
     for row in rows:
         cells = []
         for lib in libs:
@@ -250,13 +262,17 @@ def print_writers(rows: list[dict[str, Any]]) -> None:
                 continue
             ok = "" if r["exact"] else " (count off)"
             spread = f"[{min(r['rates']) / 1e3:.0f}k-{max(r['rates']) / 1e3:.0f}k]"
-            ratio = ""
+            ratio, key = "", (row["kind"], row["pace"], lib)
             if row["processes"] == 1:
-                first[(row["kind"], lib)] = r["rate"]
-            elif (row["kind"], lib) in first:
-                ratio = f" x{r['rate'] / first[(row['kind'], lib)]:.2f}"
+                first[key] = r["rate"]
+            elif key in first:
+                ratio = f" x{r['rate'] / first[key]:.2f}"
             cells.append(f"{r['rate'] / 1e3:6.0f}k/s {spread:<13} {r['samples']:6.0f}{ratio}{ok}")
-        print(f"{row['kind']:<6} {row['processes']:<8} " + "  ".join(f"{c:<44}" for c in cells))
+        parent = f"{row['pace']:.0f}/s" if row["pace"] else "flat out"
+        print(
+            f"{row['kind']:<6} {parent:<9} {row['processes']:<8} "
+            + "  ".join(f"{c:<44}" for c in cells)
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -274,8 +290,8 @@ def main(argv: list[str] | None = None) -> int:
             lib, kind, capacity = rest
             print(json.dumps(child_extend(lib, kind, int(capacity))))
         else:
-            lib, kind, processes = rest
-            print(json.dumps(child_writers(lib, kind, int(processes))))
+            lib, kind, processes, pace = rest
+            print(json.dumps(child_writers(lib, kind, int(processes), float(pace))))
         return 0
     results: dict[str, Any] = {}
     rows = args.rows.split(",")

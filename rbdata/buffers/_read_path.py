@@ -87,7 +87,7 @@ class _ReadPath(_BufferBase):
     def _fetch(self, index: torch.Tensor, info: Mapping[str, Any], *, keep_info: bool) -> Any:
         flat = index if index.ndim == 1 else index.reshape(-1)
         # a copy made while no write ran (a write must not tear the rows being gathered)
-        data = self._sync.read(lambda: read_rows(self, self._storage, flat))
+        data = self._sync.read(lambda: read_rows(self, self._storage, flat), flat)
         return finish_batch(
             data,
             index,

@@ -23,6 +23,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import torch
+
+from rbdata.buffers._in_flight import InFlightRows
 from rbdata.storages._counters import SharedCounters
 
 __all__ = ["LocalThenShared", "SharedCondition", "SharedLock"]
@@ -44,7 +47,10 @@ class SharedLock:
 
     Examples:
         >>> import multiprocessing
-        >>> from rbdata.storages._counters import SharedCounters
+        >>> import torch
+
+    from rbdata.buffers._in_flight import InFlightRows
+    from rbdata.storages._counters import SharedCounters
         >>> lock = SharedLock(multiprocessing.get_context("spawn").RLock(), SharedCounters([0]))
         >>> with lock:
         ...     with lock:  # reentrant: the version moves on the outermost hold only
@@ -54,8 +60,12 @@ class SharedLock:
         (2, 'rows')
     """
 
-    def __init__(self, inner: Any, version: SharedCounters) -> None:
+    def __init__(
+        self, inner: Any, version: SharedCounters, in_flight: InFlightRows | None = None
+    ) -> None:
         self.inner, self.version = inner, version
+        #: rows reserved writers copy without the lock (see :mod:`._in_flight`)
+        self.in_flight = in_flight
         self._depth = 0  # holds by this process (only the holder changes it)
         self._alive: Callable[[], bool] | None = None
         self._dead: Callable[[], Exception] | None = None
@@ -75,7 +85,23 @@ class SharedLock:
         self._depth += 1
         if self._depth == 1:
             self.version.cells[0] += 1
+            if self.in_flight is not None:  # the holder sees every reserved row written
+                self.in_flight.drain()
         return True
+
+    def acquire_to_reserve(self) -> None:
+        """Take the lock to reserve rows: the version stays, copies in flight go on.
+
+        A reservation changes counters only (no row), so lock-free readers
+        need not start again; the rows it reserves are in flight until copied.
+        """
+        self._take(True, None)
+        self._depth += 1
+
+    def release_reserved(self) -> None:
+        """Release a hold of :meth:`acquire_to_reserve`."""
+        self._depth -= 1
+        self.inner.release()
 
     def _take(self, block: bool, timeout: float | None) -> bool:
         if self._alive is None or not block or timeout is not None:
@@ -101,20 +127,32 @@ class SharedLock:
         """The holder is back from its wait."""
         self.version.cells[0] += 1
 
-    def read(self, copy: Callable[[], T]) -> T:
-        """``copy()`` made while no process wrote (lock-free when possible, else locked)."""
-        cells = self.version.cells
+    def read(self, copy: Callable[[], T], rows: torch.Tensor | None = None) -> T:
+        """``copy()`` made while no process wrote (lock-free when possible, else locked).
+
+        Args:
+            copy: reads rows.
+            rows: the rows it reads (None: any), checked against the rows
+                reserved writers copied meanwhile (:meth:`InFlightRows.touched`).
+        """
+        cells, in_flight = self.version.cells, self.in_flight
         for _ in range(_TRIES if _OPTIMISTIC and not self._depth else 0):
             before = cells[0]
             if before & 1:
                 break
+            snapshot = None if in_flight is None else in_flight.snapshot()
+            if snapshot is not None and in_flight.touched(snapshot, rows):  # type: ignore[union-attr]
+                in_flight.wait_until_copied(rows)  # type: ignore[union-attr]
+                continue  # rows still being copied: not worth a copy that would be dropped
             try:
                 out = copy()
             except Exception:  # noqa: BLE001 - a copy racing a write may fail: copy again
                 if cells[0] == before:
                     raise
                 continue
-            if cells[0] == before:
+            if cells[0] == before and (
+                snapshot is None or not in_flight.touched(snapshot, rows)  # type: ignore[union-attr]
+            ):
                 return out
         with self:
             return copy()
@@ -153,6 +191,20 @@ class LocalThenShared:
     def release(self) -> None:
         """Release both."""
         self.shared.release()
+        self.local.release()
+
+    def acquire_to_reserve(self) -> None:
+        """Both locks, taken to reserve rows (:meth:`SharedLock.acquire_to_reserve`)."""
+        self.local.acquire()
+        try:
+            self.shared.acquire_to_reserve()
+        except BaseException:
+            self.local.release()
+            raise
+
+    def release_reserved(self) -> None:
+        """Release a hold of :meth:`acquire_to_reserve`."""
+        self.shared.release_reserved()
         self.local.release()
 
     def __enter__(self) -> bool:

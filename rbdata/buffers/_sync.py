@@ -6,8 +6,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import torch
 import torch.multiprocessing as mp
 
+from rbdata.buffers._in_flight import InFlightRows
 from rbdata.buffers._shared_lock import LocalThenShared, SharedCondition, SharedLock
 from rbdata.storages._counters import SharedCounters
 
@@ -55,24 +57,39 @@ class _BufferSync:
         lock = context.RLock()
         version = SharedCounters([0])
         version.share()
-        self._adopt(lock, context.Condition(lock), version)
+        self._adopt(lock, context.Condition(lock), version, InFlightRows())
 
-    def _adopt(self, lock: Any, cond: Any, version: SharedCounters) -> None:
+    def _adopt(
+        self, lock: Any, cond: Any, version: SharedCounters, in_flight: InFlightRows | None
+    ) -> None:
         local = threading.RLock()
-        self._cross = SharedLock(lock, version)
+        self._cross = SharedLock(lock, version, in_flight)
         self.lock = LocalThenShared(local, self._cross)
         self.cond = SharedCondition(cond, self.lock)
         self.draw_lock, self._shared = local, True
 
-    def read(self, copy: Callable[[], Any]) -> Any:
-        """``copy()`` (of rows) made while nothing is written: lock-free across processes.
+    @property
+    def in_flight(self) -> InFlightRows | None:
+        """The rows reserved writers copy outside the lock (None: unshared, or pickled before)."""
+        return None if self._cross is None else self._cross.in_flight
+
+    def acquire_to_reserve(self) -> None:
+        """Take the locks to reserve rows (shared buffers only; see :mod:`._in_flight`)."""
+        self.lock.acquire_to_reserve()
+
+    def release_reserved(self) -> None:
+        """Release a hold of :meth:`acquire_to_reserve`."""
+        self.lock.release_reserved()
+
+    def read(self, copy: Callable[[], Any], rows: torch.Tensor | None = None) -> Any:
+        """``copy()`` (of ``rows``) made while nothing is written: lock-free across processes.
 
         Unshared, it runs under the lock; shared, see :meth:`SharedLock.read`.
         """
         if self._cross is None:
             with self.lock:
                 return copy()
-        return self._cross.read(copy)
+        return self._cross.read(copy, rows)
 
     def unshare(self) -> None:
         """Back to a thread lock (``share(False)``): other processes no longer exclude this one."""
@@ -120,6 +137,7 @@ class _BufferSync:
             "lock": self._cross.inner,
             "cond": self.cond.inner,
             "version": self._cross.version,
+            "in_flight": self._cross.in_flight,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -128,4 +146,4 @@ class _BufferSync:
             version = state.get("version")
             if version is None:  # pickled before the version existed
                 version = SharedCounters([0])
-            self._adopt(state["lock"], state["cond"], version)
+            self._adopt(state["lock"], state["cond"], version, state.get("in_flight"))

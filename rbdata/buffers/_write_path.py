@@ -8,12 +8,12 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from rbdata.buffers._components import _BufferBase
 from rbdata.buffers._coordinates import cells_of_rows, to_coordinates
+from rbdata.buffers._deferred_write import _DeferredWrites
 from rbdata.writers._base import batch_len, slice_batch
 
 
-class _WritePath(_BufferBase):
+class _WritePath(_DeferredWrites):
     """The write half of :class:`~rbdata.ReplayBuffer`: every change of what the buffer holds.
 
     Writes validate the data (and the sampler's room) before anything is
@@ -81,6 +81,9 @@ class _WritePath(_BufferBase):
         )
 
     def _extend(self, data: Any, update_priority: bool | None) -> torch.Tensor:
+        index = self._extend_deferred(data, update_priority)  # shared buffers' ring writes
+        if index is not None:
+            return index
         with self._sync.cond:
             if len(self._transform):
                 data = self._transform.inv(data)
@@ -163,12 +166,6 @@ class _WritePath(_BufferBase):
         if k == n:
             return head
         return torch.cat([head, writer.extend(slice_batch(data, slice(k, None)))])
-
-    def _validate_extend(self, data: Any, update_priority: bool | None) -> None:
-        """Hook: check ``data`` before anything is written (prioritized buffers: priorities)."""
-
-    def _after_extend(self, data: Any, index: torch.Tensor, update_priority: bool | None) -> None:
-        """Hook: work after a write (prioritized buffers: priorities read from the data)."""
 
     def empty(self, empty_write_count: bool = True) -> None:
         """Empty the buffer and reset the cursor to 0."""

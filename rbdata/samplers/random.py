@@ -32,6 +32,8 @@ class RandomSampler(Sampler):
         tensor([4, 9, 3, 0, 3])
     """
 
+    draws_from_slots_only = True
+
     def _sample(
         self, storage: Storage, batch_size: int, live: _LiveSet | None
     ) -> tuple[torch.Tensor, dict[str, Any]]:

@@ -186,6 +186,37 @@ class Storage(_CompileHooks, abc.ABC):
         if last is not None:
             cells[2] = last
 
+    def mark_written(self, start: int, stop: int) -> None:
+        """Count the items ``start .. stop - 1`` written, as :meth:`set` of that slice does.
+
+        A writer that reserves rows (see :meth:`defer_rows`) counts them before
+        it copies them.
+        """
+        cells = self._counters.cells
+        cells[1] += 1
+        if stop > cells[0]:
+            cells[0] = stop
+        cells[2] = stop - 1
+
+    def defer_rows(self, data: Any) -> list[torch.Tensor] | None:
+        """The checked leaves of the batch ``data``, for :meth:`copy_rows` later (None: use set).
+
+        Tensor storages laid out in rows give them when a batch fits without
+        wrapping twice and reads none of their own memory; this base never does.
+
+        Raises:
+            KeyError, TypeError, ValueError: if ``data`` does not fit the storage.
+        """
+        return None
+
+    def copy_rows(self, start: int, leaves: list[torch.Tensor]) -> None:
+        """Copy :meth:`defer_rows`' ``leaves`` into rows ``start ..`` (counters unchanged).
+
+        Raises:
+            NotImplementedError: for a storage that defers no rows.
+        """
+        raise NotImplementedError(f"{type(self).__name__} defers no rows")
+
     def get(self, index: Index) -> Any:
         """Read the items at ``index`` (an int, a slice or an integer tensor).
 

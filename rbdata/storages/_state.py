@@ -113,3 +113,10 @@ def _parse_state(
             )
         leaves.append(leaf)
     return structure, layout, lead, filled, leaves
+
+
+def _spec(names: list[str], layout: _PackedLayout) -> dict[str, dict[str, Any]]:
+    return {
+        name: {"shape": list(shape), "dtype": str(dtype).removeprefix("torch.")}
+        for name, shape, dtype in zip(names, layout.shapes, layout.dtypes, strict=True)
+    }

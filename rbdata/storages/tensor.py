@@ -18,10 +18,11 @@ from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torch.utils._pytree import tree_map
 
 from ._base import Index, _as_index, _check_int, _get_index, _set_index
+from ._coordinates import cells_at
 from ._pytree import _Structure
 from ._row_layout import _PackedLayout
 from ._stack import _stacked
-from ._state import _parse_state
+from ._state import _parse_state, _spec
 from ._tensor_traced import _len_eagerly, _TracedRows
 from ._torchrl import is_torchrl_layout, tensor_storage_state
 from ._validate import _check_leaves, _check_ndim, _tails
@@ -292,6 +293,19 @@ class TensorStorage(_TracedRows):
             return False  # the write itself reports what is wrong
         return self._rows.aliases(leaves)
 
+    def defer_rows(self, data: Any) -> list[torch.Tensor] | None:
+        """The checked leaves of the batch ``data``, for :meth:`copy_rows` (see ``Storage``)."""
+        if self._rows is None or self._cells != 1 or self.ndim != 1 or self._compilable:
+            return None
+        leaves, n = self._leaves(data, True)
+        if not n or n > self._capacity or self._rows.aliases(leaves):
+            return None
+        return leaves
+
+    def copy_rows(self, start: int, leaves: list[torch.Tensor]) -> None:
+        """Copy ``leaves`` (of :meth:`defer_rows`) into rows ``start ..`` (counters unchanged)."""
+        self._allocated()[2].write_range(start, leaves)
+
     def _set(self, index: Index, data: Any) -> int:
         if type(index) is slice and self._cells == 1 and self.ndim == 1 and self._rows is not None:
             # the writers' hot path: items in range (``plain`` checks that the bounds are ints)
@@ -359,36 +373,11 @@ class TensorStorage(_TracedRows):
                 self._to_cells(torch.arange(index.start, index.stop, index.step)), leaves
             )
 
-    def _cells_at(self, coordinates: tuple[Any, ...]) -> int | torch.Tensor:
-        """The flat cells named by a tuple of ``ndim`` coordinates (ints or integer tensors).
-
-        Raises:
-            TypeError: for coordinates that are not integers.
-            ValueError: for a tuple of the wrong length or coordinates outside the storage.
-        """
-        shape = tuple(self.shape)
-        if len(coordinates) != len(shape):
-            raise ValueError(
-                f"index is a tuple of {len(coordinates)} coordinates, expected {len(shape)} (one "
-                f"per dim of the storage's shape {list(shape)})."
-            )
-        parts = [torch.as_tensor(c) for c in coordinates]
-        if any(p.is_floating_point() or p.is_complex() or p.dtype == torch.bool for p in parts):
-            raise TypeError(f"index coordinates must be integers, got {[p.dtype for p in parts]}.")
-        cells = torch.zeros((), dtype=torch.long)  # broadcasts with the coordinates
-        for size, part in zip(shape, parts, strict=True):
-            if bool(((part < 0) | (part >= size)).any()):
-                raise ValueError(
-                    f"index holds coordinates outside the storage's shape {list(shape)}."
-                )
-            cells = cells * size + part.to(torch.long)
-        return int(cells) if cells.ndim == 0 else cells
-
     # ----------------------------------------------------------------- read
     def _get(self, index: Index | tuple[Any, ...]) -> Any:
         coordinates = isinstance(index, tuple) and self.ndim > 1
         if coordinates:  # coordinates, as torchrl's: flat cells from here on
-            index = self._cells_at(index)  # type: ignore[arg-type]
+            index = cells_at(tuple(self.shape), index)  # type: ignore[arg-type]
         if self._compilable and torch.compiler.is_compiling():
             traced = self._get_traced(index)
             if traced is not None:
@@ -508,10 +497,3 @@ def _count(index: int | range | tuple[range, range] | torch.Tensor) -> int:
     if isinstance(index, tuple):
         return len(index[0]) + len(index[1])
     return len(index)
-
-
-def _spec(names: list[str], layout: _PackedLayout) -> dict[str, dict[str, Any]]:
-    return {
-        name: {"shape": list(shape), "dtype": str(dtype).removeprefix("torch.")}
-        for name, shape, dtype in zip(names, layout.shapes, layout.dtypes, strict=True)
-    }

@@ -248,6 +248,23 @@ class Writer(abc.ABC):
             self._write_count += int(written.numel())
         return index
 
+    @property
+    def reserves_rows(self) -> bool:
+        """Whether :meth:`reserve` can place a batch that is copied later (ring writers)."""
+        return False
+
+    def reserve(self, n: int) -> int:
+        """Place ``n`` items as :meth:`extend` would, stamped and counted, without writing them.
+
+        Returns the first of their slots (they follow it in ring order); the
+        caller copies them there (a shared buffer's writers copy outside its
+        lock, see ``Storage.defer_rows``).
+
+        Raises:
+            NotImplementedError: for a writer that does not reserve (see :attr:`reserves_rows`).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not reserve slots")
+
     def write_at(self, index: torch.Tensor, data: Any) -> torch.Tensor:
         """Write a batch at the explicit slots ``index`` without moving the cursor.
 

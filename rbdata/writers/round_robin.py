@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -14,7 +15,7 @@ from rbdata.writers._base import Writer, batch_len, slice_batch
 if TYPE_CHECKING:
     from rbdata.storages import Storage
 
-__all__ = ["RoundRobinWriter", "TensorDictRoundRobinWriter"]
+__all__ = ["RoundRobinWriter", "TensorDictRoundRobinWriter", "ring_slots"]
 
 
 class RoundRobinWriter(Writer):
@@ -86,8 +87,47 @@ class RoundRobinWriter(Writer):
         self._cursor = (start + n) % self._capacity()
         return index
 
+    @property
+    def reserves_rows(self) -> bool:
+        """True unless ``compilable`` (see :meth:`Writer.reserve`)."""
+        return not self._compilable
+
+    def reserve(self, n: int) -> int:
+        """The first of the next ``n`` slots from the cursor (``1 <= n <= capacity``), counted.
+
+        Raises:
+            ValueError: if ``n`` is not in ``[1, capacity]``.
+        """
+        capacity = self._capacity()
+        if not 1 <= n <= capacity:
+            raise ValueError(f"n must be in [1, {capacity}] (the capacity), got {n}.")
+        start = self._cursor
+        self._cursor = (start + n) % capacity
+        if self._generation is not None:
+            self._stamp(ring_slots(start, n, capacity))
+        self._write_count += n
+        return start
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(cursor={self._cursor}, write_count={self._write_count})"
+
+
+@functools.lru_cache(maxsize=16)
+def _first(n: int) -> torch.Tensor:
+    return torch.arange(n)
+
+
+def ring_slots(start: int, n: int, capacity: int) -> torch.Tensor:
+    """The slots ``start .. start + n - 1`` of a ring of ``capacity`` slots (``n <= capacity``).
+
+    Examples:
+        >>> ring_slots(3, 3, 4).tolist()
+        [3, 0, 1]
+    """
+    index = _first(n) + start  # a new tensor: the cached arange is never changed
+    if start + n > capacity:
+        index %= capacity
+    return index
 
 
 @own_frame

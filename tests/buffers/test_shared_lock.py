@@ -101,5 +101,7 @@ def test_a_shared_buffer_draws_without_the_shared_lock() -> None:
     for _ in range(5):
         assert rb.sample().shape == (4,)
     assert rb.lock.shared.version[0] == before  # neither the draws nor the copies held it
-    rb.extend(torch.arange(2))
+    rb.extend(torch.arange(2))  # reserved under the lock, copied outside: version kept
+    assert rb.lock.shared.version[0] == before
+    rb.empty()  # under the lock
     assert rb.lock.shared.version[0] == before + 2

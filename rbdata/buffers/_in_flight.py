@@ -1,0 +1,207 @@
+"""Rows a writer process copies outside the shared lock, and the reservations made lately.
+
+Several processes extending one shared buffer would queue on its lock for the
+whole write. A ring write instead *reserves* its rows under the lock (the
+cursor, counters and generations move on, as for a write) and copies them
+after releasing it, so the copies of several writers run at once. While a
+copy runs, its rows are *in flight*: :class:`InFlightRows` keeps them in a
+small table in shared memory, one slot per copy, with the writer's pid.
+
+- Whoever takes the lock to do anything else (a write that is not reserved,
+  ``empty``, ``state_dict``, a locked read) first waits until no row is in
+  flight (:meth:`InFlightRows.drain`): it sees every reserved row written, as
+  with one lock held for whole writes. A slot whose writer died is freed
+  then, with a warning (its rows may be torn).
+- A lock-free reader takes a :meth:`InFlightRows.snapshot` before copying
+  rows and keeps its copy only if none of its rows was in flight then or
+  reserved since (:meth:`InFlightRows.touched`), which the log of the last
+  :data:`LOG` reservations tells, in order of a sequence number.
+
+The order of the stores (x86-64's, see :mod:`._shared_lock`): a reservation
+writes its slot, then its log entry, then the sequence number, then copies;
+the copy done, it frees its slot. A reader reads the sequence number, then
+the slots, copies, then reads the sequence number and the log again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, cast
+
+import torch
+
+__all__ = ["LOG", "SLOTS", "InFlightRows", "Ranges", "Snapshot", "ring_ranges"]
+
+_log = logging.getLogger(__name__)
+
+SLOTS = 16  # copies in flight at once (a writer finding none free writes under the lock)
+LOG = 64  # reservations a reader can look back over (more during one copy: read again)
+_WIDTH = 5  # a slot: two row ranges [a, b), [c, d) and the writer's pid (0: free)
+_ENTRY = 4  # a log entry: the two ranges
+_SLOT0 = 1  # cell 0 is the sequence number
+_LOG0 = _SLOT0 + SLOTS * _WIDTH
+_ALIVE_CHECK_S = 0.01  # a drain checks the writers of the slots it waits on this often
+_READER_WAIT_S = 0.01  # a lock-free reader waits this long for rows in flight, then locks
+
+#: two row ranges ``(a, b, c, d)``: ``[a, b)`` then ``[c, d)`` (empty when ``c == d``)
+Ranges = tuple[int, int, int, int]
+#: ``(sequence number, the ranges in flight)`` before a lock-free copy
+Snapshot = tuple[int, torch.Tensor]
+
+
+def ring_ranges(start: int, n: int, capacity: int) -> Ranges:
+    """The rows ``start .. start + n - 1`` of a ring of ``capacity`` rows, as two ranges.
+
+    Examples:
+        >>> ring_ranges(6, 4, 8)
+        (6, 8, 0, 2)
+    """
+    stop = start + n
+    if stop <= capacity:
+        return start, stop, 0, 0
+    return start, capacity, 0, stop - capacity
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class InFlightRows:
+    """The in-flight table and the reservation log of a shared buffer (see the module docstring).
+
+    Pickled, it travels as its shared tensor: every process sees the same table.
+
+    Examples:
+        >>> rows = InFlightRows()
+        >>> before = rows.snapshot()
+        >>> slot = rows.claim((0, 4, 0, 0))  # under the buffer's lock
+        >>> rows.touched(before, torch.tensor([3, 9])), rows.touched(before, torch.tensor([9]))
+        (True, False)
+        >>> rows.release(slot)  # the copy is done
+        >>> rows.busy()
+        False
+    """
+
+    def __init__(self) -> None:
+        self._adopt(torch.zeros(_LOG0 + LOG * _ENTRY, dtype=torch.int64).share_memory_())
+
+    def _adopt(self, cells: torch.Tensor) -> None:
+        import ctypes
+
+        self._tensor = cells
+        raw = (ctypes.c_int64 * cells.numel()).from_address(cells.data_ptr())
+        self._cells = cast("list[int]", memoryview(raw).cast("B").cast("q"))
+        self._slots = cells[_SLOT0:_LOG0].view(SLOTS, _WIDTH)
+        self._entries = cells[_LOG0:].view(LOG, _ENTRY)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"cells": self._tensor}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._adopt(state["cells"])
+
+    # ------------------------------------------------------------ writers
+    def claim(self, ranges: Ranges) -> int | None:
+        """Mark ``ranges`` in flight and log them (the lock held): the slot, or None if none is free."""
+        cells = self._cells
+        for slot in range(SLOTS):
+            base = _SLOT0 + slot * _WIDTH
+            if cells[base + 4] == 0:
+                break
+        else:
+            return None
+        for i, bound in enumerate(ranges):
+            cells[base + i] = bound
+        cells[base + 4] = os.getpid()
+        seq = cells[0]
+        entry = _LOG0 + (seq % LOG) * _ENTRY
+        for i, bound in enumerate(ranges):
+            cells[entry + i] = bound
+        cells[0] = seq + 1
+        return slot
+
+    def release(self, slot: int) -> None:
+        """The copy of ``slot`` is done (no lock needed: one store)."""
+        self._cells[_SLOT0 + slot * _WIDTH + 4] = 0
+
+    # ------------------------------------------------------------ the lock's holders
+    def busy(self) -> bool:
+        """Whether some copy is in flight."""
+        return bool(any(self._cells[_SLOT0 + 4 : _LOG0 : _WIDTH]))
+
+    def drain(self) -> None:
+        """Wait (the lock held, so no new reservation) until no copy is in flight.
+
+        A slot whose writer process is gone is freed, with a warning: the
+        rows it was copying may be torn.
+        """
+        if not self.busy():
+            return
+        spins, checked = 0, time.monotonic()
+        while self.busy():
+            spins += 1
+            time.sleep(0 if spins < 100 else 1e-5)
+            if time.monotonic() - checked >= _ALIVE_CHECK_S:
+                checked = time.monotonic()
+                self._free_dead()
+
+    def _free_dead(self) -> None:
+        cells = self._cells
+        for slot in range(SLOTS):
+            base = _SLOT0 + slot * _WIDTH
+            pid = cells[base + 4]
+            if pid and not _alive(pid):
+                _log.warning(
+                    "writer process %d died copying rows [%d, %d) and [%d, %d) of a shared "
+                    "buffer: those rows may be torn",
+                    pid,
+                    *(cells[base + i] for i in range(4)),
+                )
+                cells[base + 4] = 0
+
+    # ------------------------------------------------------------ lock-free readers
+    def wait_until_copied(self, rows: torch.Tensor | None) -> None:
+        """Wait (lock-free, at most :data:`_READER_WAIT_S`) until no row of ``rows`` is in flight."""
+        deadline = time.monotonic() + _READER_WAIT_S
+        spins = 0
+        while self.touched(self.snapshot(), rows) and time.monotonic() < deadline:
+            spins += 1
+            time.sleep(0 if spins < 100 else 1e-5)
+
+    def snapshot(self) -> Snapshot:
+        """What a lock-free reader takes before copying rows (see :meth:`touched`)."""
+        seq = self._cells[0]
+        slots = self._slots.clone()
+        return seq, slots[slots[:, 4] != 0, :4]
+
+    def touched(self, before: Snapshot, rows: torch.Tensor | None) -> bool:
+        """Whether a row of ``rows`` (None: any row) was in flight at ``before`` or reserved since.
+
+        True also when more reservations were made since than the log holds.
+        """
+        seq, ranges = before
+        now = self._cells[0]
+        if now - seq > LOG:
+            return True
+        if now != seq:
+            picks = torch.arange(seq, now) % LOG
+            ranges = torch.cat([ranges, self._entries[picks]])
+            if self._cells[0] - seq > LOG:  # the log moved on while read
+                return True
+        if not ranges.numel():
+            return False
+        if rows is None:
+            return True
+        rows = rows.reshape(-1, 1)
+        hit = ((rows >= ranges[:, 0]) & (rows < ranges[:, 1])) | (
+            (rows >= ranges[:, 2]) & (rows < ranges[:, 3])
+        )
+        return bool(hit.any())
