@@ -64,6 +64,12 @@ def ring_ranges(start: int, n: int, capacity: int) -> Ranges:
     return start, capacity, 0, stop - capacity
 
 
+def _overlap(ranges: Ranges, a: int, b: int, c: int, d: int) -> bool:
+    """Whether ``ranges`` share a row with ``[a, b)`` or ``[c, d)``."""
+    ra, rb, rc, rd = ranges
+    return (ra < b and a < rb) or (ra < d and c < rb) or (rc < b and a < rd) or (rc < d and c < rd)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -108,16 +114,32 @@ class InFlightRows:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._adopt(state["cells"])
 
+    @property
+    def reservations(self) -> int:
+        """How many reservations were made (by every process)."""
+        return self._cells[0]
+
     # ------------------------------------------------------------ writers
     def claim(self, ranges: Ranges) -> int | None:
-        """Mark ``ranges`` in flight and log them (the lock held): the slot, or None if none is free."""
+        """Mark ``ranges`` in flight and log them (the lock held): the slot, or None.
+
+        None when no slot is free, or when a copy still in flight covers some
+        of ``ranges`` (the cursor lapped a slow writer in a small ring): two
+        copies into one row would tear it. The caller then writes under the
+        lock, whose drain waits for that copy.
+        """
         cells = self._cells
+        free = None
         for slot in range(SLOTS):
             base = _SLOT0 + slot * _WIDTH
             if cells[base + 4] == 0:
-                break
-        else:
+                if free is None:
+                    free = slot
+            elif _overlap(ranges, cells[base], cells[base + 1], cells[base + 2], cells[base + 3]):
+                return None
+        if free is None:
             return None
+        base = _SLOT0 + free * _WIDTH
         for i, bound in enumerate(ranges):
             cells[base + i] = bound
         cells[base + 4] = os.getpid()
@@ -126,7 +148,7 @@ class InFlightRows:
         for i, bound in enumerate(ranges):
             cells[entry + i] = bound
         cells[0] = seq + 1
-        return slot
+        return free
 
     def release(self, slot: int) -> None:
         """The copy of ``slot`` is done (no lock needed: one store)."""
@@ -169,7 +191,7 @@ class InFlightRows:
 
     # ------------------------------------------------------------ lock-free readers
     def wait_until_copied(self, rows: torch.Tensor | None) -> None:
-        """Wait (lock-free, at most :data:`_READER_WAIT_S`) until no row of ``rows`` is in flight."""
+        """Wait (lock-free, at most :data:`_READER_WAIT_S`) for no row of ``rows`` in flight."""
         deadline = time.monotonic() + _READER_WAIT_S
         spins = 0
         while self.touched(self.snapshot(), rows) and time.monotonic() < deadline:

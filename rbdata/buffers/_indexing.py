@@ -46,7 +46,11 @@ class _Indexing(_BufferBase):
             isinstance(index, tuple) and index and all(isinstance(k, str) for k in index)
         ):  # an entry of every stored item (torchrl's ``rb["obs"]``)
             return self._entry(index)
-        data = self.storage.get(index)
+        storage = self.storage
+        if self._sync.shared:  # no row another process is writing (see _sync.read)
+            data = self._sync.read(lambda: storage.get(index))
+        else:
+            data = storage.get(index)
         if not isinstance(index, int) and isinstance(data, list):
             data = self._collate_fn(data)
         return self._transform(data) if len(self._transform) else data

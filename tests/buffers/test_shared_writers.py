@@ -23,13 +23,13 @@ WRITERS, PER_WRITER, CHUNK = 4, 50_000, 500
 OBS = 6
 
 
-def transitions(first: int, n: int) -> TensorDict:
+def transitions(first: int, n: int, obs: int = OBS) -> TensorDict:
     """Transitions ``first .. first + n - 1``: every leaf derived from the id (torn rows show)."""
     ids = torch.arange(first, first + n)
     return TensorDict(
         {
             "id": ids,
-            "obs": ids.double().unsqueeze(-1).expand(n, OBS).clone(),
+            "obs": ids.double().unsqueeze(-1).expand(n, obs).clone(),
             "next": {"check": ids * 7 + 3},
         },
         [n],
@@ -95,6 +95,84 @@ def test_four_spawned_writers_while_the_parent_samples():
     leaves = rb.prioritized_sampler._sum_tree
     assert leaves.query(0, total) == pytest.approx(total * float(leaves[torch.tensor([0])]))
     assert torn(batch) == 0 and "priority_weight" in batch.keys()
+
+
+def test_four_writers_copy_outside_the_lock_into_a_uniform_buffer():
+    total = WRITERS * PER_WRITER
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(total), batch_size=256, shared=True)
+    rb.extend(transitions(total, 1))  # the layout is set here
+    rb.empty()
+    reserved = rb.lock.shared.in_flight.reservations
+    ctx = mp.get_context("spawn")
+    done = ctx.Queue()
+    workers = [ctx.Process(target=write_transitions, args=(rb, w, done)) for w in range(WRITERS)]
+    for worker in workers:
+        worker.start()
+    finished, sampled, deadline = set(), 0, time.monotonic() + 120
+    while len(finished) < WRITERS and time.monotonic() < deadline:
+        while not done.empty():
+            finished.add(done.get())
+        if len(rb) >= 256:
+            batch = rb.sample()
+            assert torn(batch) == 0 and bool((batch["id"] < total).all())
+            sampled += 1
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    assert sampled > 0
+    # every write was reserved, then copied without the lock
+    assert rb.lock.shared.in_flight.reservations - reserved == total // CHUNK
+    assert not rb.lock.shared.in_flight.busy()
+    assert len(rb) == total and rb.write_count == total
+    everything = rb[:]
+    assert torn(everything) == 0
+    assert torch.equal(everything["id"].sort().values, torch.arange(total))  # each one once
+
+
+WIDE, RING, OVERWRITES = 2048, 500, 4_000  # 16 kB rows: each copy takes a while
+
+
+def overwrite_ring(rb: TensorDictReplayBuffer, worker: int, done: mp.Queue) -> None:
+    first = RING + worker * OVERWRITES
+    for start in range(first, first + OVERWRITES, 50):
+        rb.extend(transitions(start, 50, WIDE))
+    done.put(worker)
+
+
+def test_readers_never_see_rows_a_writer_is_overwriting():
+    # a small ring of wide rows: writers overwrite the rows the parent samples all the time
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(RING), batch_size=256, shared=True)
+    rb.extend(transitions(0, RING, WIDE))
+    ctx = mp.get_context("spawn")
+    done = ctx.Queue()
+    workers = [ctx.Process(target=overwrite_ring, args=(rb, w, done)) for w in range(WRITERS)]
+    for worker in workers:
+        worker.start()
+    finished, sampled, deadline = set(), 0, time.monotonic() + 120
+    while len(finished) < WRITERS and time.monotonic() < deadline:
+        while not done.empty():
+            finished.add(done.get())
+        assert torn(rb.sample()) == 0
+        assert torn(rb[torch.randint(RING, (64,))]) == 0
+        sampled += 1
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    assert sampled > 0 and rb.write_count == RING + WRITERS * OVERWRITES
+    assert torn(rb[:]) == 0
+
+
+def test_a_batch_that_does_not_fit_moves_nothing_in_a_shared_buffer():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(100), batch_size=4, shared=True)
+    rb.extend(transitions(0, 10))
+    state = (len(rb), rb.write_count, rb.writer.cursor, rb.lock.shared.in_flight.reservations)
+    bad = transitions(10, 5)
+    bad["obs"] = bad["obs"].float()  # a dtype the storage does not hold
+    with pytest.raises((TypeError, ValueError)):
+        rb.extend(bad)
+    assert (len(rb), rb.write_count, rb.writer.cursor) == state[:3]
+    assert rb.lock.shared.in_flight.reservations == state[3]
+    assert rb[:]["id"].tolist() == list(range(10))
 
 
 def extend_each(buffers: list[ReplayBuffer], value: float, done: mp.Queue) -> None:
