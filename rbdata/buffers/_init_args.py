@@ -108,10 +108,11 @@ def check_backend(
                 "(service_backend='ray'), not to a direct one."
             )
         return backend
-    accepted = backend_option_keys(backend)  # None: the backend checks its options alone
-    unknown = sorted(set(service_backend_options or {}) - (accepted or set()))
-    if accepted is not None and unknown:
-        raise TypeError(f"service_backend_options accepts {sorted(accepted)}, got {unknown}.")
+    accepted = backend_option_keys(backend)
+    if accepted is not None:  # None: the backend checks its options alone
+        unknown = sorted(set(service_backend_options or {}) - accepted)
+        if unknown:
+            raise TypeError(f"service_backend_options accepts {sorted(accepted)}, got {unknown}.")
     return backend
 
 

@@ -2,7 +2,8 @@
 
 :func:`draw_parts` draws each part's rows of one batch, :func:`merge_draws`
 joins them into one draw, :func:`gather_mixed` has each part gather its own
-rows and joins the batches; :func:`route_priority_update` sends a mixed
+rows and joins the batches (:func:`refilter_mixed` re-filters the online
+rows of a batch drawn ahead); :func:`route_priority_update` sends a mixed
 batch's priorities back to the parts. (The checks of the buffer's arguments
 and of online data are in ``_mixture_checks``.)
 
