@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import torch
 
 from rbdata._component.checks import check_int, check_optional_int
-from rbdata.buffers.backends import registered_backends
+from rbdata.buffers.backends import backend_option_keys, registered_backends
 
 T = TypeVar("T")
 
@@ -108,19 +108,11 @@ def check_backend(
                 "(service_backend='ray'), not to a direct one."
             )
         return backend
-    accepted = {
-        "ray_init_config",
-        "remote_config",
-        "recovery",
-        "same_node_maps",
-        "coalesce",
-        "rate_limiter",
-        "rate_limiter_timeout",
-        "shards",
-    }
-    unknown = sorted(set(service_backend_options or {}) - accepted)
-    if unknown:
-        raise TypeError(f"service_backend_options accepts {sorted(accepted)}, got {unknown}.")
+    accepted = backend_option_keys(backend)
+    if accepted is not None:  # None: the backend checks its options alone
+        unknown = sorted(set(service_backend_options or {}) - accepted)
+        if unknown:
+            raise TypeError(f"service_backend_options accepts {sorted(accepted)}, got {unknown}.")
     return backend
 
 

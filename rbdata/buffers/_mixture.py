@@ -1,6 +1,11 @@
 """How OfflineToOnlineReplayBuffer splits and joins its two parts' draws and batches.
 
-(And the checks of its arguments and of online data against the offline layout.)
+:func:`draw_parts` draws each part's rows of one batch, :func:`merge_draws`
+joins them into one draw, :func:`gather_mixed` has each part gather its own
+rows and joins the batches (:func:`refilter_mixed` re-filters the online
+rows of a batch drawn ahead); :func:`route_priority_update` sends a mixed
+batch's priorities back to the parts. (The checks of the buffer's arguments
+and of online data are in ``_mixture_checks``.)
 
 A mixed draw is one ``(index, info)`` pair, as a single buffer's is: the
 offline rows first, then the online rows; ``index`` and ``info["index"]``
@@ -13,18 +18,15 @@ be kept (a ReplayDataset's pending batches, a checkpoint) and gathered later:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
 
-from rbdata._component.checks import check_number, check_optional_int
 from rbdata._component.stateful import transaction
 from rbdata.buffers._priority import check_priorities
-from rbdata.buffers.protocol import INFO_KEYS
+from rbdata.buffers.protocol import INFO_KEYS, Draw
 from rbdata.buffers.replay import ReplayBuffer
-from rbdata.storages import Storage, TensorStorage
 
 SOURCE_KEY = "is_offline"
 """The batch entry (bool ``[B]``) that is True for the rows drawn from the offline data."""
@@ -34,8 +36,35 @@ _FILL_ONES = frozenset({"priority_weight"})  # info entries a part lacks are fil
 Rows = tuple[torch.Tensor, dict[str, Any]]
 
 
-def merge_draws(offline: Rows | None, online: Rows | None) -> Rows:
+def draw_parts(
+    offline: ReplayBuffer, online: ReplayBuffer, batch_size: int, fraction: float
+) -> tuple[Rows | None, Rows | None]:
+    """Each part's rows of one batch: ``round(fraction * batch_size)`` offline, the rest online.
+
+    While the online part is empty, every row is offline. A part gives None
+    for no rows (it may give fewer than asked: consume-after-n, a row filter).
+
+    Raises:
+        RuntimeError: if offline rows are due and the offline part is empty.
+    """
+    n_offline = batch_size if len(online) == 0 else round(fraction * batch_size)
+    if n_offline and len(offline) == 0:
+        raise RuntimeError(f"cannot sample {n_offline} offline rows: the offline buffer is empty.")
+    return _part_draw(offline, n_offline), _part_draw(online, batch_size - n_offline)
+
+
+def _part_draw(part: ReplayBuffer, n: int) -> Rows | None:
+    """``n`` rows drawn from one part (index and info); None for no rows."""
+    if not n:
+        return None
+    draw = part.draw(n)
+    return (draw.index, draw.info) if draw.index.numel() else None
+
+
+def merge_draws(offline: Rows | None, online: Rows | None) -> Draw:
     """One mixed draw from each part's ``(index, info)`` (either may be None)."""
+    if offline is None and online is None:
+        return Draw.empty()
     parts = [(flag, draw) for flag, draw in ((True, offline), (False, online)) if draw is not None]
     index = torch.cat([draw[0] for _, draw in parts])
     source = torch.cat(
@@ -56,7 +85,7 @@ def merge_draws(offline: Rows | None, online: Rows | None) -> Rows:
         )
     info["index"] = index
     info[SOURCE_KEY] = source
-    return index, info
+    return Draw(index, info)
 
 
 def split_draw(index: torch.Tensor, info: dict[str, Any]) -> list[tuple[bool, Rows]]:
@@ -72,6 +101,24 @@ def split_draw(index: torch.Tensor, info: dict[str, Any]) -> list[tuple[bool, Ro
             }
             parts.append((offline, (index[rows], sub)))
     return parts
+
+
+def gather_mixed(offline: ReplayBuffer, online: ReplayBuffer, draw: Draw) -> TensorDictBase:
+    """The batch of a mixed draw: each part gathers (and transforms) its own rows."""
+    batches = []
+    for from_offline, (rows, rows_info) in split_draw(draw.index, draw.info):
+        part = offline if from_offline else online
+        batches.append(tag(part.gather(Draw(rows, rows_info)), from_offline))
+    return batches[0] if len(batches) == 1 else concat(*batches)
+
+
+def refilter_mixed(online: ReplayBuffer, batch: TensorDictBase) -> TensorDictBase:
+    """A mixed batch with the online row filters applied again to its online rows."""
+    if not online.transform.filters_rows:
+        return batch
+    source = batch.get(SOURCE_KEY)
+    kept = online.refilter(batch[~source])
+    return concat(batch[source], kept) if bool(source.any()) else kept
 
 
 def _per_row(value: Any, info: dict[str, Any]) -> bool:
@@ -108,47 +155,6 @@ def concat(offline: TensorDictBase, online: TensorDictBase) -> TensorDictBase:
         )
     # torch types cat as returning a Tensor; TensorDicts dispatch it to their own cat
     return cast(TensorDictBase, torch.cat([offline, online], 0))
-
-
-def check_online_data(storage: Storage, data: Any, *, batched: bool) -> TensorDictBase:
-    """``data`` without sample entries, checked against the offline ``storage``'s layout.
-
-    Raises:
-        TypeError: if ``data`` is not a TensorDict or an entry's dtype differs.
-        KeyError: if the entries differ from the offline data's.
-        ValueError: if an entry's per-item shape differs.
-    """
-    if not isinstance(data, TensorDictBase):
-        raise TypeError(f"data must be a TensorDict, got {type(data).__name__}.")
-    extra = [key for key in (*INFO_KEYS, SOURCE_KEY) if key in data.keys()]
-    batch: TensorDictBase = data.exclude(*extra) if extra else data
-    if not (isinstance(storage, TensorStorage) and storage.initialized):
-        return batch
-    expected = {as_tuple(key) for key in storage.leaf_keys()}
-    given = {as_tuple(key) for key in batch.keys(True, True)}
-    if given != expected:
-        raise KeyError(
-            f"online data must have the offline data's entries: missing "
-            f"{sorted(expected - given)}, unexpected {sorted(given - expected)}."
-        )
-    for key in sorted(expected):
-        stored, value = storage.get_leaf(key), batch.get(key)
-        shape = tuple(value.shape[1:] if batched else value.shape)
-        if shape != tuple(stored.shape[1:]):
-            raise ValueError(
-                f"online data entry {key} has per-item shape {list(shape)}; the offline "
-                f"data has {list(stored.shape[1:])}."
-            )
-        if value.dtype != stored.dtype:
-            raise TypeError(
-                f"online data entry {key} has dtype {value.dtype}; the offline data has "
-                f"{stored.dtype}."
-            )
-    return batch
-
-
-def as_tuple(key: str | tuple[str, ...]) -> tuple[str, ...]:
-    return (key,) if isinstance(key, str) else tuple(key)
 
 
 def without_content(state: dict[str, Any]) -> dict[str, Any]:
@@ -201,77 +207,3 @@ def route_priority_update(
                 priority[rows],
                 generation=None if generation is None else generation[rows],
             )
-
-
-def check_count(value: Any, name: str) -> int:
-    """``value`` if it is an int >= 0 (a count of batches); ValueError naming ``name`` if not."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be an int >= 0, got {value!r}.")
-    return value
-
-
-def check_mixture_args(
-    offline: Any,
-    online_storage: Any,
-    online_capacity: Any,
-    offline_fraction: Any,
-    batch_size: Any,
-    generator: Any,
-) -> float | Callable[[int], float]:
-    """Check :class:`~rbdata.OfflineToOnlineReplayBuffer`'s arguments; the checked fraction.
-
-    Raises:
-        TypeError: for an ``offline`` that is neither a TensorDict nor a ReplayBuffer,
-            a non-numeric ``offline_fraction``, a bad ``online_storage`` or ``generator``.
-        ValueError: for an empty offline TensorDict, an ``offline_fraction``
-            outside ``[0, 1]``, a bad ``batch_size`` or ``online_capacity``, or
-            when not exactly one of ``online_storage`` and ``online_capacity`` is given.
-    """
-    if isinstance(offline, TensorDictBase):
-        if offline.batch_dims != 1 or offline.shape[0] == 0:
-            raise ValueError(
-                f"offline must be a non-empty TensorDict with one batch dimension, got "
-                f"batch_size {list(offline.shape)}."
-            )
-    elif not isinstance(offline, ReplayBuffer):
-        raise TypeError(
-            f"offline must be a TensorDict or a ReplayBuffer holding the offline data, got "
-            f"{type(offline).__name__}."
-        )
-    if (online_storage is None) == (online_capacity is None):
-        given = "both" if online_storage is not None else "neither"
-        raise ValueError(f"give exactly one of online_storage and online_capacity, got {given}.")
-    check_optional_int(online_capacity, "online_capacity", minimum=1)
-    if online_storage is not None and not isinstance(online_storage, Storage):
-        raise TypeError(f"online_storage must be a Storage, got {type(online_storage).__name__}.")
-    fraction: float | Callable[[int], float] = (
-        offline_fraction
-        if callable(offline_fraction)
-        else check_fraction(offline_fraction, "offline_fraction")
-    )
-    check_optional_int(batch_size, "batch_size", minimum=1)
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(
-            f"generator must be a torch.Generator or None, got {type(generator).__name__}."
-        )
-    return fraction
-
-
-def check_fraction(value: Any, what: str) -> float:
-    """``value`` as a float in ``[0, 1]``; TypeError/ValueError naming ``what`` otherwise."""
-    return check_number(value, what, minimum=0.0, maximum=1.0)
-
-
-def fraction_at(fraction: float | Callable[[int], float], step: int) -> float:
-    """The offline fraction of batch ``step``: the constant, or the schedule's checked value."""
-    if not callable(fraction):
-        return fraction
-    return check_fraction(fraction(step), f"offline_fraction schedule's value for batch {step}")
-
-
-def part_draw(part: ReplayBuffer, n: int) -> tuple[torch.Tensor, dict[str, Any]] | None:
-    """``n`` rows drawn from one part (index and info); None for no rows."""
-    if not n:
-        return None
-    draw = part.draw(n)
-    return (draw.index, draw.info) if draw.index.numel() else None

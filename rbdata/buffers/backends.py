@@ -3,22 +3,27 @@
 A buffer built with ``service_backend="direct"`` (the default) holds its data
 in this process. Any other name is looked up here: a service package
 registers the function that hosts a buffer elsewhere and makes the local
-object forward to it (``rbdata.service`` registers ``"ray"`` when it is
-imported, which ``import rbdata`` does). The buffers never import a service:
-the service depends on the buffers, not the other way round.
+object forward to it, with the keys its ``service_backend_options`` accept
+(``rbdata.service`` registers ``"ray"`` when it is imported, which ``import
+rbdata`` does). The buffers never import a service: the service depends on
+the buffers, not the other way round.
 
 Examples:
-    >>> from rbdata.buffers.backends import registered_backends
+    >>> from rbdata.buffers.backends import backend_option_keys, registered_backends
     >>> "ray" in registered_backends()
+    True
+    >>> "shards" in backend_option_keys("ray")
     True
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Iterable
+from typing import Any, NamedTuple, Protocol
 
 __all__ = [
     "ServiceBackend",
+    "backend_option_keys",
     "get_service_backend",
     "register_service_backend",
     "ray_actor_class",
@@ -48,14 +53,31 @@ class ServiceBackend(Protocol):
         """Start the service and return the handle the buffer forwards to."""
 
 
-_BACKENDS: dict[str, ServiceBackend] = {}
+class _Backend(NamedTuple):
+    """A registered backend: what a buffer calls, and the option keys it accepts (None: any)."""
+
+    attach: ServiceBackend
+    option_keys: frozenset[str] | None
 
 
-def register_service_backend(name: str, attach: ServiceBackend) -> None:
+_BACKENDS: dict[str, _Backend] = {}
+
+
+def register_service_backend(
+    name: str, attach: ServiceBackend, option_keys: Iterable[str] | None = None
+) -> None:
     """Make ``service_backend=name`` host buffers with ``attach``.
 
+    Args:
+        name: the ``service_backend`` value.
+        attach: what a buffer built with it calls (see :class:`ServiceBackend`).
+        option_keys: the keys its ``service_backend_options`` accept: a buffer
+            refuses any other before ``attach`` is called (None: ``attach``
+            checks them alone).
+
     Raises:
-        TypeError: if ``name`` is not a str or ``attach`` is not callable.
+        TypeError: if ``name`` is not a str, ``attach`` is not callable or
+            ``option_keys`` is not an iterable of str.
         ValueError: for ``"direct"`` (the in-process buffer) or an empty name.
     """
     if not isinstance(name, str):
@@ -66,7 +88,18 @@ def register_service_backend(name: str, attach: ServiceBackend) -> None:
         )
     if not callable(attach):
         raise TypeError(f"attach must be callable, got {type(attach).__name__}.")
-    _BACKENDS[name] = attach
+    _BACKENDS[name] = _Backend(attach, _checked_keys(option_keys))
+
+
+def _checked_keys(option_keys: Any) -> frozenset[str] | None:
+    """``option_keys`` as a frozenset; TypeError unless None or an iterable of str (not a str)."""
+    if option_keys is None:
+        return None
+    iterable = isinstance(option_keys, Iterable) and not isinstance(option_keys, str)
+    keys = list(option_keys) if iterable else None
+    if keys is None or not all(isinstance(key, str) for key in keys):
+        raise TypeError(f"option_keys must be an iterable of str or None, got {option_keys!r}.")
+    return frozenset(keys)
 
 
 def registered_backends() -> tuple[str, ...]:
@@ -80,6 +113,19 @@ def get_service_backend(name: str) -> ServiceBackend:
     Raises:
         ValueError: if no backend of that name is registered.
     """
+    return _entry(name).attach
+
+
+def backend_option_keys(name: str) -> frozenset[str] | None:
+    """The keys the ``service_backend_options`` of backend ``name`` accept (None: any).
+
+    Raises:
+        ValueError: if no backend of that name is registered.
+    """
+    return _entry(name).option_keys
+
+
+def _entry(name: str) -> _Backend:
     try:
         return _BACKENDS[name]
     except KeyError:

@@ -15,17 +15,18 @@ from rbdata._component.stateful import transaction
 from rbdata.buffers._init_args import resolve_batch_size
 from rbdata.buffers._mixture import (
     SOURCE_KEY,
+    draw_parts,
+    gather_mixed,
+    merge_draws,
+    refilter_mixed,
+    route_priority_update,
+    without_content,
+)
+from rbdata.buffers._mixture_checks import (
     check_count,
     check_mixture_args,
     check_online_data,
-    concat,
     fraction_at,
-    merge_draws,
-    part_draw,
-    route_priority_update,
-    split_draw,
-    tag,
-    without_content,
 )
 from rbdata.buffers._stats import _BufferStats
 from rbdata.buffers.protocol import INFO_KEYS, Draw, StatsSource
@@ -352,33 +353,17 @@ class OfflineToOnlineReplayBuffer:
         """Draw one mixed batch: each part's indices and info, merged (see ``_mixture``)."""
         with self._lock:
             fraction = fraction_at(self._fraction, self._batches_sampled)
-            n_offline = batch_size if len(self._online) == 0 else round(fraction * batch_size)
-            if n_offline and len(self._offline) == 0:
-                raise RuntimeError(
-                    f"cannot sample {n_offline} offline rows: the offline buffer is empty."
-                )
-            offline = part_draw(self._offline, n_offline)
-            online = part_draw(self._online, batch_size - n_offline)
+            parts = draw_parts(self._offline, self._online, batch_size, fraction)
             self._batches_sampled += 1
-        if offline is None and online is None:
-            return Draw.empty()
-        return Draw(*merge_draws(offline, online))
+        return merge_draws(*parts)
 
     def gather(self, draw: Draw) -> Any:
         """Gather a mixed draw: each part gathers (and transforms) its own rows."""
-        batches = []
-        for offline, (rows, rows_info) in split_draw(draw.index, draw.info):
-            part = self._offline if offline else self._online
-            batches.append(tag(part.gather(Draw(rows, rows_info)), offline))
-        return batches[0] if len(batches) == 1 else concat(*batches)
+        return gather_mixed(self._offline, self._online, draw)
 
     def refilter(self, batch: TensorDictBase) -> TensorDictBase:
         """Re-apply the online row filters to the online rows of a batch sampled ahead."""
-        if not self._online.transform.filters_rows:
-            return batch
-        source = batch.get(SOURCE_KEY)
-        online = self._online.refilter(batch[~source])
-        return concat(batch[source], online) if bool(source.any()) else online
+        return refilter_mixed(self._online, batch)
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         """Yield batches of ``batch_size`` rows forever."""

@@ -186,6 +186,17 @@ class _LiveSet:
         out[inside] = self._pos_np[flat[inside]] >= 0
         return torch.from_numpy(out)
 
+    def is_consumed(self, indices: torch.Tensor) -> torch.Tensor:
+        """A CPU bool mask: which of ``indices`` were returned n times since their last write.
+
+        The counts live on the CPU: ``indices`` on a device are read back here.
+        """
+        flat = indices.cpu()
+        inside = flat < self._counts.numel()
+        consumed = torch.zeros(flat.shape, dtype=torch.bool)
+        consumed[inside] = self._counts[flat[inside]] >= self.n
+        return consumed
+
     def _grow(self, capacity: int) -> None:
         old = self._pos_np.size
         if capacity <= old:

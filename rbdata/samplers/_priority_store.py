@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from rbdata.samplers._device_sumtree import _canonical, _DeviceSumTree
+from rbdata.samplers._live import first_unique
 from rbdata.samplers._sumtree import _SumTree
 
 A = TypeVar("A", np.ndarray, torch.Tensor)
@@ -165,6 +166,34 @@ class _PriorityStore(Generic[A]):
     def draw(self, k: int, rng: torch.Generator | None) -> tuple[torch.Tensor, A]:
         """``k`` slots drawn proportionally to their leaf (stratified), and their leaves."""
         raise NotImplementedError
+
+    def draw_distinct(
+        self, k: int, rng: torch.Generator | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Up to ``k`` distinct slots drawn by their leaf, and their leaves (consume-after-n).
+
+        Drawn slots are taken out of the tree between rounds and put back at
+        the end; on a device each round reads back how many distinct slots it drew.
+        """
+        leaves = self.tree.leaves
+        index = first_unique(self.tree.sample(k, self.generator(rng)))
+        if index.numel() == k:
+            return index, leaves.index_select(0, index)
+        parts = [index]
+        saved = [leaves.index_select(0, index)]
+        taken = index.numel()
+        try:
+            self.update(index, torch.zeros_like(saved[0]))
+            while taken < k and self.has_mass():
+                more = first_unique(self.tree.sample(k - taken, self.generator(rng)))
+                parts.append(more)
+                saved.append(leaves.index_select(0, more))
+                self.update(more, torch.zeros_like(saved[-1]))
+                taken += more.numel()
+        finally:
+            index, values = torch.cat(parts), torch.cat(saved)
+            self.update(index, values)
+        return index, values
 
     def leaves_on_cpu(self) -> torch.Tensor:
         """A CPU copy of the leaves (what a state dict saves, loadable on any device)."""

@@ -10,7 +10,8 @@ import torch
 from rbdata._component.checks import check_int, check_number
 from rbdata.samplers._base import Sampler
 from rbdata.samplers._device_sumtree import _canonical
-from rbdata.samplers._live import _LiveSet, first_unique
+from rbdata.samplers._live import _LiveSet
+from rbdata.samplers._max_priority import MaxPriority
 from rbdata.samplers._priority_checks import (
     CheckedUpdate,
     check_slots,
@@ -18,6 +19,7 @@ from rbdata.samplers._priority_checks import (
     checked_leaves,
     priority_arguments,
 )
+from rbdata.samplers._priority_merge import LEAF_REDUCTIONS, check_reduction, merge_duplicates
 from rbdata.samplers._priority_store import (
     _NumpyStore,
     _TorchStore,
@@ -26,11 +28,6 @@ from rbdata.samplers._priority_store import (
 )
 from rbdata.storages import Storage
 from rbdata.storages._counters import spawning
-
-_REDUCTIONS = {"max": "amax", "min": "amin", "sum": "sum", "mean": "mean", "median": "median"}
-# Reductions that commute with the increasing (p + eps) ** alpha: the tree's leaves merge
-# duplicate indices themselves, no torch.unique needed.
-_LEAF_REDUCTIONS = {"max": "amax", "min": "amin"}
 
 
 def _check_exponent(value: Any, name: str) -> float:
@@ -113,20 +110,14 @@ class PrioritizedSampler(Sampler):
         self._alpha = _check_exponent(alpha, "alpha")
         self._beta = _check_exponent(beta, "beta")
         self._eps = check_number(eps, "eps", minimum=0.0)
-        if reduction not in _REDUCTIONS:
-            raise ValueError(f"reduction must be one of {sorted(_REDUCTIONS)}, got {reduction!r}.")
+        self.reduction = check_reduction(reduction)
         self.dtype = dtype
-        self.reduction = reduction
         self._max_priority_within_buffer = bool(max_priority_within_buffer)
         self._requested_device = None if device is None else _canonical(device)
         self._store: _NumpyStore | _TorchStore = priority_store(
             max_capacity, dtype, self._max_priority_within_buffer, self._requested_device
         )
-        self._initial_priority: float = (1.0 + self._eps) ** self._alpha
-        self._max_seen: float = self._initial_priority
-        self._max_raw = 1.0  # the largest raw priority written (alpha = 0 cannot recover it)
-        # where the largest raw priority was first written (torchrl's ``_max_priority[1]``)
-        self._max_index: int | None = None
+        self._max = MaxPriority(self._alpha, self._eps)  # what new items get
 
     def __getstate__(self) -> dict[str, Any]:
         if spawning():
@@ -211,10 +202,9 @@ class PrioritizedSampler(Sampler):
         old, self._alpha = self._alpha, value
         if value == old:
             return
-        self._initial_priority = (1.0 + self._eps) ** value
+        self._max.rescale(old, value, self._eps)
         if old == 0.0:
             # every written leaf holds (p + eps) ** 0 == 1: the raw priorities are gone
-            self._max_seen = (self._max_raw + self._eps) ** value
             if self._store.has_mass():
                 warnings.warn(
                     "PrioritizedSampler.alpha changed away from 0 on a sampler that holds "
@@ -228,7 +218,6 @@ class PrioritizedSampler(Sampler):
         leaves = self._tree.leaves
         written = leaves > 0  # slots never written stay 0 (0 ** 0 would make them 1)
         self._store.set_leaves(torch.where(written, leaves.pow(value / old), leaves))
-        self._max_seen = self._max_seen ** (value / old)
 
     @property
     def beta(self) -> float:
@@ -252,8 +241,8 @@ class PrioritizedSampler(Sampler):
     def _default_value(self) -> float | torch.Tensor:
         """:attr:`default_priority`, as a 0-d tensor on a device where reading it would sync."""
         if self._max_priority_within_buffer:
-            return self._store.top_or(self._initial_priority)
-        return self._max_seen
+            return self._store.top_or(self._max.initial)
+        return self._max.seen
 
     @property
     def _max_priority(self) -> tuple[float, int | None]:
@@ -265,7 +254,7 @@ class PrioritizedSampler(Sampler):
         raw values back: the largest ever written is kept.
         """
         if self._alpha == 0 or not self._max_priority_within_buffer:
-            return (self._max_raw, self._max_index)
+            return (self._max.raw, self._max.index)
         if not self._store.has_mass():
             return (1.0, None)  # nothing in the buffer: new items get 1.0
         top = float(self._default_value())
@@ -303,8 +292,7 @@ class PrioritizedSampler(Sampler):
         """Give the (re)written slots ``index`` the default priority."""
         self._check_index(index, self._max_capacity)
         self._store.fill(index, self._default_value())
-        if self._max_index is None and index.numel():
-            self._max_index = int(index[0])  # torchrl's writes set the first max: 1.0 here
+        self._max.written(index)
 
     def _check_index(self, index: torch.Tensor, bound: int) -> None:
         """ValueError unless the 1-D int64 ``index`` lies in ``[0, bound)`` (a sync off the CPU)."""
@@ -407,18 +395,18 @@ class PrioritizedSampler(Sampler):
         """
         store: Any = self._store  # its array type (numpy or torch) is the store's own
         slots, raw = store.index_array(index), store.value_array(priority)
-        reduce = _LEAF_REDUCTIONS.get(self.reduction)
+        reduce = LEAF_REDUCTIONS.get(self.reduction)
         raw_top = high
         if reduce is None:
-            merged_index, merged = self._merge_duplicates(store.tensor(slots), store.tensor(raw))
-            slots, raw = store.index_array(merged_index), store.value_array(merged)
+            merged = merge_duplicates(store.tensor(slots), store.tensor(raw), self.reduction)
+            slots, raw = store.index_array(merged[0]), store.value_array(merged[1])
             raw_top = store.largest(raw)
-        if self._max_index is None or raw_top > self._max_raw:
-            self._max_index = int(slots[int(raw.argmax())])  # where the new largest is
-        self._max_raw = max(self._max_raw, raw_top)
+        self._max.updated(slots, raw, raw_top)
         values = store.powered(raw, self._eps, self._alpha)  # the caller's priorities stay as given
         positive = (low + self._eps) ** self._alpha > 0
-        if self._live is not None and store.zero_where(values, self._consumed(store.tensor(slots))):
+        if self._live is not None and store.zero_where(
+            values, self._live.is_consumed(store.tensor(slots))
+        ):
             positive = False
         store.write(slots, values, reduce, positive)
         if self._max_priority_within_buffer:
@@ -427,38 +415,7 @@ class PrioritizedSampler(Sampler):
             top = (high + self._eps) ** self._alpha  # the largest stored value, without a reduction
         else:
             top = store.max_at(slots)
-        self._max_seen = max(self._max_seen, top)
-
-    def _merge_duplicates(
-        self, index: torch.Tensor, priority: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Reduce the priorities of repeated indices with ``reduction``."""
-        uniq, inverse = torch.unique(index, return_inverse=True)
-        if uniq.numel() == index.numel():
-            return index, priority
-        if self.reduction == "median":  # the lower median of each slot's values, as torch's
-            by_value = torch.argsort(priority, stable=True)
-            order = by_value[torch.argsort(inverse[by_value], stable=True)]
-            counts = torch.bincount(inverse, minlength=uniq.numel())
-            starts = torch.cumsum(counts, 0) - counts
-            return uniq, priority[order[starts + (counts - 1) // 2]]
-        merged = torch.zeros(uniq.numel(), dtype=priority.dtype, device=priority.device)
-        reduce = _REDUCTIONS[self.reduction]
-        return uniq, merged.scatter_reduce_(0, inverse, priority, reduce, include_self=False)
-
-    def _consumed(self, index: torch.Tensor) -> torch.Tensor:
-        """Mask of the slots of ``index`` that were returned n times since their last write.
-
-        The counts live on the CPU (the live set is host-side bookkeeping, shared by
-        every sampler): a device ``index`` is read back here, and the mask is a CPU tensor.
-        """
-        assert self._live is not None
-        counts = self._live.counts
-        index = index.cpu()
-        inside = index < counts.numel()
-        consumed = torch.zeros(index.shape, dtype=torch.bool)
-        consumed[inside] = counts[index[inside]] >= self._live.n
-        return consumed
+        self._max.stored(top)
 
     # ------------------------------------------------------------ sampling
     def _sample(
@@ -475,7 +432,7 @@ class PrioritizedSampler(Sampler):
         if live is None:
             index, values = store.draw(batch_size, self._rng)
         else:
-            index, drawn = self._sample_distinct(batch_size)
+            index, drawn = store.draw_distinct(batch_size, self._rng)
             values = store.value_array(drawn)
         # Importance weights (P(i) / P_min) ** -beta, i.e. (value / min) ** -beta.
         weight = store.weights(values, self._beta)
@@ -484,32 +441,6 @@ class PrioritizedSampler(Sampler):
             store.update(done, torch.zeros(done.shape, dtype=self._tree.dtype))
         return index, {"priority_weight": weight}
 
-    def _sample_distinct(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Draw up to ``k`` distinct slots, removing drawn ones from the tree between rounds.
-
-        On a device each round reads back how many distinct slots it drew.
-        """
-        store, leaves = self._store, self._tree.leaves
-        generator = store.generator(self._rng)
-        index = first_unique(self._tree.sample(k, generator))
-        if index.numel() == k:
-            return index, leaves.index_select(0, index)
-        parts = [index]
-        saved = [leaves.index_select(0, index)]
-        taken = index.numel()
-        try:
-            store.update(index, torch.zeros_like(saved[0]))
-            while taken < k and store.has_mass():
-                more = first_unique(self._tree.sample(k - taken, store.generator(self._rng)))
-                parts.append(more)
-                saved.append(leaves.index_select(0, more))
-                store.update(more, torch.zeros_like(saved[-1]))
-                taken += more.numel()
-        finally:
-            index, values = torch.cat(parts), torch.cat(saved)
-            store.update(index, values)
-        return index, values
-
     def exhausted(self, storage: Storage) -> bool:
         """Whether nothing is sampleable: empty storage, all consumed or all priorities 0."""
         self._follow_storage(storage)
@@ -517,18 +448,14 @@ class PrioritizedSampler(Sampler):
 
     def _on_empty(self) -> None:
         self._store.set_leaves(torch.zeros(self._max_capacity, dtype=self._tree.dtype))
-        self._max_seen = self._initial_priority
-        self._max_raw = 1.0
-        self._max_index = None
+        self._max.reset()
 
     # ------------------------------------------------------------ state
     def _extra_state(self) -> dict[str, Any]:
         """The tree leaves (a CPU copy, loadable on any device), the max priority, the exponents."""
         return {
             "leaves": self._store.leaves_on_cpu(),
-            "max_priority": self._max_seen,
-            "max_raw_priority": self._max_raw,
-            "max_priority_index": self._max_index,
+            **self._max.state(),
             "alpha": self._alpha,
             "beta": self._beta,
             "eps": self._eps,
@@ -544,11 +471,7 @@ class PrioritizedSampler(Sampler):
             self._store.set_leaves(leaves)
         # the saved exponents come back with the leaves they produced (as torchrl's)
         self._alpha, self._beta, self._eps = alpha, beta, eps
-        self._initial_priority = (1.0 + eps) ** alpha
-        self._max_seen = float(state_dict.get("max_priority", self._max_seen))
-        self._max_raw = float(state_dict.get("max_raw_priority", self._max_raw))
-        index = state_dict.get("max_priority_index", self._max_index)
-        self._max_index = None if index is None else int(index)
+        self._max.load(state_dict, alpha, eps)
 
     def __repr__(self) -> str:
         return (

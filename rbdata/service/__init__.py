@@ -8,8 +8,8 @@ package does not import Ray; starting a service needs the ``ray`` extra.
 
 The package is organised by side:
 
-- ``attach`` (:func:`attach_ray_service`: the options), ``lifecycle`` (:class:`RayService`)
-  and ``runtime``
+- ``attach`` (:func:`attach_ray_service`: the options), ``options`` (the keys it
+  accepts, registered with the backend), ``lifecycle`` (:class:`RayService`) and ``runtime``
   (importing Ray, the lease on it, its errors as ours);
 - ``server/``: the owner actor (``owner``), its slot replies filled by the
   buffer's own read path (``slot_fill``), its torch.distributed channels (``channels``),
@@ -30,6 +30,7 @@ from typing import Any
 
 from rbdata.buffers.backends import register_service_backend
 from rbdata.errors import ServiceUnavailableError
+from rbdata.service.options import OPTION_KEYS
 
 __all__ = [
     "RayBufferClient",
@@ -66,4 +67,4 @@ def _attach_ray_service(*args: Any, **kwargs: Any) -> Any:
     return attach_ray_service(*args, **kwargs)
 
 
-register_service_backend("ray", _attach_ray_service)
+register_service_backend("ray", _attach_ray_service, OPTION_KEYS)

@@ -30,25 +30,13 @@ from typing import Any
 
 from rbdata.service.client.proxy import proxy_class
 from rbdata.service.lifecycle import RayService
+from rbdata.service.options import OPTION_KEYS
 from rbdata.service.server.rate_limit import ServiceRateLimiter, check_rate_limit
 from rbdata.service.server.recovery import RecoveryConfig
 from rbdata.service.sharding.service import ShardedService, check_shards
 
 __all__ = ["OPTION_KEYS", "attach_ray_service"]
 
-#: The keys ``service_backend_options`` accepts.
-OPTION_KEYS = frozenset(
-    {
-        "ray_init_config",
-        "remote_config",
-        "recovery",
-        "same_node_maps",
-        "coalesce",
-        "rate_limiter",
-        "rate_limiter_timeout",
-        "shards",
-    }
-)
 _RATE_LIMITER_TIMEOUT_S = 60.0
 
 

@@ -227,6 +227,10 @@ def test_consumed_lists_the_slots_consumed_first_first(n, ops, seed):
         expected.reverse()
         k = arg if op == "look" else 50
         assert live.consumed(k).tolist() == expected[:k]
+        # is_consumed: the same set as a mask (slots never written: not consumed)
+        assert live.is_consumed(torch.arange(45)).tolist() == [
+            counts.get(i, 0) >= n for i in range(45)
+        ]
 
 
 def test_freed_queue_stays_bounded_when_nobody_looks():

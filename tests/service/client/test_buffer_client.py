@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from tensordict import TensorDict
+from service_data import transitions
 
 from rbdata import (
     LazyTensorStorage,
@@ -25,17 +25,6 @@ pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray", reason="the Ray service tests need the 'ray' extra")
 
 OPTIONS = {"remote_config": {"num_cpus": 0}}  # actors reserve no CPU of the 2-CPU cluster
-
-
-def transitions(n: int, start: int = 0, version: int = 0) -> TensorDict:
-    return TensorDict(
-        {
-            "obs": torch.arange(start, start + n, dtype=torch.float32).unsqueeze(-1),
-            "pixels": torch.zeros(n, 64, 64, dtype=torch.uint8),  # batches of 64 KiB and more
-            "policy_version": torch.full((n,), version),
-        },
-        batch_size=[n],
-    )
 
 
 @pytest.fixture(scope="module")
