@@ -12,16 +12,23 @@ process's resident memory growth (``/proc/self/statm``), then the growth per
 row over 9,000 more rows (the resident bytes a stored row costs), at
 capacities 10k, 1M and 100M, for Atari rows (``pixels`` uint8[4, 84, 84],
 28,224 bytes) and small rows (the flat transitions of
-``_common.transitions``: two float32[64] observations, 549 bytes). A
+``_common.transitions``: two float32[64] observations, 538 bytes). A
 capacity the library cannot allocate shows its error.
 
 ``writers``: 1 and 4 processes (``torch.multiprocessing``, spawn) extend one
 shared buffer while the parent samples batches of 256, flat out or at 100
-batches/s (a learner whose step takes the rest of its time): 200,000 small
-transitions in all, in batches of 100, or 20,000 Atari rows in batches of 10;
-the row gives the transitions written per second, the median of ``--rounds``
-rounds (each round runs 1 then 4 writers, so the machine's load swings move
-both alike), and the 4 / 1 ratio of those medians.
+batches/s (a learner whose step takes the rest of its time): 800,000 small
+transitions in all, in batches of 100, or 40,000 Atari rows in batches of 10;
+the row gives the transitions written per second from the start signal until
+every writer is done, the median of ``--rounds`` rounds (each round runs 1 then
+4 writers, so the machine's load swings move both alike), and the 4 / 1 ratio
+of those medians. The ``limit`` column is the irreducible work in plain torch,
+measured the same way: one preallocated ``uint8`` block of every row (544 bytes
+a small row, its 538 bytes of leaves rounded up to 8; 28,224 an Atari row) in
+fresh shared memory, as rbdata's rows (``UntypedStorage._new_shared``, not
+written before); writer ``i`` copies a preallocated batch into its own rows
+``i * per .. (i + 1) * per``, one batch after another, with no lock; the parent
+gathers ``randint`` rows of the whole block with ``index_select``.
 
 Each measurement runs in its own interpreter, so the memory of one does not
 count in another; torchrl's run in the virtualenv named by
@@ -37,6 +44,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,26 +110,21 @@ def _writer(rb: Any, kind: str, n: int, ready: Any, go: Any, done: Any) -> None:
     done.put(1)
 
 
-def child_writers(lib_name: str, kind: str, processes: int, pace: float) -> dict[str, Any]:
-    """``processes`` spawned writers fill one shared buffer while this process samples.
+def _race(
+    target: Any, args: list[tuple[Any, ...]], sample: Callable[[], bool], pace: float
+) -> tuple[float, int]:
+    """Spawned writers ``target(*a, ready, go, done)``, one per ``a`` in ``args``, run at once.
 
-    The parent samples flat out (``pace`` 0) or ``pace`` batches per second, as a
-    learner whose step takes the rest of its time.
+    This process calls ``sample()`` (True when it drew a batch) flat out (``pace``
+    0) or ``pace`` times per second, as a learner whose step takes the rest of
+    its time. Returns the seconds from ``go`` until every writer reported done,
+    and the batches drawn.
     """
     import torch.multiprocessing as mp
 
-    lib = _lib(lib_name)
-    total, batch = WRITES[kind]
-    rb = lib.TensorDictReplayBuffer(storage=lib.LazyTensorStorage(total), batch_size=256)
-    rb.extend(_data(kind, batch))  # the storage is laid out (and shared) here
-    rb.empty()
-    rb.share()
     ctx = mp.get_context("spawn")
     ready, done, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    procs = [
-        ctx.Process(target=_writer, args=(rb, kind, total // processes, ready, go, done))
-        for _ in range(processes)
-    ]
+    procs = [ctx.Process(target=target, args=(*a, ready, go, done)) for a in args]
     for proc in procs:
         proc.start()
     for _ in procs:
@@ -129,12 +132,11 @@ def child_writers(lib_name: str, kind: str, processes: int, pace: float) -> dict
     start = time.perf_counter()
     go.set()
     finished, samples, due = 0, 0, start
-    while finished < processes:
+    while finished < len(procs):
         while not done.empty():
             done.get()
             finished += 1
-        if len(rb) >= 256 and time.perf_counter() >= due:
-            rb.sample()
+        if time.perf_counter() >= due and sample():
             samples += 1
             due += 1 / pace if pace else 0.0
         elif pace:
@@ -142,6 +144,26 @@ def child_writers(lib_name: str, kind: str, processes: int, pace: float) -> dict
     seconds = time.perf_counter() - start
     for proc in procs:
         proc.join()
+    return seconds, samples
+
+
+def child_writers(lib_name: str, kind: str, processes: int, pace: float) -> dict[str, Any]:
+    """``processes`` spawned writers fill one shared buffer while this process samples."""
+    lib = _lib(lib_name)
+    total, batch = WRITES[kind]
+    rb = lib.TensorDictReplayBuffer(storage=lib.LazyTensorStorage(total), batch_size=256)
+    rb.extend(_data(kind, batch))  # the storage is laid out (and shared) here
+    rb.empty()
+    rb.share()
+
+    def sample() -> bool:
+        if len(rb) < 256:
+            return False
+        rb.sample()
+        return True
+
+    args = [(rb, kind, total // processes)] * processes
+    seconds, samples = _race(_writer, args, sample, pace)
     return {
         "seconds": seconds,
         "rate": total / seconds,
@@ -150,6 +172,53 @@ def child_writers(lib_name: str, kind: str, processes: int, pace: float) -> dict
         "samples": samples,
         "exact": len(rb) == rb.write_count == total,
     }
+
+
+def _row_bytes(kind: str) -> int:
+    """The bytes of one stored row of ``kind``: its leaves side by side, rounded up to 8."""
+    data = _data(kind, 1)
+    leaves = (data.get(k) for k in data.keys(True, True))
+    return -(-sum(leaf[0].numel() * leaf.element_size() for leaf in leaves) // 8) * 8
+
+
+def _limit_writer(
+    store: Any, batch: int, writer: int, n: int, ready: Any, go: Any, done: Any
+) -> None:
+    import torch
+
+    src = torch.full((batch, store.shape[1]), writer + 1, dtype=torch.uint8)  # checked after
+    first = writer * n
+    ready.put(1)
+    go.wait()
+    for at in range(first, first + n, batch):
+        store[at : at + batch].copy_(src)
+    done.put(1)
+
+
+def child_limit_writers(kind: str, processes: int, pace: float) -> dict[str, Any]:
+    """The ``limit`` of ``child_writers`` in plain torch: each writer copies its own rows.
+
+    One preallocated ``uint8`` block of every row in shared memory, fresh pages
+    as rbdata's lazily allocated shared rows; writer ``i`` copies one
+    preallocated batch after another into rows ``i * per .. (i + 1) * per``, no
+    lock; this process samples with ``randint`` and ``index_select``.
+    """
+    import torch
+
+    total, batch = WRITES[kind]
+    storage = torch.UntypedStorage._new_shared(total * _row_bytes(kind))  # as rbdata's rows
+    store = torch.empty(0, dtype=torch.uint8).set_(storage).view(total, -1)
+
+    def sample() -> bool:
+        store.index_select(0, torch.randint(0, total, (256,)))
+        return True
+
+    per = total // processes
+    args = [(store, batch, i, per) for i in range(processes)]
+    seconds, samples = _race(_limit_writer, args, sample, pace)
+    regions = [store[i * per : (i + 1) * per] for i in range(processes)]
+    exact = all(r.amin() == r.amax() == i + 1 for i, r in enumerate(regions))
+    return {"seconds": seconds, "rate": total / seconds, "samples": samples, "exact": exact}
 
 
 def _run_child(python: str, args: list[str]) -> dict[str, Any]:
@@ -212,7 +281,7 @@ def table_writers(vs_torchrl: bool, kinds: list[str], rounds: int) -> list[dict[
     Each round runs 1 then 4 writers for every library; a row keeps every
     round's rate and their median.
     """
-    pythons = _pythons(vs_torchrl)
+    pythons = {**_pythons(vs_torchrl), "limit": sys.executable}
     runs: dict[tuple[str, float, int, str], list[dict[str, Any]]] = {}
     for _ in range(rounds):
         for kind in kinds:
@@ -291,7 +360,11 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(child_extend(lib, kind, int(capacity))))
         else:
             lib, kind, processes, pace = rest
-            print(json.dumps(child_writers(lib, kind, int(processes), float(pace))))
+            if lib == "limit":
+                result = child_limit_writers(kind, int(processes), float(pace))
+            else:
+                result = child_writers(lib, kind, int(processes), float(pace))
+            print(json.dumps(result))
         return 0
     results: dict[str, Any] = {}
     rows = args.rows.split(",")
