@@ -8,7 +8,7 @@ when it is first written, and Linux's heuristic overcommit does not refuse a
 reservation larger than RAM plus swap (a plain ``malloc``/``torch.empty`` of
 that size is refused). Unwritten rows read as zeros, as a zero-filled tensor's
 would. :func:`reserve_shared` does the same in shared memory (a file in
-``/dev/shm`` grown with ``ftruncate``, sparse until written), for storages
+``memfd`` grown with ``ftruncate``, sparse until written), for storages
 sent to ``torch.multiprocessing`` children.
 
 :func:`resident_bytes` asks the kernel (``mincore``) how much of a span is in
@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import mmap
+import os
 import sys
 from typing import Any
 
@@ -50,9 +51,29 @@ def reserve(nbytes: int) -> torch.Tensor:
 
 
 def reserve_shared(nbytes: int) -> torch.Tensor:
-    """As :func:`reserve`, in shared memory that ``torch.multiprocessing`` sends by handle."""
-    # a sparse shared-memory file (shm_open + ftruncate); torch does not type this helper
-    storage = torch.UntypedStorage._new_shared(nbytes)  # type: ignore[no-untyped-call]
+    """As :func:`reserve`, in shared memory that ``torch.multiprocessing`` sends by handle.
+
+    torch's own shared allocation commits every page at once (it
+    ``fallocate`` call on its ``/dev/shm`` file), so a shared buffer would cost its
+    whole capacity. Here the memory is an anonymous ``memfd`` grown with
+    ``ftruncate`` (sparse until written), adopted by torch as a
+    file-descriptor storage: children receive it by handle as any shared
+    tensor. Under the ``file_system`` sharing strategy (memory named in
+    ``/dev/shm``, see ``shared_handle.named_sharing``), or without ``memfd``,
+    torch allocates it.
+    """
+    memfd = getattr(os, "memfd_create", None)
+    strategy = torch.multiprocessing.get_sharing_strategy()  # type: ignore[no-untyped-call]
+    if memfd is None or strategy != "file_descriptor" or nbytes == 0:
+        storage = torch.UntypedStorage._new_shared(nbytes)  # type: ignore[no-untyped-call]
+        return torch.empty(0, dtype=torch.uint8).set_(storage)
+    fd = memfd("rbdata-rows", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, nbytes)
+        # torch maps the descriptor and keeps its own duplicate (untyped helper)
+        storage = torch.UntypedStorage._new_shared_fd_cpu(fd, nbytes)  # type: ignore[attr-defined]
+    finally:
+        os.close(fd)
     return torch.empty(0, dtype=torch.uint8).set_(storage)
 
 

@@ -179,11 +179,23 @@ def test_memmap_and_compressed_and_list_storages_report_what_they_know(tmp_path)
     assert "resident_bytes" not in listed.stats()
 
 
+def _shared_memory_mib() -> int:
+    """The machine's shared memory in use (``Shmem`` of ``/proc/meminfo``): what it commits."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Shmem:"):
+                return int(line.split()[1]) // 1024
+    raise AssertionError("no Shmem line in /proc/meminfo")
+
+
 def test_share_memory_keeps_the_rows_sparse_and_the_content():
     storage = LazyTensorStorage(1_000_000)  # 4 GiB of rows
     data = torch.arange(300 * 1024, dtype=torch.float32).reshape(300, 1024)
     storage.set(slice(0, 300), data)
+    before = _shared_memory_mib()
     storage.share_memory_()
+    # torch's own shared allocation would commit the 4 GiB at once (fallocate)
+    assert _shared_memory_mib() - before < 512
     packed = storage._rows.packed
     assert packed.is_shared()
     assert resident_bytes(packed, packed.numel()) <= 301 * 4096
