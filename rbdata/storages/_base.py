@@ -57,6 +57,10 @@ class Storage(_CompileHooks, abc.ABC):
     """
 
     ndim: int = 1
+    #: whether the items live in this process's memory only (Python objects in a
+    #: list): the length then counts in this process too, so that what a forked
+    #: child writes into its copy never moves the length of this one
+    _items_process_local: bool = False
 
     def __init__(self, max_size: int, *, compilable: bool = False) -> None:
         self.max_size = check_int(max_size, "max_size", minimum=1)
@@ -66,6 +70,8 @@ class Storage(_CompileHooks, abc.ABC):
         self._counters = (
             LocalCounters([0, 0, -1], tensors=(1,))  # the revision: bumped without a guard
             if self._compilable
+            else LocalCounters([0, 0, -1])
+            if self._items_process_local
             else SharedCounters([0, 0, -1])
         )
         self._save_hooks: list[Callable[[Any], Any]] = []

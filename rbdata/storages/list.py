@@ -67,6 +67,8 @@ class ListStorage(Storage):
         ([1, 'a'], None, 3)
     """
 
+    _items_process_local = True
+
     def __init__(
         self,
         max_size: int | None = 1000,

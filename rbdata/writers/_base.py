@@ -149,6 +149,10 @@ class Writer(abc.ABC):
         """Attach the storage this writer writes into."""
         pending, self._unattached_generation = self._generation, None
         self._storage = storage
+        if storage._items_process_local and not isinstance(self._counters, LocalCounters):
+            # the items stay in this process: so do the cursor and the count, or a forked
+            # child's writes would move them past this process's items
+            self._counters = LocalCounters(self._counters.values())
         if self.writes_in_ring_order:
             storage.follow_writes(self._newest_slot)
         if self._track_generations:
@@ -180,8 +184,14 @@ class Writer(abc.ABC):
         return storage.max_size_along_dim0
 
     def share_memory_(self) -> Writer:
-        """Move the cursor, counters and generations to shared memory (for child processes)."""
-        self._counters.share()
+        """Move the cursor, counters and generations to shared memory (for child processes).
+
+        The cursor and counters of a writer into a storage whose items stay in
+        this process (a list storage) stay with them.
+        """
+        storage = self._storage
+        if storage is None or not storage._items_process_local:
+            self._counters.share()
         if self._generation is not None:
             self._generation.share_memory_()
         return self

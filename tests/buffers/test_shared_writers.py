@@ -269,3 +269,34 @@ def test_a_replay_dataset_reads_what_a_spawned_collector_writes():
     assert collector.exitcode == 0 and len(batches) == 20
     assert all(torn(batch) == 0 for batch in batches)
     assert len(rb) == 2000
+
+
+def extend_in_child(rb: ReplayBuffer, first: int, n: int) -> None:
+    rb.extend(torch.arange(first, first + n))
+    assert len(rb) == first + n and rb.write_count == first + n
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_forked_childs_writes_into_a_list_storage_stay_in_the_child(shared):
+    # torchrl's ListStorage counts its own list: the parent keeps its 3 items, its length,
+    # cursor and write count, and writes on after them
+    rb = ReplayBuffer(storage=ListStorage(10), shared=shared)
+    rb.extend(torch.arange(3))
+    child = mp.get_context("fork").Process(target=extend_in_child, args=(rb, 3, 5))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert (len(rb), rb.write_count, rb._writer.cursor) == (3, 3, 3)
+    rb.extend(torch.arange(10, 12))
+    assert rb.storage[:] == [0, 1, 2, 10, 11]
+
+
+def test_a_forked_childs_writes_into_a_memmap_storage_reach_the_parent():
+    rb = ReplayBuffer(storage=LazyMemmapStorage(10))
+    rb.extend(torch.arange(3))
+    child = mp.get_context("fork").Process(target=extend_in_child, args=(rb, 3, 5))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert (len(rb), rb.write_count) == (8, 8)
+    assert rb.storage[:].tolist() == list(range(8))
