@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from rbdata._component.checks import check_number
 from rbdata.errors import CheckpointError
 
 _CPU_RNG_BYTES = torch.Generator().get_state().numel()
@@ -102,6 +103,16 @@ def _check_scalar(section: Any, key: str, kind: type[int] | type[float], where: 
             f"{where}: {key} must be {'an int' if kind is int else 'a number'}, "
             f"got {section[key]!r}."
         ) from err
+
+
+def _check_exponent(value: Any, key: str, where: str) -> None:
+    """A prioritized sampler's ``alpha``/``beta``: a real number >= 0."""
+    try:
+        number = check_number(value, key)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{where}: the sampler's {err}") from err
+    if not number >= 0:
+        raise CheckpointError(f"{where}: the sampler's {key} must be >= 0, got {number!r}.")
 
 
 def check_buffer(state: dict[str, Any], where: str) -> None:
@@ -191,6 +202,9 @@ def check_sampler(manifest: dict[str, Any], sampler: Any, where: str) -> None:
                     f"{where}: the sampler's live set {key!r} must be a 1-d tensor of ints >= 0."
                 )
         _check_live_fits(manifest, live, where)
+    for key in ("alpha", "beta"):  # as PrioritizedSampler.load_state_dict checks them
+        if key in sampler:
+            _check_exponent(sampler[key], key, where)
     leaves = sampler.get("leaves")
     if leaves is not None:
         leaves = _tensor(leaves, "the sampler's priorities 'leaves'", where)
