@@ -51,6 +51,9 @@ Ranges = tuple[int, int, int, int]
 Snapshot = tuple[int, torch.Tensor]
 
 
+_NO_RANGES = torch.zeros((0, 4), dtype=torch.int64)
+
+
 def ring_ranges(start: int, n: int, capacity: int) -> Ranges:
     """The rows ``start .. start + n - 1`` of a ring of ``capacity`` rows, as two ranges.
 
@@ -105,7 +108,6 @@ class InFlightRows:
         self._tensor = cells
         raw = (ctypes.c_int64 * cells.numel()).from_address(cells.data_ptr())
         self._cells = cast("list[int]", memoryview(raw).cast("B").cast("q"))
-        self._slots = cells[_SLOT0:_LOG0].view(SLOTS, _WIDTH)
         self._entries = cells[_LOG0:].view(LOG, _ENTRY)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -200,9 +202,16 @@ class InFlightRows:
 
     def snapshot(self) -> Snapshot:
         """What a lock-free reader takes before copying rows (see :meth:`touched`)."""
-        seq = self._cells[0]
-        slots = self._slots.clone()
-        return seq, slots[slots[:, 4] != 0, :4]
+        cells = self._cells
+        seq = cells[0]
+        if not any(cells[_SLOT0 + 4 : _LOG0 : _WIDTH]):  # the common case: nothing in flight
+            return seq, _NO_RANGES
+        active = [
+            [cells[base + i] for i in range(4)]
+            for base in range(_SLOT0, _LOG0, _WIDTH)
+            if cells[base + 4]
+        ]
+        return seq, torch.tensor(active, dtype=torch.int64).reshape(-1, 4)
 
     def touched(self, before: Snapshot, rows: torch.Tensor | None) -> bool:
         """Whether a row of ``rows`` (None: any row) was in flight at ``before`` or reserved since.
