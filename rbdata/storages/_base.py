@@ -207,8 +207,9 @@ class Storage(_CompileHooks, abc.ABC):
     def defer_rows(self, data: Any) -> list[torch.Tensor] | None:
         """The checked leaves of the batch ``data``, for :meth:`copy_rows` later (None: use set).
 
-        Tensor storages laid out in rows give them when a batch fits without
-        wrapping twice and reads none of their own memory; this base never does.
+        Tensor storages laid out in rows (1-D, initialized) give them for a
+        batch of at most ``max_size`` items that reads none of their own
+        memory; this base never does.
 
         Raises:
             KeyError, TypeError, ValueError: if ``data`` does not fit the storage.
