@@ -59,12 +59,12 @@ class _DeferredWrites(_BufferBase):
                 return None
             ranges = ring_ranges(self._writer.cursor, n, capacity)
             slot = in_flight.claim(ranges)
-            if slot is None:  # as many copies in flight as slots: write under the lock
+            if slot is None:  # no free slot, or those rows still in flight: under the lock
                 return None
             start = self._writer.reserve(n)
-            storage.mark_written(ranges[0], ranges[1])
+            storage.mark_written(ranges[1])
             if ranges[3]:
-                storage.mark_written(ranges[2], ranges[3])
+                storage.mark_written(ranges[3])
             sync.cond.notify_all()  # a waiter checks under the lock: after the copy
         finally:
             sync.release_reserved()

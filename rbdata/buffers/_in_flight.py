@@ -28,9 +28,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, cast
+from typing import Any
 
 import torch
+
+from rbdata.storages._counters import SharedCounters
 
 __all__ = ["LOG", "SLOTS", "InFlightRows", "Ranges", "Snapshot", "ring_ranges"]
 
@@ -86,7 +88,9 @@ def _alive(pid: int) -> bool:
 class InFlightRows:
     """The in-flight table and the reservation log of a shared buffer (see the module docstring).
 
-    Pickled, it travels as its shared tensor: every process sees the same table.
+    Its cells are :class:`~rbdata.storages._counters.SharedCounters`, shared:
+    pickled for another process, it travels as their shared tensor, and every
+    process sees the same table.
 
     Examples:
         >>> rows = InFlightRows()
@@ -100,21 +104,22 @@ class InFlightRows:
     """
 
     def __init__(self) -> None:
-        self._adopt(torch.zeros(_LOG0 + LOG * _ENTRY, dtype=torch.int64).share_memory_())
+        self._counters = SharedCounters([0] * (_LOG0 + LOG * _ENTRY))
+        self._counters.share()  # pickled, the table travels as its shared tensor
+        self._bind()
 
-    def _adopt(self, cells: torch.Tensor) -> None:
-        import ctypes
-
-        self._tensor = cells
-        raw = (ctypes.c_int64 * cells.numel()).from_address(cells.data_ptr())
-        self._cells = cast("list[int]", memoryview(raw).cast("B").cast("q"))
-        self._entries = cells[_LOG0:].view(LOG, _ENTRY)
+    def _bind(self) -> None:
+        self._cells = self._counters.cells
+        tensor = self._counters.tensor
+        assert tensor is not None
+        self._entries = tensor[_LOG0:].view(LOG, _ENTRY)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"cells": self._tensor}
+        return {"counters": self._counters}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._adopt(state["cells"])
+        self._counters = state["counters"]
+        self._bind()
 
     @property
     def reservations(self) -> int:

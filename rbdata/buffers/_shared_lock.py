@@ -44,13 +44,12 @@ class SharedLock:
     Args:
         inner: the multiprocessing lock.
         version: one shared int64 cell, odd while the lock is held.
+        in_flight: the rows reserved writers copy outside the lock (None: writes copy
+            under it).
 
     Examples:
         >>> import multiprocessing
-        >>> import torch
-
-    from rbdata.buffers._in_flight import InFlightRows
-    from rbdata.storages._counters import SharedCounters
+        >>> from rbdata.storages._counters import SharedCounters
         >>> lock = SharedLock(multiprocessing.get_context("spawn").RLock(), SharedCounters([0]))
         >>> with lock:
         ...     with lock:  # reentrant: the version moves on the outermost hold only

@@ -182,27 +182,27 @@ class Storage(_CompileHooks, abc.ABC):
             self._set_compiling(index, data, set_cursor)
             return
         stop = self._set(index, data)
-        cells = self._counters.cells
-        cells[1] += 1  # the mutation revision
-        if not set_cursor:
-            return
-        if stop > cells[0]:
-            cells[0] = stop
-        last = _last_slot(index, stop)
-        if last is not None:
-            cells[2] = last
+        if set_cursor:
+            self._count_written(stop, _last_slot(index, stop))
+        else:
+            self._counters.cells[1] += 1  # the mutation revision only
 
-    def mark_written(self, start: int, stop: int) -> None:
-        """Count the items ``start .. stop - 1`` written, as :meth:`set` of that slice does.
+    def mark_written(self, stop: int) -> None:
+        """Count the items up to ``stop - 1`` written, as :meth:`set` of a slice ending there does.
 
         A writer that reserves rows (see :meth:`defer_rows`) counts them before
         it copies them.
         """
+        self._count_written(stop, stop - 1)
+
+    def _count_written(self, stop: int, last: int | None) -> None:
+        """A write ending at ``stop`` (its last slot ``last``): revision, length, last slot."""
         cells = self._counters.cells
         cells[1] += 1
         if stop > cells[0]:
             cells[0] = stop
-        cells[2] = stop - 1
+        if last is not None:
+            cells[2] = last
 
     def defer_rows(self, data: Any) -> list[torch.Tensor] | None:
         """The checked leaves of the batch ``data``, for :meth:`copy_rows` later (None: use set).

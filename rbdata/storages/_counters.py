@@ -67,6 +67,11 @@ class SharedCounters:
         """Whether the cells are a shared-memory tensor (see :meth:`share`)."""
         return self._tensor is not None
 
+    @property
+    def tensor(self) -> torch.Tensor | None:
+        """The cells' shared-memory tensor (None before :meth:`share`); it views the cells."""
+        return self._tensor
+
     def share(self) -> None:
         """Move the cells to a shared-memory tensor (sent by handle through any mp channel)."""
         if self._tensor is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -52,6 +53,35 @@ def write_transitions(rb: TensorDictReplayBuffer, worker: int, done: mp.Queue) -
     done.put(worker)
 
 
+def sample_while_writing(
+    rb: TensorDictReplayBuffer,
+    target: Callable[[TensorDictReplayBuffer, int, mp.Queue], None],
+    check: Callable[[], bool],
+) -> int:
+    """Run ``WRITERS`` spawned ``target(rb, worker, done)``; ``check()`` until they are done.
+
+    ``check`` returns whether it sampled (if not, the parent waits a millisecond).
+    Returns how many times it sampled; every writer must exit cleanly.
+    """
+    ctx = mp.get_context("spawn")
+    done = ctx.Queue()
+    workers = [ctx.Process(target=target, args=(rb, w, done)) for w in range(WRITERS)]
+    for worker in workers:
+        worker.start()
+    finished, sampled, deadline = set(), 0, time.monotonic() + 120
+    while len(finished) < WRITERS and time.monotonic() < deadline:
+        while not done.empty():
+            finished.add(done.get())
+        if check():
+            sampled += 1
+        else:
+            time.sleep(0.001)
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    return sampled
+
+
 def test_four_spawned_writers_while_the_parent_samples():
     total = WRITERS * PER_WRITER
     rb = TensorDictPrioritizedReplayBuffer(
@@ -64,26 +94,18 @@ def test_four_spawned_writers_while_the_parent_samples():
     )
     rb.extend(transitions(total, 1))  # one more item, then emptied: the layout is set here
     rb.empty()
-    ctx = mp.get_context("spawn")
-    done = ctx.Queue()
-    workers = [ctx.Process(target=write_transitions, args=(rb, w, done)) for w in range(WRITERS)]
-    for worker in workers:
-        worker.start()
-    finished, sampled, torn_rows, deadline = set(), 0, 0, time.monotonic() + 120
-    while len(finished) < WRITERS and time.monotonic() < deadline:
-        while not done.empty():
-            finished.add(done.get())
-        if len(rb) >= 256:
-            batch = rb.sample()
-            torn_rows += torn(batch)
-            sampled += 1
-            assert bool((batch["id"] < total).all())
-        else:
-            time.sleep(0.001)
-    for worker in workers:
-        worker.join(timeout=60)
-        assert worker.exitcode == 0
-    assert torn_rows == 0 and sampled > 0
+    torn_rows = []
+
+    def check() -> bool:
+        if len(rb) < 256:
+            return False
+        batch = rb.sample()
+        torn_rows.append(torn(batch))
+        assert bool((batch["id"] < total).all())
+        return True
+
+    sampled = sample_while_writing(rb, write_transitions, check)
+    assert sum(torn_rows) == 0 and sampled > 0
 
     assert len(rb) == total and rb.write_count == total
     everything = rb[:]
@@ -103,23 +125,15 @@ def test_four_writers_copy_outside_the_lock_into_a_uniform_buffer():
     rb.extend(transitions(total, 1))  # the layout is set here
     rb.empty()
     reserved = rb.lock.shared.in_flight.reservations
-    ctx = mp.get_context("spawn")
-    done = ctx.Queue()
-    workers = [ctx.Process(target=write_transitions, args=(rb, w, done)) for w in range(WRITERS)]
-    for worker in workers:
-        worker.start()
-    finished, sampled, deadline = set(), 0, time.monotonic() + 120
-    while len(finished) < WRITERS and time.monotonic() < deadline:
-        while not done.empty():
-            finished.add(done.get())
-        if len(rb) >= 256:
-            batch = rb.sample()
-            assert torn(batch) == 0 and bool((batch["id"] < total).all())
-            sampled += 1
-    for worker in workers:
-        worker.join(timeout=60)
-        assert worker.exitcode == 0
-    assert sampled > 0
+
+    def check() -> bool:
+        if len(rb) < 256:
+            return False
+        batch = rb.sample()
+        assert torn(batch) == 0 and bool((batch["id"] < total).all())
+        return True
+
+    assert sample_while_writing(rb, write_transitions, check) > 0
     # every write was reserved, then copied without the lock
     assert rb.lock.shared.in_flight.reservations - reserved == total // CHUNK
     assert not rb.lock.shared.in_flight.busy()
@@ -143,21 +157,13 @@ def test_readers_never_see_rows_a_writer_is_overwriting():
     # a small ring of wide rows: writers overwrite the rows the parent samples all the time
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(RING), batch_size=256, shared=True)
     rb.extend(transitions(0, RING, WIDE))
-    ctx = mp.get_context("spawn")
-    done = ctx.Queue()
-    workers = [ctx.Process(target=overwrite_ring, args=(rb, w, done)) for w in range(WRITERS)]
-    for worker in workers:
-        worker.start()
-    finished, sampled, deadline = set(), 0, time.monotonic() + 120
-    while len(finished) < WRITERS and time.monotonic() < deadline:
-        while not done.empty():
-            finished.add(done.get())
+
+    def check() -> bool:
         assert torn(rb.sample()) == 0
         assert torn(rb[torch.randint(RING, (64,))]) == 0
-        sampled += 1
-    for worker in workers:
-        worker.join(timeout=60)
-        assert worker.exitcode == 0
+        return True
+
+    sampled = sample_while_writing(rb, overwrite_ring, check)
     assert sampled > 0 and rb.write_count == RING + WRITERS * OVERWRITES
     assert torn(rb[:]) == 0
 
