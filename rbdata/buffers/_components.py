@@ -342,8 +342,7 @@ class _BufferBase:
         """The items that can be sampled (under consume-after-n: those not consumed yet)."""
         if not self._initialized:
             return 0
-        with self._sync.lock:
-            return self._sampler.sampleable(self._storage)
+        return int(self._sync.peek(lambda: self._sampler.sampleable(self._storage)))
 
     def set_storage(
         self, storage: Storage, collate_fn: Callable[[Any], Any] | None = None

@@ -25,6 +25,7 @@ the slots, copies, then reads the sequence number and the log again.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import time
@@ -34,7 +35,7 @@ import torch
 
 from rbdata.storages._counters import SharedCounters
 
-__all__ = ["LOG", "SLOTS", "InFlightRows", "Ranges", "Snapshot", "ring_ranges"]
+__all__ = ["LOG", "SLOTS", "InFlightRows", "Ranges", "RowProbe", "Snapshot", "ring_ranges"]
 
 _log = logging.getLogger(__name__)
 
@@ -46,14 +47,12 @@ _SLOT0 = 1  # cell 0 is the sequence number
 _LOG0 = _SLOT0 + SLOTS * _WIDTH
 _ALIVE_CHECK_S = 0.01  # a drain checks the writers of the slots it waits on this often
 _READER_WAIT_S = 0.01  # a lock-free reader waits this long for rows in flight, then locks
+_LISTED = 4096  # a probe of at most this many rows checks ranges by bisection in Python
 
 #: two row ranges ``(a, b, c, d)``: ``[a, b)`` then ``[c, d)`` (empty when ``c == d``)
 Ranges = tuple[int, int, int, int]
 #: ``(sequence number, the ranges in flight)`` before a lock-free copy
-Snapshot = tuple[int, torch.Tensor]
-
-
-_NO_RANGES = torch.zeros((0, 4), dtype=torch.int64)
+Snapshot = tuple[int, list[Ranges]]
 
 
 def ring_ranges(start: int, n: int, capacity: int) -> Ranges:
@@ -85,6 +84,47 @@ def _alive(pid: int) -> bool:
     return True
 
 
+class RowProbe:
+    """The rows a lock-free reader copies, sorted once for every range check of its read.
+
+    A reader checks its rows against the ranges in flight before and after
+    each copy: sorted once, each range costs two bisections (a
+    ``searchsorted`` for large batches) instead of a comparison per row.
+
+    Args:
+        rows: the rows read (None: any row, so every range counts).
+
+    Examples:
+        >>> probe = RowProbe(torch.tensor([9, 3, 40]))
+        >>> probe.hits([(4, 9, 0, 0)]), probe.hits([(4, 10, 0, 0)]), RowProbe(None).hits([(0, 1, 0, 0)])
+        (False, True, True)
+    """
+
+    def __init__(self, rows: torch.Tensor | None) -> None:
+        self._sorted = None if rows is None else rows.reshape(-1).sort().values
+        self._listed: list[int] | None = None
+        if self._sorted is not None and self._sorted.numel() <= _LISTED:
+            self._listed = self._sorted.tolist()
+
+    def hits(self, ranges: list[Ranges]) -> bool:
+        """Whether a row of the probe lies in one of ``ranges`` (False when there are none)."""
+        if not ranges:
+            return False
+        if self._sorted is None:
+            return True
+        listed = self._listed
+        if listed is None:
+            bounds = torch.tensor(ranges, dtype=self._sorted.dtype).view(-1)
+            at = torch.searchsorted(self._sorted, bounds).view(-1, 2)
+            return bool((at[:, 1] > at[:, 0]).any())
+        for a, b, c, d in ranges:
+            for low, high in ((a, b), (c, d)):
+                i = bisect.bisect_left(listed, low)
+                if i < len(listed) and listed[i] < high:
+                    return True
+        return False
+
+
 class InFlightRows:
     """The in-flight table and the reservation log of a shared buffer (see the module docstring).
 
@@ -96,7 +136,9 @@ class InFlightRows:
         >>> rows = InFlightRows()
         >>> before = rows.snapshot()
         >>> slot = rows.claim((0, 4, 0, 0))  # under the buffer's lock
-        >>> rows.touched(before, torch.tensor([3, 9])), rows.touched(before, torch.tensor([9]))
+        >>> rows.touched(before, RowProbe(torch.tensor([3, 9]))), rows.touched(
+        ...     before, RowProbe(torch.tensor([9]))
+        ... )
         (True, False)
         >>> rows.release(slot)  # the copy is done
         >>> rows.busy()
@@ -110,9 +152,6 @@ class InFlightRows:
 
     def _bind(self) -> None:
         self._cells = self._counters.cells
-        tensor = self._counters.tensor
-        assert tensor is not None
-        self._entries = tensor[_LOG0:].view(LOG, _ENTRY)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"counters": self._counters}
@@ -197,11 +236,11 @@ class InFlightRows:
                 cells[base + 4] = 0
 
     # ------------------------------------------------------------ lock-free readers
-    def wait_until_copied(self, rows: torch.Tensor | None) -> None:
-        """Wait (lock-free, at most :data:`_READER_WAIT_S`) for no row of ``rows`` in flight."""
+    def wait_until_copied(self, probe: RowProbe) -> None:
+        """Wait (lock-free, at most :data:`_READER_WAIT_S`) for no row of ``probe`` in flight."""
         deadline = time.monotonic() + _READER_WAIT_S
         spins = 0
-        while self.touched(self.snapshot(), rows) and time.monotonic() < deadline:
+        while self.touched(self.snapshot(), probe) and time.monotonic() < deadline:
             spins += 1
             time.sleep(0 if spins < 100 else 1e-5)
 
@@ -210,34 +249,29 @@ class InFlightRows:
         cells = self._cells
         seq = cells[0]
         if not any(cells[_SLOT0 + 4 : _LOG0 : _WIDTH]):  # the common case: nothing in flight
-            return seq, _NO_RANGES
-        active = [
-            [cells[base + i] for i in range(4)]
+            return seq, []
+        active: list[Ranges] = [
+            (cells[base], cells[base + 1], cells[base + 2], cells[base + 3])
             for base in range(_SLOT0, _LOG0, _WIDTH)
             if cells[base + 4]
         ]
-        return seq, torch.tensor(active, dtype=torch.int64).reshape(-1, 4)
+        return seq, active
 
-    def touched(self, before: Snapshot, rows: torch.Tensor | None) -> bool:
-        """Whether a row of ``rows`` (None: any row) was in flight at ``before`` or reserved since.
+    def touched(self, before: Snapshot, probe: RowProbe) -> bool:
+        """Whether a row of ``probe`` was in flight at ``before`` or reserved since.
 
         True also when more reservations were made since than the log holds.
         """
         seq, ranges = before
-        now = self._cells[0]
+        cells = self._cells
+        now = cells[0]
         if now - seq > LOG:
             return True
         if now != seq:
-            picks = torch.arange(seq, now) % LOG
-            ranges = torch.cat([ranges, self._entries[picks]])
-            if self._cells[0] - seq > LOG:  # the log moved on while read
+            ranges = ranges + [
+                (cells[e], cells[e + 1], cells[e + 2], cells[e + 3])
+                for e in (_LOG0 + (s % LOG) * _ENTRY for s in range(seq, now))
+            ]
+            if cells[0] - seq > LOG:  # the log moved on while read
                 return True
-        if not ranges.numel():
-            return False
-        if rows is None:
-            return True
-        rows = rows.reshape(-1, 1)
-        hit = ((rows >= ranges[:, 0]) & (rows < ranges[:, 1])) | (
-            (rows >= ranges[:, 2]) & (rows < ranges[:, 3])
-        )
-        return bool(hit.any())
+        return probe.hits(ranges)

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from rbdata.buffers._in_flight import InFlightRows
+from rbdata.buffers._in_flight import InFlightRows, RowProbe
 from rbdata.storages._counters import SharedCounters
 
 __all__ = ["LocalThenShared", "SharedCondition", "SharedLock"]
@@ -134,14 +134,17 @@ class SharedLock:
             rows: the rows it reads (None: any), checked against the rows
                 reserved writers copied meanwhile (:meth:`InFlightRows.touched`).
         """
-        cells, in_flight = self.version.cells, self.in_flight
+        in_flight = self.in_flight
+        if in_flight is None:
+            return self.peek(copy)
+        cells, probe = self.version.cells, RowProbe(rows)
         for _ in range(_TRIES if _OPTIMISTIC and not self._depth else 0):
             before = cells[0]
             if before & 1:
                 break
-            snapshot = None if in_flight is None else in_flight.snapshot()
-            if snapshot is not None and in_flight.touched(snapshot, rows):  # type: ignore[union-attr]
-                in_flight.wait_until_copied(rows)  # type: ignore[union-attr]
+            snapshot = in_flight.snapshot()
+            if probe.hits(snapshot[1]):
+                in_flight.wait_until_copied(probe)
                 continue  # rows still being copied: not worth a copy that would be dropped
             try:
                 out = copy()
@@ -149,12 +152,33 @@ class SharedLock:
                 if cells[0] == before:
                     raise
                 continue
-            if cells[0] == before and (
-                snapshot is None or not in_flight.touched(snapshot, rows)  # type: ignore[union-attr]
-            ):
+            if cells[0] == before and not in_flight.touched(snapshot, probe):
                 return out
         with self:
             return copy()
+
+    def peek(self, value: Callable[[], T]) -> T:
+        """``value()`` made while no process held the lock (lock-free when possible, else locked).
+
+        Reservations (:meth:`acquire_to_reserve`) do not move the version: a
+        value read from several counters they move may mix one moved and one
+        not yet; a length is one counter.
+        """
+        cells = self.version.cells
+        for _ in range(_TRIES if _OPTIMISTIC and not self._depth else 0):
+            before = cells[0]
+            if before & 1:
+                break
+            try:
+                out = value()
+            except Exception:  # noqa: BLE001 - a read racing a write may fail: read again
+                if cells[0] == before:
+                    raise
+                continue
+            if cells[0] == before:
+                return out
+        with self:
+            return value()
 
     def __enter__(self) -> bool:
         return self.acquire()

@@ -91,6 +91,17 @@ class _BufferSync:
                 return copy()
         return self._cross.read(copy, rows)
 
+    def peek(self, value: Callable[[], Any]) -> Any:
+        """``value()`` of counters (a length), lock-free across processes (:meth:`SharedLock.peek`).
+
+        Unshared, it runs under the lock; shared, under this process's thread lock only.
+        """
+        if self._cross is None:
+            with self.lock:
+                return value()
+        with self.draw_lock:
+            return self._cross.peek(value)
+
     def unshare(self) -> None:
         """Back to a thread lock (``share(False)``): other processes no longer exclude this one."""
         _BufferSync.__init__(self)

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rbdata.buffers._in_flight import LOG, SLOTS, InFlightRows, ring_ranges
+from rbdata.buffers._in_flight import LOG, SLOTS, InFlightRows, RowProbe, ring_ranges
 
 CAPACITY = 64
 
@@ -60,7 +60,7 @@ def test_touched_is_exactly_the_rows_in_flight_then_or_reserved_since(
         table.release(slot)  # copied at once: only the log remembers them
         reserved_since |= rows_of(ranges)
         logged += 1
-    touched = table.touched(snapshot, torch.tensor(rows))
+    touched = table.touched(snapshot, RowProbe(torch.tensor(rows)))
     if logged > LOG:  # the log cannot tell: the reader copies again
         assert touched
     else:
@@ -70,11 +70,11 @@ def test_touched_is_exactly_the_rows_in_flight_then_or_reserved_since(
 def test_no_row_is_touched_without_reservations_and_any_row_is_with_one() -> None:
     table = InFlightRows()
     snapshot = table.snapshot()
-    assert not table.touched(snapshot, torch.arange(CAPACITY))
-    assert not table.touched(snapshot, None)
+    assert not table.touched(snapshot, RowProbe(torch.arange(CAPACITY)))
+    assert not table.touched(snapshot, RowProbe(None))
     table.release(table.claim((3, 5, 0, 0)) or 0)
-    assert table.touched(snapshot, None)  # rows unknown: any reservation counts
-    assert not table.touched(table.snapshot(), None)
+    assert table.touched(snapshot, RowProbe(None))  # rows unknown: any reservation counts
+    assert not table.touched(table.snapshot(), RowProbe(None))
 
 
 def test_a_full_table_refuses_another_claim_until_a_slot_is_released() -> None:
@@ -132,3 +132,22 @@ def test_pickled_tables_are_one_table() -> None:
     assert table.busy() and slot is not None
     twin.release(slot)
     assert not table.busy()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(st.integers(0, 10_000), min_size=1, max_size=64),
+    ranges=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 200)), max_size=6),
+    listed=st.booleans(),
+)
+def test_a_probe_hits_exactly_the_ranges_holding_one_of_its_rows(
+    rows: list[int], ranges: list[tuple[int, int]], listed: bool
+) -> None:
+    from unittest import mock
+
+    from rbdata.buffers import _in_flight
+
+    spans = [ring_ranges(start, n, 10_001) if n else (start, start, 0, 0) for start, n in ranges]
+    expected = any(set(rows) & rows_of(span) for span in spans)
+    with mock.patch.object(_in_flight, "_LISTED", 4096 if listed else 0):  # both ways of checking
+        assert RowProbe(torch.tensor(rows)).hits(spans) == expected
