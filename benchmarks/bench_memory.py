@@ -16,19 +16,21 @@ capacities 10k, 1M and 100M, for Atari rows (``pixels`` uint8[4, 84, 84],
 capacity the library cannot allocate shows its error.
 
 ``writers``: 1 and 4 processes (``torch.multiprocessing``, spawn) extend one
-shared buffer while the parent samples batches of 256, flat out or at 100
-batches/s (a learner whose step takes the rest of its time): 800,000 small
-transitions in all, in batches of 100, or 40,000 Atari rows in batches of 10;
-the row gives the transitions written per second from the start signal until
-every writer is done, the median of ``--rounds`` rounds (each round runs 1 then
-4 writers, so the machine's load swings move both alike), and the 4 / 1 ratio
-of those medians. The ``limit`` column is the irreducible work in plain torch,
-measured the same way: one preallocated ``uint8`` block of every row (544 bytes
-a small row, its 538 bytes of leaves rounded up to 8; 28,224 an Atari row) in
-fresh shared memory, as rbdata's rows (``UntypedStorage._new_shared``, not
-written before); writer ``i`` copies a preallocated batch into its own rows
-``i * per .. (i + 1) * per``, one batch after another, with no lock; the parent
-gathers ``randint`` rows of the whole block with ``index_select``.
+shared buffer while the parent waits for them (idle), or samples batches of 256
+flat out or at 100 batches/s (a learner whose step takes the rest of its time):
+800,000 small transitions in all, in batches of 100, or 40,000 Atari rows in
+batches of 10; the row gives the transitions written per second from the start
+signal until every writer is done, the median of ``--rounds`` rounds (each
+round runs 1 then 4 writers, so the machine's load swings move both alike), and
+the 4 / 1 ratio of those medians. The ``limit`` column is the irreducible work
+in plain torch, measured the same way: one preallocated ``uint8`` block of
+every row (544 bytes a small row, its 538 bytes of leaves rounded up to 8;
+28,224 an Atari row) in shared memory that is sparse until written, as rbdata's
+rows (a ``memfd`` grown with ``ftruncate``; torch's
+``UntypedStorage._new_shared`` would commit and zero every page before the
+clock starts); writer ``i`` copies a preallocated batch into its own rows
+``i * per .. (i + 1) * per``, one batch after another, with no lock; the
+parent gathers ``randint`` rows of the whole block with ``index_select``.
 
 Each measurement runs in its own interpreter, so the memory of one does not
 count in another; torchrl's run in the virtualenv named by
@@ -53,7 +55,7 @@ CAPACITIES = (10_000, 1_000_000, 100_000_000)
 ROWS = 1000
 # the writers rows: transitions in all and per extend, by row kind
 WRITES = {"small": (800_000, 100), "atari": (40_000, 10)}
-PACES = (0.0, 100.0)  # the parent's sampling in the writers rows: flat out, a learner's pace
+PACES = (-1.0, 0.0, 100.0)  # the parent in the writers rows: idle, sampling flat out, at 100/s
 
 
 def _rss() -> int:
@@ -115,10 +117,10 @@ def _race(
 ) -> tuple[float, int]:
     """Spawned writers ``target(*a, ready, go, done)``, one per ``a`` in ``args``, run at once.
 
-    This process calls ``sample()`` (True when it drew a batch) flat out (``pace``
-    0) or ``pace`` times per second, as a learner whose step takes the rest of
-    its time. Returns the seconds from ``go`` until every writer reported done,
-    and the batches drawn.
+    This process waits for them (``pace`` < 0), or calls ``sample()`` (True
+    when it drew a batch) flat out (``pace`` 0) or ``pace`` times per second,
+    as a learner whose step takes the rest of its time. Returns the seconds
+    from ``go`` until every writer reported done, and the batches drawn.
     """
     import torch.multiprocessing as mp
 
@@ -133,6 +135,10 @@ def _race(
     go.set()
     finished, samples, due = 0, 0, start
     while finished < len(procs):
+        if pace < 0:  # idle: only wait
+            done.get(timeout=300)
+            finished += 1
+            continue
         while not done.empty():
             done.get()
             finished += 1
@@ -198,15 +204,20 @@ def _limit_writer(
 def child_limit_writers(kind: str, processes: int, pace: float) -> dict[str, Any]:
     """The ``limit`` of ``child_writers`` in plain torch: each writer copies its own rows.
 
-    One preallocated ``uint8`` block of every row in shared memory, fresh pages
-    as rbdata's lazily allocated shared rows; writer ``i`` copies one
+    One preallocated ``uint8`` block of every row in shared memory, sparse
+    until written as rbdata's shared rows (a ``memfd`` grown with
+    ``ftruncate``: each page is zeroed at its first write); writer ``i`` copies one
     preallocated batch after another into rows ``i * per .. (i + 1) * per``, no
     lock; this process samples with ``randint`` and ``index_select``.
     """
     import torch
 
     total, batch = WRITES[kind]
-    storage = torch.UntypedStorage._new_shared(total * _row_bytes(kind))  # as rbdata's rows
+    nbytes = total * _row_bytes(kind)
+    fd = os.memfd_create("limit-rows", os.MFD_CLOEXEC)  # sparse until written, as rbdata's rows
+    os.ftruncate(fd, nbytes)
+    storage = torch.UntypedStorage._new_shared_fd_cpu(fd, nbytes)  # torch keeps its own fd
+    os.close(fd)
     store = torch.empty(0, dtype=torch.uint8).set_(storage).view(total, -1)
 
     def sample() -> bool:
@@ -316,8 +327,8 @@ def table_writers(vs_torchrl: bool, kinds: list[str], rounds: int) -> list[dict[
 def print_writers(rows: list[dict[str, Any]]) -> None:
     libs = [k for k in rows[0] if k not in ("kind", "pace", "processes")]
     print(
-        "transitions into one shared buffer by spawned writers while the parent samples "
-        "batches of 256 (flat out, or at a learner's pace in batches/s): median "
+        "transitions into one shared buffer by spawned writers while the parent waits (idle) "
+        "or samples batches of 256 (flat out, or at a learner's pace in batches/s): median "
         "transitions/s over the rounds, [range], parent's batches, 4 / 1 writers"
     )
     print(f"{'rows':<6} {'parent':<9} writers  " + "  ".join(f"{lib:<44}" for lib in libs))
@@ -337,7 +348,8 @@ def print_writers(rows: list[dict[str, Any]]) -> None:
             elif key in first:
                 ratio = f" x{r['rate'] / first[key]:.2f}"
             cells.append(f"{r['rate'] / 1e3:6.0f}k/s {spread:<13} {r['samples']:6.0f}{ratio}{ok}")
-        parent = f"{row['pace']:.0f}/s" if row["pace"] else "flat out"
+        pace = row["pace"]
+        parent = "idle" if pace < 0 else f"{pace:.0f}/s" if pace else "flat out"
         print(
             f"{row['kind']:<6} {parent:<9} {row['processes']:<8} "
             + "  ".join(f"{c:<44}" for c in cells)

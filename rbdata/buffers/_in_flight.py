@@ -96,8 +96,10 @@ class RowProbe:
 
     Examples:
         >>> probe = RowProbe(torch.tensor([9, 3, 40]))
-        >>> probe.hits([(4, 9, 0, 0)]), probe.hits([(4, 10, 0, 0)]), RowProbe(None).hits([(0, 1, 0, 0)])
-        (False, True, True)
+        >>> probe.hits([(4, 9, 0, 0)]), probe.hits([(4, 10, 0, 0)])
+        (False, True)
+        >>> RowProbe(None).hits([(0, 1, 0, 0)])  # any row
+        True
     """
 
     def __init__(self, rows: torch.Tensor | None) -> None:
@@ -176,12 +178,13 @@ class InFlightRows:
         """
         cells = self._cells
         free = None
-        for slot in range(SLOTS):
-            base = _SLOT0 + slot * _WIDTH
-            if cells[base + 4] == 0:
+        for slot, pid in enumerate(cells[_SLOT0 + 4 : _LOG0 : _WIDTH]):
+            if not pid:
                 if free is None:
                     free = slot
-            elif _overlap(ranges, cells[base], cells[base + 1], cells[base + 2], cells[base + 3]):
+                continue
+            base = _SLOT0 + slot * _WIDTH
+            if _overlap(ranges, cells[base], cells[base + 1], cells[base + 2], cells[base + 3]):
                 return None
         if free is None:
             return None

@@ -49,7 +49,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
     def _prepare(self, data: Any) -> Any:
         """A sampled batch written back loses its sampling info (``index`` & co.)."""
         if isinstance(data, TensorDictBase):
-            stale = [k for k in INFO_KEYS if k in data.keys()]
+            keys = data.keys()
+            stale = [k for k in INFO_KEYS if k in keys]
             if stale:
                 data = data.exclude(*stale)
         return data

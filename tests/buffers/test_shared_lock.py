@@ -105,3 +105,25 @@ def test_a_shared_buffer_draws_without_the_shared_lock() -> None:
     assert rb.lock.shared.version[0] == before
     rb.empty()  # under the lock
     assert rb.lock.shared.version[0] == before + 2
+
+
+def test_len_of_a_shared_buffer_reads_without_the_lock_and_waits_for_a_writer() -> None:
+    rb = ReplayBuffer(storage=LazyTensorStorage(16), batch_size=4).share()
+    rb.extend(torch.arange(5))
+    before = rb.lock.shared.version[0]
+    assert len(rb) == 5 and rb.lock.shared.version[0] == before  # not held
+    shared = rb.lock.shared
+    taken, release = threading.Event(), threading.Event()
+
+    def writer() -> None:  # holds the lock as a write under it would
+        with rb.lock:
+            taken.set()
+            release.wait(10)
+            rb.extend(torch.arange(3))
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    taken.wait(10)
+    threading.Timer(0.2, release.set).start()
+    assert shared.peek(lambda: len(rb.storage)) == 8  # read once the write was over
+    thread.join()

@@ -14,7 +14,9 @@ from rbdata import (
     LazyMemmapStorage,
     LazyTensorStorage,
     ListStorage,
+    RandomSampler,
     ReplayBuffer,
+    SamplerWithoutReplacement,
     TensorDictMaxValueWriter,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
@@ -119,9 +121,12 @@ def test_four_spawned_writers_while_the_parent_samples():
     assert torn(batch) == 0 and "priority_weight" in batch.keys()
 
 
-def test_four_writers_copy_outside_the_lock_into_a_uniform_buffer():
+@pytest.mark.parametrize("sampler", [RandomSampler, SamplerWithoutReplacement])
+def test_four_writers_copy_outside_the_lock_into_a_uniform_buffer(sampler):
     total = WRITERS * PER_WRITER
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(total), batch_size=256, shared=True)
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(total), sampler=sampler(), batch_size=256, shared=True
+    )
     rb.extend(transitions(total, 1))  # the layout is set here
     rb.empty()
     reserved = rb.lock.shared.in_flight.reservations
