@@ -102,25 +102,29 @@ def child_extend(lib_name: str, kind: str, capacity: int) -> dict[str, Any]:
     return {"seconds": seconds, "rss_bytes": first - base, "rows": ROWS, "per_row": per_row}
 
 
-def _writer(rb: Any, kind: str, n: int, ready: Any, go: Any, done: Any) -> None:
+def _writer(rb: Any, kind: str, total: int, ready: Any, go: Any, done: Any) -> None:
+    """Extend ``rb`` until its shared write count reaches ``total``; report the rows written."""
     batch = WRITES[kind][1]
     data = _data(kind, batch)
     ready.put(1)
     go.wait()
-    for _ in range(n // batch):
+    written = 0
+    while rb.write_count < total:
         rb.extend(data)
-    done.put(1)
+        written += batch
+    done.put(written)
 
 
 def _race(
     target: Any, args: list[tuple[Any, ...]], sample: Callable[[], bool], pace: float
-) -> tuple[float, int]:
+) -> tuple[float, int, list[int]]:
     """Spawned writers ``target(*a, ready, go, done)``, one per ``a`` in ``args``, run at once.
 
     This process waits for them (``pace`` < 0), or calls ``sample()`` (True
     when it drew a batch) flat out (``pace`` 0) or ``pace`` times per second,
     as a learner whose step takes the rest of its time. Returns the seconds
-    from ``go`` until every writer reported done, and the batches drawn.
+    from ``go`` until every writer reported done, the batches drawn, and what
+    each writer reported (the rows it wrote).
     """
     import torch.multiprocessing as mp
 
@@ -133,15 +137,14 @@ def _race(
         ready.get(timeout=120)
     start = time.perf_counter()
     go.set()
-    finished, samples, due = 0, 0, start
-    while finished < len(procs):
+    reports: list[int] = []
+    samples, due = 0, start
+    while len(reports) < len(procs):
         if pace < 0:  # idle: only wait
-            done.get(timeout=300)
-            finished += 1
+            reports.append(done.get(timeout=300))
             continue
         while not done.empty():
-            done.get()
-            finished += 1
+            reports.append(done.get())
         if time.perf_counter() >= due and sample():
             samples += 1
             due += 1 / pace if pace else 0.0
@@ -150,7 +153,7 @@ def _race(
     seconds = time.perf_counter() - start
     for proc in procs:
         proc.join()
-    return seconds, samples
+    return seconds, samples, reports
 
 
 def child_writers(lib_name: str, kind: str, processes: int, pace: float) -> dict[str, Any]:
@@ -168,15 +171,14 @@ def child_writers(lib_name: str, kind: str, processes: int, pace: float) -> dict
         rb.sample()
         return True
 
-    args = [(rb, kind, total // processes)] * processes
-    seconds, samples = _race(_writer, args, sample, pace)
+    seconds, samples, written = _race(_writer, [(rb, kind, total)] * processes, sample, pace)
     return {
         "seconds": seconds,
-        "rate": total / seconds,
+        "rate": rb.write_count / seconds,
         "items": len(rb),
         "write_count": rb.write_count,
         "samples": samples,
-        "exact": len(rb) == rb.write_count == total,
+        "exact": len(rb) == total and rb.write_count == sum(written) >= total,
     }
 
 
@@ -188,48 +190,59 @@ def _row_bytes(kind: str) -> int:
 
 
 def _limit_writer(
-    store: Any, batch: int, writer: int, n: int, ready: Any, go: Any, done: Any
+    store: Any, progress: Any, batch: int, writer: int, total: int, ready: Any, go: Any, done: Any
 ) -> None:
     import torch
 
     src = torch.full((batch, store.shape[1]), writer + 1, dtype=torch.uint8)  # checked after
-    first = writer * n
+    at = writer * total  # this writer's region: room for every row, sparse where unwritten
     ready.put(1)
     go.wait()
-    for at in range(first, first + n, batch):
+    while int(progress.sum()) < total:
         store[at : at + batch].copy_(src)
-    done.put(1)
+        at += batch
+        progress[writer] += batch  # this writer's cell only: no lock
+    done.put(int(progress[writer]))
 
 
 def child_limit_writers(kind: str, processes: int, pace: float) -> dict[str, Any]:
-    """The ``limit`` of ``child_writers`` in plain torch: each writer copies its own rows.
+    """The ``limit`` of ``child_writers`` in plain torch: each writer copies into its own rows.
 
-    One preallocated ``uint8`` block of every row in shared memory, sparse
-    until written as rbdata's shared rows (a ``memfd`` grown with
-    ``ftruncate``: each page is zeroed at its first write); writer ``i`` copies one
-    preallocated batch after another into rows ``i * per .. (i + 1) * per``, no
-    lock; this process samples with ``randint`` and ``index_select``.
+    One preallocated ``uint8`` block of rows in shared memory, sparse until
+    written as rbdata's shared rows (a ``memfd`` grown with ``ftruncate``:
+    each page is zeroed at its first write), with a region of ``total`` rows
+    per writer; writer ``i`` copies one preallocated batch after another into
+    its region and counts them in its own cell of a shared tensor, until the
+    cells sum to ``total`` (as rbdata's writers stop at the shared write
+    count), with no lock; this process gathers rows already written with
+    ``randint`` and ``index_select``.
     """
     import torch
 
     total, batch = WRITES[kind]
-    nbytes = total * _row_bytes(kind)
+    nbytes = processes * total * _row_bytes(kind)
     fd = os.memfd_create("limit-rows", os.MFD_CLOEXEC)  # sparse until written, as rbdata's rows
     os.ftruncate(fd, nbytes)
-    storage = torch.UntypedStorage._new_shared_fd_cpu(fd, nbytes)  # torch keeps its own fd
+    storage = torch.UntypedStorage._new_shared_fd_cpu(fd, nbytes)  # type: ignore[attr-defined]
     os.close(fd)
-    store = torch.empty(0, dtype=torch.uint8).set_(storage).view(total, -1)
+    store = torch.empty(0, dtype=torch.uint8).set_(storage).view(processes * total, -1)
+    progress = torch.zeros(processes, dtype=torch.int64).share_memory_()
 
     def sample() -> bool:
-        store.index_select(0, torch.randint(0, total, (256,)))
+        writer = torch.randint(0, processes, (256,))
+        offset = (torch.rand(256) * progress[writer]).long()  # a row its writer has written
+        store.index_select(0, writer * total + offset)
         return True
 
-    per = total // processes
-    args = [(store, batch, i, per) for i in range(processes)]
-    seconds, samples = _race(_limit_writer, args, sample, pace)
-    regions = [store[i * per : (i + 1) * per] for i in range(processes)]
-    exact = all(r.amin() == r.amax() == i + 1 for i, r in enumerate(regions))
-    return {"seconds": seconds, "rate": total / seconds, "samples": samples, "exact": exact}
+    args = [(store, progress, batch, i, total) for i in range(processes)]
+    seconds, samples, written = _race(_limit_writer, args, sample, pace)
+    counts = progress.tolist()
+    regions = [store[i * total : i * total + n] for i, n in enumerate(counts)]
+    exact = sorted(written) == sorted(counts) and all(
+        not r.numel() or r.amin() == r.amax() == i + 1 for i, r in enumerate(regions)
+    )
+    rows = sum(counts)
+    return {"seconds": seconds, "rate": rows / seconds, "samples": samples, "exact": exact}
 
 
 def _run_child(python: str, args: list[str]) -> dict[str, Any]:
