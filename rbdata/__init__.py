@@ -11,6 +11,7 @@ import importlib
 from typing import Any
 
 import rbdata.service  # registers service_backend="ray" (Ray itself is imported on use)
+from rbdata._start_method import default_to_spawn
 from rbdata.buffers import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
@@ -57,6 +58,8 @@ from rbdata.writers import (
     TensorDictRoundRobinWriter,
     Writer,
 )
+
+default_to_spawn()  # as torchrl: "spawn" unless the program chose a start method
 
 __version__ = "0.1.0"
 
