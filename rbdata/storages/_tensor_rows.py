@@ -19,7 +19,7 @@ from ._base import Storage
 from ._counters import spawning
 from ._packed import _PackedRows
 from ._pages import compact, expand, reserve, reserve_shared, row_memory
-from ._pytree import _Structure
+from ._pytree import PathKey, _Structure
 from ._rendezvous import (
     _Rendezvous,
     describe_record,
@@ -62,6 +62,7 @@ class _TensorRows(Storage):
         self._capacity = max_size
         self._tails: list[torch.Size] = []
         self._batch_shapes: dict[int, list[torch.Size]] = {}
+        self._warned: set[tuple[PathKey, ...]] = set()  # missing keys warned of (_absent_keys)
         self._out_device = self._device
 
     @property

@@ -17,6 +17,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from torch.utils._pytree import tree_map
 
+from ._absent_keys import flatten_or_zero, given_leaves
 from ._base import Index, _as_index, _check_int, _get_index, _set_index
 from ._coordinates import cells_at
 from ._pytree import _Structure
@@ -122,7 +123,6 @@ class TensorStorage(_TracedRows):
         self.set(slice(0, first.shape[0]), storage)
 
     # ----------------------------------------------------------- properties
-
     @property
     def initialized(self) -> bool:
         """Whether the packed rows are allocated."""
@@ -265,7 +265,7 @@ class TensorStorage(_TracedRows):
 
     def _leaves(self, data: Any, batched: bool) -> tuple[list[torch.Tensor], int]:
         structure, layout, _ = self._allocated()
-        leaves = structure.flatten(data)
+        leaves = flatten_or_zero(structure, data, layout.dtypes, self._tails, batched, self._warned)
         if [t.dtype for t in leaves] == layout.dtypes:
             shapes = [t.shape for t in leaves]
             if not batched:
@@ -288,7 +288,7 @@ class TensorStorage(_TracedRows):
         if self._rows is None or self._structure is None:
             return False
         try:
-            leaves = self._structure.flatten(data)
+            leaves = given_leaves(self._structure, data)
         except (KeyError, TypeError, ValueError):
             return False  # the write itself reports what is wrong
         return self._rows.aliases(leaves)
@@ -442,7 +442,6 @@ class TensorStorage(_TracedRows):
         return structure.build(leaves, torch.Size([*lead, n]), self._out_device)
 
     # ------------------------------------------------------------ lifecycle
-
     def _empty(self) -> None:
         """Forget the items; the rows stay allocated."""
 
