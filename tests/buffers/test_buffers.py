@@ -50,11 +50,11 @@ class TestBadInputLeavesBufferUnchanged:
         rb.extend(td(5))
         return rb
 
-    def test_missing_key(self):
+    def test_missing_key_and_a_wrong_dtype(self):
         rb = self.make()
         before = snapshot(rb)
-        with pytest.raises(KeyError, match="next"):
-            rb.extend(TensorDict({"obs": torch.zeros(2, 3)}, [2]))
+        with pytest.raises(TypeError, match="obs"):  # lacking ("next", "reward") alone is fine
+            rb.extend(TensorDict({"obs": torch.zeros(2, 3, dtype=torch.float64)}, [2]))
         assert same(before, snapshot(rb))
 
     def test_extra_key(self):

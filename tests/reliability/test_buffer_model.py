@@ -207,11 +207,11 @@ class BufferMachine(RuleBasedStateMachine):
         self.model.write(list(range(self.next_id - n, self.next_id)))
 
     @precondition(lambda self: self.kind != "list" and self.model.written)
-    @rule(bad=st.sampled_from(["missing key", "wrong dtype", "wrong shape"]))
+    @rule(bad=st.sampled_from(["unknown key", "wrong dtype", "wrong shape"]))
     def extend_bad_data(self, bad: str) -> None:
         td = self.items(2)
-        if bad == "missing key":
-            del td["x"]
+        if bad == "unknown key":
+            td["y"] = torch.zeros(2)
         elif bad == "wrong dtype":
             td["x"] = td["x"].double()
         else:

@@ -333,7 +333,11 @@ def _content(storage):
 
 
 BAD_TD = {
-    "missing key": (KeyError, "missing \\['action'\\]", lambda td: td.exclude("action")),
+    "missing and extra key": (
+        KeyError,
+        "missing \\['action'\\], extra \\['foo'\\]",
+        lambda td: td.exclude("action").set("foo", torch.zeros(4)),
+    ),
     "extra key": (KeyError, "extra \\['foo'\\]", lambda td: td.set("foo", torch.zeros(4))),
     "wrong shape": (
         ValueError,

@@ -88,7 +88,7 @@ def test_writes_kept_in_flight_are_acknowledged_before_the_clients_next_call(
         assert client.add(batch(0)[0]) is None
         client.flush()
         assert len(client._pending) == 0 and rb.write_count == 6 * ROWS + 1
-        client.extend(TensorDict({"obs": torch.zeros(ROWS, 65)}, [ROWS]))  # fails in the actor
+        client.extend(TensorDict({"bogus": torch.zeros(ROWS, 64)}, [ROWS]))  # fails in the actor
         with pytest.raises(KeyError, match="data keys do not match"):
             client.flush()
         assert rb.write_count == 6 * ROWS + 1
