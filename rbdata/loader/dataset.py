@@ -18,6 +18,7 @@ from rbdata.loader._pass import _PassEngine, _Record
 from rbdata.loader._prefetch import _PrefetchThread
 from rbdata.loader._worker_position import WorkerPosition
 from rbdata.loader.rate_limit import SampleToInsertRatio
+from rbdata.storages._counters import spawning
 
 if TYPE_CHECKING:
     from torchdata.stateful_dataloader import StatefulDataLoader
@@ -309,6 +310,8 @@ class ReplayDataset(IterableDataset[Any]):
 
     # ------------------------------------------------------------ pickling
     def __getstate__(self) -> dict[str, Any]:
+        if spawning():  # a spawned DataLoader worker: refuse here, with the fork's message
+            _workers.check(self)
         state = dict(self.__dict__)
         for key in ("_engine", "_active", "_stats", "_stats_handle", "_resume"):
             state.pop(key, None)
