@@ -94,8 +94,10 @@ def test_unsafe_buffers_raise_a_clear_error_pointing_to_prefetch(tmp_path):
     safe = memmap_buffer(tmp_path / "s", RandomSampler())
     with pytest.raises(ValueError, match="prefetch"):
         ReplayDataset(safe, prefetch=2).dataloader(num_workers=2)
-    # a plain DataLoader raises the same error from the worker
+    # a plain DataLoader raises the same error, pickling the dataset for a spawned worker
     assert "prefetch" in worker_error(ReplayDataset(prioritized, num_batches=2))
+    assert "LazyMemmapStorage" in worker_error(ReplayDataset(private, num_batches=2))
+    assert not private.storage.get_leaf("obs").is_shared()  # left private, not moved to shm
 
 
 def worker_error(ds) -> str:
