@@ -7,6 +7,7 @@ where rbdata deliberately differs the test says so and asserts rbdata's behaviou
 from __future__ import annotations
 
 import importlib.util
+import warnings
 
 import pytest
 import torch
@@ -426,16 +427,31 @@ def test_mismatched_extend_is_refused_before_writing(second, error):
     assert (len(rb), rb.write_count) == (2, 2)
 
 
-@pytest.mark.parametrize(
-    "second",
-    [{"a": torch.zeros(2)}, {"a": torch.zeros(2), "b": torch.zeros(2), "c": torch.zeros(2)}],
-    ids=["missing-key", "extra-key"],
-)
-def test_mismatched_keys_are_a_key_error(second):
-    """Deliberate: torchrl writes the partial/extra TensorDict silently; rbdata raises KeyError."""
+def test_an_extra_key_is_a_key_error():
+    """Deliberate: torchrl writes a TensorDict with an extra key silently; rbdata: KeyError."""
+    second = {"a": torch.zeros(2), "b": torch.zeros(2), "c": torch.zeros(2)}
     for name in ("rbdata", "torchrl"):
         ns = load(name)
         rb = ns.ReplayBuffer(storage=ns.LazyTensorStorage(8))
         rb.extend(TensorDict({"a": torch.zeros(2), "b": torch.zeros(2)}, [2]))
         got = outcome(lambda: rb.extend(TensorDict(second, [2])), contents)  # noqa: B023
         assert got == (("raises", "KeyError") if name == "rbdata" else [2, 3])
+
+
+@pytest.mark.parametrize("storage", ["LazyTensorStorage", "LazyMemmapStorage"])
+def test_a_missing_key_is_written_as_zeros(storage):
+    """Deliberate: both write a batch lacking a stored key; torchrl leaves the rows' old values
+    of the missing entry (a reused slot: an older transition's), rbdata writes zeros (warned)."""
+    got = {}
+    for name in ("rbdata", "torchrl"):
+        ns = load(name)
+        rb = ns.ReplayBuffer(storage=getattr(ns, storage)(2))
+        rb.extend(TensorDict({"a": torch.ones(2), "b": torch.ones(2)}, [2]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            index = rb.extend(TensorDict({"a": torch.full((2,), 2.0)}, [2]))
+        stored = rb[:]
+        got[name] = (index.tolist(), len(rb), rb.write_count, contents(stored["a"]))
+        got[name] += (contents(stored["b"]),)
+    assert got["torchrl"] == ([0, 1], 2, 4, [2.0, 2.0], [1.0, 1.0])
+    assert got["rbdata"] == ([0, 1], 2, 4, [2.0, 2.0], [0.0, 0.0])
