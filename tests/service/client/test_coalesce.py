@@ -190,8 +190,8 @@ def test_a_coalesced_write_that_fails_in_the_actor_raises_at_flush(ray_cluster: 
         client = rb.client(coalesce=8)
         client.extend(td(2, 0))
         client.flush()
-        client.add(TensorDict({"obs": torch.zeros(3)}, []))  # keys the storage does not hold
-        client.add(TensorDict({"obs": torch.zeros(3)}, []))
+        client.add(TensorDict({"bogus": torch.zeros(3)}, []))  # keys the storage does not hold
+        client.add(TensorDict({"bogus": torch.zeros(3)}, []))
         with pytest.raises(KeyError, match="data keys do not match") as raised:
             client.flush()
         assert "coalesced extend of 2 queued add/extend calls" in raised.value.__notes__[-1]

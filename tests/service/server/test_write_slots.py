@@ -50,7 +50,7 @@ def test_big_writes_go_through_the_write_ring_and_the_stored_rows_are_copies(
         assert rb.add(batch(5)[0]) == 2 * ROWS  # small: an argument
         assert len(rb) == 2 * ROWS + 1 and rb.write_count == 2 * ROWS + 1
         with pytest.raises(KeyError):  # an error raised in the actor frees the slot too
-            rb.extend(TensorDict({"obs": torch.zeros(ROWS, 65)}, [ROWS]))
+            rb.extend(TensorDict({"bogus": torch.zeros(ROWS, 65)}, [ROWS]))
         assert ring.in_use() == 0 and len(rb) == 2 * ROWS + 1
     finally:
         rb.shutdown()
