@@ -219,6 +219,7 @@ class _TensorRows(Storage):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         packed = state.pop("_packed")
+        self._warned = set()  # pickled before it was kept: nothing warned of yet
         self.__dict__.update(state)
         self._rows = None
         if self._structure is not None:
