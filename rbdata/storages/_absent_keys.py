@@ -11,6 +11,7 @@ nothing is written.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any
 
@@ -71,9 +72,17 @@ def flatten_or_zero(
             "fills (torchrl leaves their previous values). Shown once per storage and set of "
             "missing keys.",
             UserWarning,
-            stacklevel=2,
+            stacklevel=_outside_rbdata(),
         )
     return leaves
+
+
+def _outside_rbdata() -> int:
+    """The ``stacklevel`` of the first caller outside the rbdata package (the user's write)."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("rbdata."):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def given_leaves(structure: _Structure, data: Any) -> list[torch.Tensor]:

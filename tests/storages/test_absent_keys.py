@@ -221,3 +221,11 @@ def test_a_spawned_writer_fills_what_its_batch_lacks_with_zeros() -> None:
     assert child.exitcode == 0 and len(rb) == 7
     assert not rb["obs"][4:7].any() and rb["action"][4:7].tolist() == [31, 32, 33]
     assert rb["obs"][:4, 0].tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_the_warning_points_at_the_users_write() -> None:
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8))
+    rb.extend(transitions(4))
+    with pytest.warns(UserWarning, match="lacks stored key") as record:
+        rb.extend(without(transitions(2), ["obs"]))
+    assert record[0].filename == __file__
