@@ -25,12 +25,13 @@ from typing import Any, TypeVar
 
 import torch
 
-from rbdata.buffers._in_flight import InFlightRows, RowProbe
+from rbdata.buffers._in_flight import InFlightRows, RowProbe, Snapshot
 from rbdata.storages._counters import SharedCounters
 
 __all__ = ["LocalThenShared", "SharedCondition", "SharedLock"]
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 _GUARD_SLICE_S = 0.25  # a guarded wait for the lock checks the owner this often
 _OPTIMISTIC = platform.machine().lower() in ("x86_64", "amd64")
@@ -137,25 +138,18 @@ class SharedLock:
         in_flight = self.in_flight
         if in_flight is None:
             return self.peek(copy)
-        cells, probe = self.version.cells, RowProbe(rows)
-        for _ in range(_TRIES if _OPTIMISTIC and not self._depth else 0):
-            before = cells[0]
-            if before & 1:
-                break
+        probe = RowProbe(rows)
+
+        def begin() -> Snapshot | None:
             snapshot = in_flight.snapshot()
-            if probe.hits(snapshot[1]):
+            if probe.hits(snapshot[1]):  # rows still being copied: a copy would be dropped
                 in_flight.wait_until_copied(probe)
-                continue  # rows still being copied: not worth a copy that would be dropped
-            try:
-                out = copy()
-            except Exception:  # noqa: BLE001 - a copy racing a write may fail: copy again
-                if cells[0] == before:
-                    raise
-                continue
-            if cells[0] == before and not in_flight.touched(snapshot, probe):
-                return out
-        with self:
-            return copy()
+                return None
+            return snapshot
+
+        return self._optimistic(
+            copy, begin, lambda snapshot: not in_flight.touched(snapshot, probe)
+        )
 
     def peek(self, value: Callable[[], T]) -> T:
         """``value()`` made while no process held the lock (lock-free when possible, else locked).
@@ -164,18 +158,31 @@ class SharedLock:
         value read from several counters they move may mix one moved and one
         not yet; a length is one counter.
         """
+        return self._optimistic(value, lambda: (), lambda _: True)
+
+    def _optimistic(
+        self, value: Callable[[], T], begin: Callable[[], S | None], kept: Callable[[S], bool]
+    ) -> T:
+        """``value()`` kept from a lock-free try, else made under the lock.
+
+        A try is kept if the version was even and did not move, and ``kept``
+        accepts what ``begin()`` returned before it (None: skip that try).
+        """
         cells = self.version.cells
         for _ in range(_TRIES if _OPTIMISTIC and not self._depth else 0):
             before = cells[0]
             if before & 1:
                 break
+            token = begin()
+            if token is None:
+                continue
             try:
                 out = value()
             except Exception:  # noqa: BLE001 - a read racing a write may fail: read again
                 if cells[0] == before:
                     raise
                 continue
-            if cells[0] == before:
+            if cells[0] == before and kept(token):
                 return out
         with self:
             return value()
