@@ -32,6 +32,12 @@ clock starts); writer ``i`` copies a preallocated batch into its own rows
 ``i * per .. (i + 1) * per``, one batch after another, with no lock; the
 parent gathers ``randint`` rows of the whole block with ``index_select``.
 
+``--threads`` sets torch's intra-op threads in every process of the writers
+rows: 1 (the default, as torchrl's collectors set in their workers) or
+``default`` (torch's own, one per core, what a process the user spawns gets).
+The limit's writers copy on their calling thread either way, as rbdata's do
+into shared rows.
+
 Each measurement runs in its own interpreter, so the memory of one does not
 count in another; torchrl's run in the virtualenv named by
 ``RBDATA_TORCHRL_VENV`` (default ``../bench-venvs/torchrl``).
@@ -194,6 +200,7 @@ def _limit_writer(
 ) -> None:
     import torch
 
+    torch.set_num_threads(1)  # each copy on this thread, as rbdata's into shared rows
     src = torch.full((batch, store.shape[1]), writer + 1, dtype=torch.uint8)  # checked after
     at = writer * total  # this writer's region: room for every row, sparse where unwritten
     ready.put(1)
@@ -245,13 +252,22 @@ def child_limit_writers(kind: str, processes: int, pace: float) -> dict[str, Any
     return {"seconds": seconds, "rate": rows / seconds, "samples": samples, "exact": exact}
 
 
-def _run_child(python: str, args: list[str]) -> dict[str, Any]:
+def _run_child(python: str, args: list[str], threads: str = "1") -> dict[str, Any]:
+    """One measurement in a fresh ``python``: its JSON result, or its error.
+
+    ``threads`` is torch's intra-op thread count in every process of it: "1"
+    (as torchrl's collectors set in their workers), or "default" (torch's, one
+    per core: what a spawned process of the user's gets).
+    """
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    if threads != "default":
+        env["OMP_NUM_THREADS"] = threads
     proc = subprocess.run(
         [python, str(Path(__file__).resolve()), "--child", *args],
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env=env,
     )
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["died"])[-1][:80]}
@@ -299,7 +315,9 @@ def print_extend(rows: list[dict[str, Any]]) -> None:
         print(f"{row['kind']:<6} {row['capacity']:>11,}  {cells}")
 
 
-def table_writers(vs_torchrl: bool, kinds: list[str], rounds: int) -> list[dict[str, Any]]:
+def table_writers(
+    vs_torchrl: bool, kinds: list[str], rounds: int, threads: str
+) -> list[dict[str, Any]]:
     """The ``writers`` rows: transitions written per second by 1 and 4 processes, per kind.
 
     Each round runs 1 then 4 writers for every library; a row keeps every
@@ -314,7 +332,7 @@ def table_writers(vs_torchrl: bool, kinds: list[str], rounds: int) -> list[dict[
                     for lib, python in pythons.items():
                         args = ["writers", lib, kind, str(processes), str(pace)]
                         runs.setdefault((kind, pace, processes, lib), []).append(
-                            _run_child(python, args)
+                            _run_child(python, args, threads)
                         )
     out = []
     for kind in kinds:
@@ -337,12 +355,13 @@ def table_writers(vs_torchrl: bool, kinds: list[str], rounds: int) -> list[dict[
     return out
 
 
-def print_writers(rows: list[dict[str, Any]]) -> None:
+def print_writers(rows: list[dict[str, Any]], threads: str) -> None:
     libs = [k for k in rows[0] if k not in ("kind", "pace", "processes")]
     print(
         "transitions into one shared buffer by spawned writers while the parent waits (idle) "
         "or samples batches of 256 (flat out, or at a learner's pace in batches/s): median "
-        "transitions/s over the rounds, [range], parent's batches, 4 / 1 writers"
+        "transitions/s over the rounds, [range], parent's batches, 4 / 1 writers; "
+        f"torch threads per process: {threads}"
     )
     print(f"{'rows':<6} {'parent':<9} writers  " + "  ".join(f"{lib:<44}" for lib in libs))
     first: dict[tuple[str, float, str], float] = {}
@@ -375,6 +394,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", default="extend,writers")
     parser.add_argument("--kinds", default="small,atari", help="the writers rows' row kinds")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the writers rows")
+    parser.add_argument(
+        "--threads",
+        default="1",
+        help="torch's threads in each process of the writers rows: a count, or 'default' (torch's)",
+    )
     parser.add_argument("--json", metavar="OUT")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -397,8 +421,9 @@ def main(argv: list[str] | None = None) -> int:
         results["extend"] = table_extend(args.vs_torchrl)
         print_extend(results["extend"])
     if "writers" in rows:
-        results["writers"] = table_writers(args.vs_torchrl, args.kinds.split(","), args.rounds)
-        print_writers(results["writers"])
+        kinds = args.kinds.split(",")
+        results["writers"] = table_writers(args.vs_torchrl, kinds, args.rounds, args.threads)
+        print_writers(results["writers"], args.threads)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

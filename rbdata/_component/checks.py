@@ -17,6 +17,7 @@ import torch
 
 __all__ = [
     "NestedKey",
+    "key_path",
     "check_bool",
     "check_indices",
     "check_int",
@@ -123,6 +124,11 @@ def check_indices(index: torch.Tensor | int, written: int, name: str = "index") 
                 f"{name} holds slot {bad}, outside the {written} written slot(s) [0, {written})."
             )
     return index
+
+
+def key_path(key: NestedKey) -> tuple[str, ...]:
+    """A nested key as a tuple of its parts (a top-level key as a 1-tuple)."""
+    return (key,) if isinstance(key, str) else tuple(key)
 
 
 def normalize_key(key: Any, name: str = "key", *, dotted: bool = True) -> NestedKey:

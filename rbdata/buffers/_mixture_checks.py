@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rbdata._component.checks import check_number, check_optional_int
+from rbdata._component.checks import check_number, check_optional_int, key_path
 from rbdata.buffers._mixture import SOURCE_KEY
 from rbdata.buffers.protocol import INFO_KEYS
 from rbdata.buffers.replay import ReplayBuffer
@@ -103,8 +103,8 @@ def check_online_data(storage: Storage, data: Any, *, batched: bool) -> TensorDi
     batch: TensorDictBase = data.exclude(*extra) if extra else data
     if not (isinstance(storage, TensorStorage) and storage.initialized):
         return batch
-    expected = {_as_tuple(key) for key in storage.leaf_keys()}
-    given = {_as_tuple(key) for key in batch.keys(True, True)}
+    expected = {key_path(key) for key in storage.leaf_keys()}
+    given = {key_path(key) for key in batch.keys(True, True)}
     if given != expected:
         raise KeyError(
             f"online data must have the offline data's entries: missing "
@@ -124,8 +124,3 @@ def check_online_data(storage: Storage, data: Any, *, batched: bool) -> TensorDi
                 f"{stored.dtype}."
             )
     return batch
-
-
-def _as_tuple(key: str | tuple[str, ...]) -> tuple[str, ...]:
-    """A nested key as a tuple (a top-level key as a 1-tuple)."""
-    return (key,) if isinstance(key, str) else tuple(key)

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import torch
 from tensordict import TensorDictBase
 
+from rbdata._component.checks import key_path
 from rbdata.buffers import TensorDictReplayBuffer
 from rbdata.storages import LazyMemmapStorage
 
@@ -98,7 +99,7 @@ def write_d4rl(dst: Path, chunks: Chunks, n: int) -> list[str]:
 
 def _d4rl_datasets(f: _H5Creator, chunk: TensorDictBase, n: int) -> list[str]:
     """Create the file's datasets from the first chunk's layout; the keys left out."""
-    keys = {_as_tuple(k) for k in chunk.keys(include_nested=True, leaves_only=True)}
+    keys = {key_path(k) for k in chunk.keys(include_nested=True, leaves_only=True)}
     for name, key in D4RL_FIELDS.items():
         if key in keys:
             value: torch.Tensor = chunk.get(key)
@@ -128,7 +129,3 @@ def write_dump(dst: Path, chunks: Chunks, n: int) -> list[str]:
             raise ValueError("the source holds no transition; nothing to convert.")
         rb.dumps(dst)
     return []
-
-
-def _as_tuple(key: str | tuple[str, ...]) -> tuple[str, ...]:
-    return (key,) if isinstance(key, str) else tuple(key)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rbdata._component.checks import NestedKey, normalize_key
+from rbdata._component.checks import NestedKey, key_path, normalize_key
 from rbdata.transforms import Compose
 
 __all__ = ["evaluation_plan", "transform_steps"]
@@ -27,14 +27,10 @@ def transform_steps(transform: Any) -> list[Any]:
     return [transform]
 
 
-def _path(key: NestedKey) -> tuple[str, ...]:
-    return key if isinstance(key, tuple) else (key,)
-
-
 def _overlaps(written: list[NestedKey], wanted: set[NestedKey]) -> bool:
     """Whether an entry of ``written`` is, contains or is inside one of ``wanted``."""
-    for out in map(_path, written):
-        for key in map(_path, wanted):
+    for out in map(key_path, written):
+        for key in map(key_path, wanted):
             depth = min(len(out), len(key))
             if out[:depth] == key[:depth]:
                 return True
@@ -78,5 +74,5 @@ def evaluation_plan(
 
 def _inside(stored: set[NestedKey], needed: set[NestedKey]) -> set[NestedKey]:
     """The stored entries that are, or are nested inside, one of ``needed``."""
-    prefixes = {_path(key) for key in needed}
-    return {key for key in stored if any(_path(key)[: len(p)] == p for p in prefixes)}
+    prefixes = {key_path(key) for key in needed}
+    return {key for key in stored if any(key_path(key)[: len(p)] == p for p in prefixes)}

@@ -16,6 +16,8 @@ from ._recycle import _GatherPool
 from ._row_layout import _WORD, _PackedLayout
 
 _SHAPE_CACHE_SIZE = 64
+#: torch copies (and ``cat``s into) at least this many elements on all its intra-op threads
+_GRAIN_SIZE = 32768
 
 
 class _PackedRows:
@@ -48,6 +50,7 @@ class _PackedRows:
         ]
         self._shapes: dict[torch.Size, list[tuple[int, ...] | None]] = {}
         self._assembler = _RowAssembler(layout, self.device)
+        self._serial_rows = _serial_rows(layout, packed)
         self._filled: tuple[int, torch.Tensor] | None = None
         # CPU only: CUDA's caching allocator already reuses memory, and knows streams.
         self._pool = _GatherPool(_WORD, self.device) if self.device.type == "cpu" else None
@@ -165,7 +168,21 @@ class _PackedRows:
         return [t.clone() for t in leaves] if self.aliases(leaves) else leaves
 
     def write_range(self, start: int, leaves: list[torch.Tensor]) -> None:
-        """Copy ``leaves`` (each ``[n, *shape]``) into rows ``start .. start + n - 1``."""
+        """Copy ``leaves`` (each ``[n, *shape]``) into rows ``start .. start + n - 1``.
+
+        Rows in shared memory are written by several processes at once: there
+        a batch that torch would copy on all its intra-op threads is copied in
+        chunks it copies on the calling thread (see ``_serial_rows``).
+        """
+        n = leaves[0].shape[0]
+        step = self._serial_rows
+        if step and n > step and torch.get_num_threads() > 1:
+            for at in range(0, n, step):
+                self._write_block(start + at, [t[at : at + step] for t in leaves])
+        else:
+            self._write_block(start, leaves)
+
+    def _write_block(self, start: int, leaves: list[torch.Tensor]) -> None:
         stop = start + leaves[0].shape[0]
         if not self._assembler.write(leaves, self.piece_rows[start:stop]):
             torch._foreach_copy_([view[start:stop] for view in self.views], leaves)
@@ -200,3 +217,19 @@ class _PackedRows:
         if not self._assembler.write(leaves, stage.view(_RowAssembler.piece_dtype)):
             torch._foreach_copy_(self.split(stage, torch.Size([n])), leaves)
         self.words.index_copy_(0, index, stage)
+
+
+def _serial_rows(layout: _PackedLayout, packed: torch.Tensor) -> int:
+    """The most rows of ``packed`` one serial copy writes; 0 to let torch use its threads.
+
+    torch copies a block of at least ``_GRAIN_SIZE`` elements on all its
+    intra-op threads, which wait for each other at the end of every copy. In
+    processes that share rows (``share()``), each writer's threads compete
+    with the other writers' and the reader's for the cores, and those waits
+    made four writers of Atari frames 8x slower than one. A block below the
+    grain runs on the calling thread (a single row above it still runs on
+    the threads). Rows are assembled as 4-byte pieces.
+    """
+    if packed.device.type != "cpu" or not packed.is_shared():
+        return 0
+    return max(1, (_GRAIN_SIZE - 1) // (2 * layout.row_words))

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from rbdata._component.checks import key_path
+
 from ._base import Index, Storage, _get_index, _set_index
 from ._counters import spawning
 from ._frame_chain import _FrameChain
@@ -268,7 +270,7 @@ class FrameDedupStorage(Storage):
         """
         state = self._inner.state_dict()
         state["frame_dedup"] = {
-            "keys": [list(_tuple(k)) for k in self._keys or []],
+            "keys": [list(key_path(k)) for k in self._keys or []],
             **self._chain.state(self._len, self._specs()),
         }
         return state
@@ -329,19 +331,15 @@ def _key(key: Any) -> Key:
     raise TypeError(f"a key must be a str or a tuple of str, got {key!r}.")
 
 
-def _tuple(key: Key) -> tuple[str, ...]:
-    return (key,) if isinstance(key, str) else key
-
-
 def _next(key: Key) -> tuple[str, ...]:
-    return ("next", *_tuple(key))
+    return ("next", *key_path(key))
 
 
 def _partners(data: TensorDictBase) -> list[Key]:
     """Keys ``X`` outside ``"next"`` with a ``("next", X)`` of the same shape and dtype."""
     found: list[Key] = []
     for key in data.keys(True, True):
-        parts = _tuple(key)
+        parts = key_path(key)
         if parts[0] == "next" or _next(key) not in data.keys(True, True):
             continue
         value, after = data.get(key), data.get(_next(key))
