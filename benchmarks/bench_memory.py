@@ -28,9 +28,11 @@ every row (544 bytes a small row, its 538 bytes of leaves rounded up to 8;
 28,224 an Atari row) in shared memory that is sparse until written, as rbdata's
 rows (a ``memfd`` grown with ``ftruncate``; torch's
 ``UntypedStorage._new_shared`` would commit and zero every page before the
-clock starts); writer ``i`` copies a preallocated batch into its own rows
-``i * per .. (i + 1) * per``, one batch after another, with no lock; the
-parent gathers ``randint`` rows of the whole block with ``index_select``.
+clock starts) with a region of rows per writer; writer ``i`` copies a
+preallocated batch after another into its region and counts them in its own
+cell of a shared tensor, with no lock, until the cells sum to the total (as
+rbdata's writers stop at the shared write count); the parent gathers rows
+already written with ``randint`` and ``index_select``.
 
 ``--threads`` sets torch's intra-op threads in every process of the writers
 rows: 1 (the default, as torchrl's collectors set in their workers) or

@@ -17,12 +17,12 @@ import torch
 
 __all__ = [
     "NestedKey",
-    "key_path",
     "check_bool",
     "check_indices",
     "check_int",
     "check_number",
     "check_optional_int",
+    "key_path",
     "normalize_key",
 ]
 
