@@ -247,6 +247,11 @@ class InFlightRows:
             spins += 1
             time.sleep(0 if spins < 100 else 1e-5)
 
+    def holds(self, rows: torch.Tensor) -> bool:
+        """Whether one of ``rows`` (a 1-D tensor of row numbers) is being copied now."""
+        active = self.snapshot()[1]
+        return bool(active) and RowProbe(rows).hits(active)
+
     def snapshot(self) -> Snapshot:
         """What a lock-free reader takes before copying rows (see :meth:`touched`)."""
         cells = self._cells

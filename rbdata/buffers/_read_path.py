@@ -18,6 +18,9 @@ from rbdata.buffers._init_args import (
 from rbdata.buffers.protocol import Draw, aligned_info
 from rbdata.transforms import PolicyAgeFilter
 
+#: draws a reader makes again, at most, before waiting for rows still being copied
+_REDRAWS = 3
+
 
 class _ReadPath(_BufferBase):
     """The sampling half of :class:`~rbdata.ReplayBuffer`: drawing rows and reading them.
@@ -40,7 +43,23 @@ class _ReadPath(_BufferBase):
     """
 
     def _draw(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Draw one batch's rows (under the lock, writes followed); raises when none is left."""
+        """Draw one batch's rows (under the lock, writes followed); raises when none is left.
+
+        In a shared buffer, a batch holding rows another process is still
+        copying would wait for that copy when read: a sampler that
+        ``redraws_freely`` draws again instead (at most :data:`_REDRAWS` times).
+        """
+        index, info = self._draw_once(batch_size)
+        in_flight = self._sync.in_flight
+        if in_flight is None or not self._sampler.redraws_freely:
+            return index, info
+        for _ in range(_REDRAWS):
+            if not in_flight.holds(index.reshape(-1)):
+                break
+            index, info = self._draw_once(batch_size)
+        return index, info
+
+    def _draw_once(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         index, info = self._sampler.sample(self._storage, batch_size)
         index, info = self._sample_unit.expand(index, info, self._storage)
         info = dict(info)

@@ -17,7 +17,9 @@ class RandomSampler(Sampler):
     A batch is ``torch.randint(len(storage), (batch_size,), generator=rng)``.
     With consume-after-n, a batch holds distinct live items drawn uniformly
     (fewer than ``batch_size`` when fewer are live). The sampler never runs
-    out.
+    out. In a buffer that other processes write (``share()``), a batch
+    holding rows still being copied is drawn again (up to a few times): the
+    rows are then uniform over those whose write is complete.
 
     Examples:
         >>> import torch
@@ -33,6 +35,7 @@ class RandomSampler(Sampler):
     """
 
     draws_from_slots_only = True
+    redraws_freely = True
 
     def _sample(
         self, storage: Storage, batch_size: int, live: _LiveSet | None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -311,3 +312,57 @@ def test_a_forked_childs_writes_into_a_memmap_storage_reach_the_parent():
     assert child.exitcode == 0
     assert (len(rb), rb.write_count) == (8, 8)
     assert rb.storage[:].tolist() == list(range(8))
+
+
+def _count_draws(monkeypatch: pytest.MonkeyPatch, sampler_type: type) -> list[int]:
+    calls = [0]
+    sample = sampler_type.sample
+
+    def counted(self: object, storage: object, batch_size: int) -> object:
+        calls[0] += 1
+        return sample(self, storage, batch_size)
+
+    monkeypatch.setattr(sampler_type, "sample", counted)
+    return calls
+
+
+def test_a_reader_draws_again_rather_than_wait_for_rows_in_flight(monkeypatch):
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(1000), batch_size=32, shared=True)
+    rb.extend(transitions(0, 1000))
+    draws = _count_draws(monkeypatch, RandomSampler)
+    in_flight = rb.lock.shared.in_flight
+    torch.manual_seed(0)
+    slot = in_flight.claim((0, 2, 0, 0))  # another process is still copying rows 0 and 1
+    threading.Timer(2.0, in_flight.release, (slot,)).start()  # a read that waits ends later
+    try:
+        start = time.monotonic()
+        for _ in range(200):
+            _, info = rb.sample(return_info=True)
+            assert bool((info["index"] >= 2).all())
+        # no read waited for the copy (each wait lasts until it is done, or 10 ms)
+        assert time.monotonic() - start < 1.0
+    finally:
+        in_flight.release(slot)
+    assert draws[0] > 200  # some batches held row 0 or 1, and were drawn again
+    before = draws[0]
+    rb.sample()
+    assert draws[0] == before + 1  # nothing in flight: one draw
+
+
+def test_a_sampler_without_replacement_waits_for_rows_in_flight(monkeypatch):
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(100),
+        sampler=SamplerWithoutReplacement(),
+        batch_size=100,
+        shared=True,
+    )
+    rb.extend(transitions(0, 100))
+    draws = _count_draws(monkeypatch, SamplerWithoutReplacement)
+    in_flight = rb.lock.shared.in_flight
+    slot = in_flight.claim((40, 42, 0, 0))
+    threading.Timer(0.05, in_flight.release, (slot,)).start()  # the copy ends in 50 ms
+    start = time.monotonic()
+    batch, info = rb.sample(return_info=True)
+    # drawing again would skip items of its pass: it waited for the copy instead
+    assert time.monotonic() - start >= 0.05 and draws[0] == 1
+    assert torch.equal(info["index"].sort().values, torch.arange(100)) and torn(batch) == 0
