@@ -12,15 +12,12 @@ from __future__ import annotations
 import torch
 
 from ._assemble import _RowAssembler
-from ._pages import populate
 from ._recycle import _GatherPool
 from ._row_layout import _WORD, _PackedLayout
 
 _SHAPE_CACHE_SIZE = 64
 #: torch copies (and ``cat``s into) at least this many elements on all its intra-op threads
 _GRAIN_SIZE = 32768
-#: shared rows are committed ahead of the writes in spans of this many bytes (see ``_ahead_rows``)
-_AHEAD_BYTES = 2 << 20
 
 
 class _PackedRows:
@@ -54,7 +51,6 @@ class _PackedRows:
         self._shapes: dict[torch.Size, list[tuple[int, ...] | None]] = {}
         self._assembler = _RowAssembler(layout, self.device)
         self._serial_rows = _serial_rows(layout, packed)
-        self._ahead = _ahead_rows(layout, packed)
         self._filled: tuple[int, torch.Tensor] | None = None
         # CPU only: CUDA's caching allocator already reuses memory, and knows streams.
         self._pool = _GatherPool(_WORD, self.device) if self.device.type == "cpu" else None
@@ -188,26 +184,8 @@ class _PackedRows:
 
     def _write_block(self, start: int, leaves: list[torch.Tensor]) -> None:
         stop = start + leaves[0].shape[0]
-        ahead = self._ahead
-        if ahead and start // ahead != stop // ahead:  # into a new span: commit the next one
-            self._commit_span(stop // ahead + 1)
         if not self._assembler.write(leaves, self.piece_rows[start:stop]):
             torch._foreach_copy_([view[start:stop] for view in self.views], leaves)
-
-    def committed_rows(self, filled: int) -> int:
-        """How many rows from the first may hold committed pages when ``filled`` are written.
-
-        The filled rows, and in shared memory the two spans committed ahead of them.
-        """
-        return min(self.capacity, filled + 2 * self._ahead) if self._ahead else filled
-
-    def _commit_span(self, span: int) -> None:
-        """Commit the pages of span ``span`` of ``_ahead`` rows (the last one may be shorter)."""
-        row_bytes = self.layout.row_bytes
-        first = span * self._ahead
-        rows = min(self._ahead, self.capacity - first)
-        if rows > 0 and not populate(self.packed, first * row_bytes, rows * row_bytes):
-            self._ahead = 0  # the kernel cannot: pages fault in at their first write
 
     def assemble(self, leaves: list[torch.Tensor], n: int) -> torch.Tensor:
         """Whole rows (``[n, row_words]`` words) built from ``leaves`` with views and one ``cat``.
@@ -255,21 +233,3 @@ def _serial_rows(layout: _PackedLayout, packed: torch.Tensor) -> int:
     if packed.device.type != "cpu" or not packed.is_shared():
         return 0
     return max(1, (_GRAIN_SIZE - 1) // (2 * layout.row_words))
-
-
-def _ahead_rows(layout: _PackedLayout, packed: torch.Tensor) -> int:
-    """Rows per span committed ahead of the writes into ``packed``; 0 for none.
-
-    Rows in shared memory are written by several processes in ring order, each
-    faulting in (allocating and zeroing) the fresh pages under its rows: on a
-    virtual machine, concurrent faults into one shared file each cost several
-    times a lone one. Instead, the write that enters span ``k`` commits span
-    ``k + 1`` in one call (:func:`~._pages.populate`), so one process at a time
-    commits pages, in bulk, and the others copy into committed ones. Private
-    rows (one process) fault in as written, and so do rows in a file
-    (``LazyMemmapStorage``), whose pages committed ahead would be written back.
-    """
-    shared = packed.is_shared() and packed.untyped_storage().filename is None
-    if packed.device.type != "cpu" or not shared or not layout.row_bytes:
-        return 0
-    return max(1, _AHEAD_BYTES // layout.row_bytes)

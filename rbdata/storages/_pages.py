@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import errno
 import mmap
 import os
 import sys
@@ -33,7 +32,6 @@ _MAP_NORESERVE: int = getattr(
     mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0
 )
 _CHUNK_PAGES = 1 << 18  # mincore looks at 1 GiB of address space per call
-_MADV_POPULATE_WRITE = 23  # Linux 5.14 and later
 
 
 def reserve(nbytes: int) -> torch.Tensor:
@@ -92,7 +90,7 @@ def resident_bytes(tensor: torch.Tensor, nbytes: int) -> int:
     """
     if nbytes <= 0:
         return 0
-    mincore = _libc_function("mincore")
+    mincore = _mincore()
     if mincore is None:
         return nbytes
     start = tensor.data_ptr()
@@ -141,51 +139,20 @@ def expand(obj: Any) -> torch.Tensor:
     return packed
 
 
-def populate(tensor: torch.Tensor, offset: int, nbytes: int) -> bool:
-    """Commit ``nbytes`` of ``tensor``'s memory from byte ``offset`` now, as a write would.
-
-    One ``madvise(MADV_POPULATE_WRITE)`` allocates and zeroes the pages a
-    run of row writes would otherwise fault in one at a time. The bytes keep
-    their values (pages already there are left as they are).
-
-    Args:
-        tensor: a contiguous CPU tensor over a mapping.
-        offset: the first byte, counted from ``tensor.data_ptr()``.
-        nbytes: how many bytes.
-
-    Returns:
-        False where the kernel cannot (before Linux 5.14, or no ``madvise``):
-        nothing was done, and later calls will not work either. True otherwise,
-        even when memory ran short (the pages not committed then fault in at
-        their first write, as without this call).
-    """
-    madvise = _libc_function("madvise") if sys.platform.startswith("linux") else None
-    if madvise is None or nbytes <= 0:
-        return madvise is not None
-    start = tensor.data_ptr() + offset
-    first = start - start % _PAGE
-    if madvise(ctypes.c_void_p(first), start + nbytes - first, _MADV_POPULATE_WRITE) == 0:
-        return True
-    return ctypes.get_errno() != errno.EINVAL
+_MINCORE: list[Any] = []
 
 
-_LIBC: dict[str, Any] = {}
-_ARGTYPES = {
-    "mincore": ([ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p], ctypes.c_int),
-    "madvise": ([ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int),
-}
-
-
-def _libc_function(name: str) -> Any:
-    """The C library's function ``name`` (``mincore``, ``madvise``), or None where it is missing."""
-    if name not in _LIBC:
+def _mincore() -> Any:
+    """The C library's ``mincore``, or None where it is missing."""
+    if not _MINCORE:
         function = None
         if sys.platform != "win32":
             try:
                 libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-                function = getattr(libc, name)
-                function.argtypes, function.restype = _ARGTYPES[name]
+                function = libc.mincore
+                function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+                function.restype = ctypes.c_int
             except (OSError, AttributeError):
                 function = None
-        _LIBC[name] = function
-    return _LIBC[name]
+        _MINCORE.append(function)
+    return _MINCORE[0]

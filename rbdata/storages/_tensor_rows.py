@@ -191,15 +191,12 @@ class _TensorRows(Storage):
         """``capacity_bytes`` (rows allocated) and ``resident_bytes`` (of those, in memory).
 
         On CPU the rows are reserved, not committed: ``resident_bytes`` counts the
-        pages the kernel holds in memory of the filled rows and, in shared memory,
-        of the few megabytes committed ahead of the writes (the unwritten rest
+        pages of the filled rows the kernel holds in memory (the unwritten rest
         costs nothing). Device memory is committed whole. Empty before the first
         write.
         """
         rows = self._rows
-        if rows is None:
-            return {}
-        return row_memory(rows.packed, rows.committed_rows(self._len * self._cells))
+        return {} if rows is None else row_memory(rows.packed, self._len * self._cells)
 
     def __getstate__(self) -> dict[str, Any]:
         if spawning():  # a child being started gets the rows by handle

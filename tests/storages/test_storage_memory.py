@@ -20,7 +20,7 @@ from rbdata import (
     TensorDictReplayBuffer,
 )
 from rbdata.storages import CompressedListStorage
-from rbdata.storages._pages import populate, reserve, reserve_shared, resident_bytes
+from rbdata.storages._pages import reserve, reserve_shared, resident_bytes
 
 FRAME = (4, 84, 84)  # an Atari frame stack: 28,224 bytes a row
 
@@ -142,18 +142,6 @@ def test_reserved_memory_reads_zeros_and_commits_what_is_written():
     assert shared.is_shared() and resident_bytes(shared, shared.numel()) <= 4096
     shared[-1] = 3
     assert resident_bytes(shared, shared.numel()) <= 2 * 4096 and int(shared[-2]) == 0
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_POPULATE_WRITE is Linux's")
-@pytest.mark.parametrize("make", [reserve, reserve_shared], ids=["private", "shared"])
-def test_populate_commits_the_span_and_keeps_what_it_holds(make):
-    region = make(64 * 4096)
-    region[4096 + 5] = 9  # a page already committed, in the span
-    if not populate(region, 4096 + 100, 8 * 4096):  # from inside page 1 to inside page 9
-        pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux < 5.14)")
-    assert resident_bytes(region, region.numel()) - resident_bytes(region, 4096) == 9 * 4096
-    assert int(region[4096:].sum()) == int(region[4096 + 5]) == 9  # zeros elsewhere
-    assert populate(region, 0, 0)  # nothing to do
 
 
 def test_unwritten_rows_read_zeros_as_before():
