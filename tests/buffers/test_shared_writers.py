@@ -333,7 +333,8 @@ def test_a_reader_draws_again_rather_than_wait_for_rows_in_flight(monkeypatch):
     in_flight = rb.lock.shared.in_flight
     torch.manual_seed(0)
     slot = in_flight.claim((0, 2, 0, 0))  # another process is still copying rows 0 and 1
-    threading.Timer(2.0, in_flight.release, (slot,)).start()  # a read that waits ends later
+    timer = threading.Timer(2.0, in_flight.release, (slot,))  # a read that waits ends later
+    timer.start()
     try:
         start = time.monotonic()
         for _ in range(200):
@@ -342,6 +343,7 @@ def test_a_reader_draws_again_rather_than_wait_for_rows_in_flight(monkeypatch):
         # no read waited for the copy (each wait lasts until it is done, or 10 ms)
         assert time.monotonic() - start < 1.0
     finally:
+        timer.cancel()
         in_flight.release(slot)
     assert draws[0] > 200  # some batches held row 0 or 1, and were drawn again
     before = draws[0]
