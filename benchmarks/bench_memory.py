@@ -22,7 +22,12 @@ flat out or at 100 batches/s (a learner whose step takes the rest of its time):
 batches of 10; the row gives the transitions written per second from the start
 signal until every writer is done, the median of ``--rounds`` rounds (each
 round runs 1 then 4 writers, so the machine's load swings move both alike), and
-the 4 / 1 ratio of those medians. The ``limit`` column is the irreducible work
+the 4 / 1 ratio of those medians. Each row is measured in two regimes
+(``--fills``): ``first``, the buffer's first fill, where every page of the
+rows is committed (and zeroed) by the write that reaches it, and
+``wrapped``, the buffer already full once (filled by the parent before the
+writers start), where every write overwrites rows in place, as in a run
+longer than the buffer. The ``limit`` column is the irreducible work
 in plain torch, measured the same way: one preallocated ``uint8`` block of
 every row (544 bytes a small row, its 538 bytes of leaves rounded up to 8;
 28,224 an Atari row) in shared memory that is sparse until written, as rbdata's
@@ -32,7 +37,8 @@ clock starts) with a region of rows per writer; writer ``i`` copies a
 preallocated batch after another into its region and counts them in its own
 cell of a shared tensor, with no lock, until the cells sum to the total (as
 rbdata's writers stop at the shared write count); the parent gathers rows
-already written with ``randint`` and ``index_select``.
+already written with ``randint`` and ``index_select``; ``wrapped``, its
+block is written once by the parent first.
 
 ``--threads`` sets torch's intra-op threads in every process of the writers
 rows: 1 (the default, as torchrl's collectors set in their workers) or
@@ -164,14 +170,26 @@ def _race(
     return seconds, samples, reports
 
 
-def child_writers(lib_name: str, kind: str, processes: int, pace: float) -> dict[str, Any]:
-    """``processes`` spawned writers fill one shared buffer while this process samples."""
+def child_writers(
+    lib_name: str, kind: str, processes: int, pace: float, wrapped: bool
+) -> dict[str, Any]:
+    """``processes`` spawned writers write ``total`` rows into one shared buffer.
+
+    This process samples meanwhile (see :func:`_race`); ``wrapped``, it
+    fills the buffer once first, so that every row the writers write
+    overwrites one.
+    """
     lib = _lib(lib_name)
     total, batch = WRITES[kind]
     rb = lib.TensorDictReplayBuffer(storage=lib.LazyTensorStorage(total), batch_size=256)
     rb.extend(_data(kind, batch))  # the storage is laid out (and shared) here
     rb.empty()
     rb.share()
+    if wrapped:
+        block = _data(kind, 1000)
+        for _ in range(total // 1000):
+            rb.extend(block)
+    before = rb.write_count
 
     def sample() -> bool:
         if len(rb) < 256:
@@ -179,14 +197,16 @@ def child_writers(lib_name: str, kind: str, processes: int, pace: float) -> dict
         rb.sample()
         return True
 
-    seconds, samples, written = _race(_writer, [(rb, kind, total)] * processes, sample, pace)
+    stop = before + total
+    seconds, samples, written = _race(_writer, [(rb, kind, stop)] * processes, sample, pace)
+    wrote = rb.write_count - before
     return {
         "seconds": seconds,
-        "rate": rb.write_count / seconds,
+        "rate": wrote / seconds,
         "items": len(rb),
         "write_count": rb.write_count,
         "samples": samples,
-        "exact": len(rb) == total and rb.write_count == sum(written) >= total,
+        "exact": len(rb) == total and wrote == sum(written) >= total,
     }
 
 
@@ -214,7 +234,7 @@ def _limit_writer(
     done.put(int(progress[writer]))
 
 
-def child_limit_writers(kind: str, processes: int, pace: float) -> dict[str, Any]:
+def child_limit_writers(kind: str, processes: int, pace: float, wrapped: bool) -> dict[str, Any]:
     """The ``limit`` of ``child_writers`` in plain torch: each writer copies into its own rows.
 
     One preallocated ``uint8`` block of rows in shared memory, sparse until
@@ -224,7 +244,9 @@ def child_limit_writers(kind: str, processes: int, pace: float) -> dict[str, Any
     its region and counts them in its own cell of a shared tensor, until the
     cells sum to ``total`` (as rbdata's writers stop at the shared write
     count), with no lock; this process gathers rows already written with
-    ``randint`` and ``index_select``.
+    ``randint`` and ``index_select``. ``wrapped``, this process writes the
+    whole block once first, so that every page is committed before the
+    writers start.
     """
     import torch
 
@@ -236,6 +258,8 @@ def child_limit_writers(kind: str, processes: int, pace: float) -> dict[str, Any
     os.close(fd)
     store = torch.empty(0, dtype=torch.uint8).set_(storage).view(processes * total, -1)
     progress = torch.zeros(processes, dtype=torch.int64).share_memory_()
+    if wrapped:
+        store.fill_(0)
 
     def sample() -> bool:
         writer = torch.randint(0, processes, (256,))
@@ -318,30 +342,31 @@ def print_extend(rows: list[dict[str, Any]]) -> None:
 
 
 def table_writers(
-    vs_torchrl: bool, kinds: list[str], rounds: int, threads: str
+    vs_torchrl: bool, kinds: list[str], fills: list[str], rounds: int, threads: str
 ) -> list[dict[str, Any]]:
-    """The ``writers`` rows: transitions written per second by 1 and 4 processes, per kind.
+    """The ``writers`` rows: transitions written per second by 1 and 4 processes.
 
-    Each round runs 1 then 4 writers for every library; a row keeps every
-    round's rate and their median.
+    One row per kind, fill regime, parent's pace and writer count. Each
+    round runs 1 then 4 writers for every library; a row keeps every round's
+    rate and their median.
     """
     pythons = {**_pythons(vs_torchrl), "limit": sys.executable}
-    runs: dict[tuple[str, float, int, str], list[dict[str, Any]]] = {}
+    cases = [(k, f, p) for k in kinds for f in fills for p in PACES]
+    runs: dict[tuple[str, str, float, int, str], list[dict[str, Any]]] = {}
     for _ in range(rounds):
-        for kind in kinds:
-            for pace in PACES:
-                for processes in (1, 4):
-                    for lib, python in pythons.items():
-                        args = ["writers", lib, kind, str(processes), str(pace)]
-                        runs.setdefault((kind, pace, processes, lib), []).append(
-                            _run_child(python, args, threads)
-                        )
+        for kind, fill, pace in cases:
+            for processes in (1, 4):
+                for lib, python in pythons.items():
+                    args = ["writers", lib, kind, str(processes), str(pace), fill]
+                    runs.setdefault((kind, fill, pace, processes, lib), []).append(
+                        _run_child(python, args, threads)
+                    )
     out = []
-    for kind in kinds:
-        for pace, processes in ((p, n) for p in PACES for n in (1, 4)):
-            row: dict[str, Any] = {"kind": kind, "pace": pace, "processes": processes}
+    for kind, fill, pace in cases:
+        for processes in (1, 4):
+            row: dict[str, Any] = {"kind": kind, "fill": fill, "pace": pace, "processes": processes}
             for lib in pythons:
-                results = runs[(kind, pace, processes, lib)]
+                results = runs[(kind, fill, pace, processes, lib)]
                 failed = [r for r in results if "error" in r]
                 if failed:
                     row[lib] = failed[0]
@@ -358,15 +383,17 @@ def table_writers(
 
 
 def print_writers(rows: list[dict[str, Any]], threads: str) -> None:
-    libs = [k for k in rows[0] if k not in ("kind", "pace", "processes")]
+    libs = [k for k in rows[0] if k not in ("kind", "fill", "pace", "processes")]
     print(
         "transitions into one shared buffer by spawned writers while the parent waits (idle) "
         "or samples batches of 256 (flat out, or at a learner's pace in batches/s): median "
         "transitions/s over the rounds, [range], parent's batches, 4 / 1 writers; "
         f"torch threads per process: {threads}"
     )
-    print(f"{'rows':<6} {'parent':<9} writers  " + "  ".join(f"{lib:<44}" for lib in libs))
-    first: dict[tuple[str, float, str], float] = {}
+    print(
+        f"{'rows':<6} {'fill':<8} {'parent':<9} writers  " + "  ".join(f"{lib:<44}" for lib in libs)
+    )
+    first: dict[tuple[str, str, float, str], float] = {}
     for row in rows:
         cells = []
         for lib in libs:
@@ -376,7 +403,7 @@ def print_writers(rows: list[dict[str, Any]], threads: str) -> None:
                 continue
             ok = "" if r["exact"] else " (count off)"
             spread = f"[{min(r['rates']) / 1e3:.0f}k-{max(r['rates']) / 1e3:.0f}k]"
-            ratio, key = "", (row["kind"], row["pace"], lib)
+            ratio, key = "", (row["kind"], row["fill"], row["pace"], lib)
             if row["processes"] == 1:
                 first[key] = r["rate"]
             elif key in first:
@@ -385,7 +412,7 @@ def print_writers(rows: list[dict[str, Any]], threads: str) -> None:
         pace = row["pace"]
         parent = "idle" if pace < 0 else f"{pace:.0f}/s" if pace else "flat out"
         print(
-            f"{row['kind']:<6} {parent:<9} {row['processes']:<8} "
+            f"{row['kind']:<6} {row['fill']:<8} {parent:<9} {row['processes']:<8} "
             + "  ".join(f"{c:<44}" for c in cells)
         )
 
@@ -395,6 +422,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vs-torchrl", action="store_true")
     parser.add_argument("--rows", default="extend,writers")
     parser.add_argument("--kinds", default="small,atari", help="the writers rows' row kinds")
+    parser.add_argument(
+        "--fills",
+        default="first,wrapped",
+        help="the writers rows' regimes: first (the buffer's first fill), wrapped (overwrites)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the writers rows")
     parser.add_argument(
         "--threads",
@@ -410,11 +442,12 @@ def main(argv: list[str] | None = None) -> int:
             lib, kind, capacity = rest
             print(json.dumps(child_extend(lib, kind, int(capacity))))
         else:
-            lib, kind, processes, pace = rest
+            lib, kind, processes, pace, fill = rest
+            wrapped = fill == "wrapped"
             if lib == "limit":
-                result = child_limit_writers(kind, int(processes), float(pace))
+                result = child_limit_writers(kind, int(processes), float(pace), wrapped)
             else:
-                result = child_writers(lib, kind, int(processes), float(pace))
+                result = child_writers(lib, kind, int(processes), float(pace), wrapped)
             print(json.dumps(result))
         return 0
     results: dict[str, Any] = {}
@@ -424,7 +457,8 @@ def main(argv: list[str] | None = None) -> int:
         print_extend(results["extend"])
     if "writers" in rows:
         kinds = args.kinds.split(",")
-        results["writers"] = table_writers(args.vs_torchrl, kinds, args.rounds, args.threads)
+        fills = args.fills.split(",")
+        results["writers"] = table_writers(args.vs_torchrl, kinds, fills, args.rounds, args.threads)
         print_writers(results["writers"], args.threads)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -127,3 +127,44 @@ def test_len_of_a_shared_buffer_reads_without_the_lock_and_waits_for_a_writer() 
     threading.Timer(0.2, release.set).start()
     assert shared.peek(lambda: len(rb.storage)) == 8  # read once the write was over
     thread.join()
+
+
+class _Contended:
+    """A lock that refuses ``refusals`` non-blocking tries, and records blocking acquires."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals, self.tries, self.blocking = refusals, 0, []
+
+    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
+        if block:
+            self.blocking.append(timeout)
+            return True
+        self.tries += 1
+        return self.tries > self.refusals
+
+    def release(self) -> None:
+        pass
+
+
+def test_a_taken_lock_is_tried_again_before_the_waiter_sleeps_on_it(monkeypatch) -> None:
+    import rbdata.buffers._shared_lock as module
+
+    monkeypatch.setattr(module, "_SPIN_S", 10.0)  # the fake frees it long before
+    inner = _Contended(refusals=5)
+    lock = SharedLock(inner, SharedCounters([0]))
+    assert lock.acquire()
+    assert (inner.tries, inner.blocking) == (6, [])  # had on the sixth try, no sleep
+    assert lock.version[0] == 1
+
+
+def test_a_lock_still_taken_after_the_tries_is_waited_for(monkeypatch) -> None:
+    import rbdata.buffers._shared_lock as module
+
+    monkeypatch.setattr(module, "_SPIN_S", 0.0)
+    inner = _Contended(refusals=10**9)
+    lock = SharedLock(inner, SharedCounters([0]))
+    assert lock.acquire(timeout=2.0)
+    assert inner.tries == 1 and inner.blocking == [2.0]  # one try, then the timed wait
+    lock.release()
+    assert not lock.acquire(block=False) and inner.tries == 2  # no wait without block
+    assert inner.blocking == [2.0]
