@@ -458,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     if "writers" in rows:
         kinds = args.kinds.split(",")
         fills = args.fills.split(",")
+        if not set(fills) <= {"first", "wrapped"}:
+            parser.error(f"--fills takes first and/or wrapped, comma-separated; got {args.fills!r}")
         results["writers"] = table_writers(args.vs_torchrl, kinds, fills, args.rounds, args.threads)
         print_writers(results["writers"], args.threads)
     if args.json:

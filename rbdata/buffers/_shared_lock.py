@@ -210,13 +210,11 @@ class SharedLock:
 
 def _try_for(lock: Any, seconds: float) -> bool:
     """Whether ``lock`` was had by non-blocking tries within ``seconds`` (at least one try)."""
-    if lock.acquire(False):
-        return True
     end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        if lock.acquire(False):
-            return True
-    return False
+    while not lock.acquire(False):
+        if time.perf_counter() >= end:
+            return False
+    return True
 
 
 class LocalThenShared:
