@@ -28,6 +28,7 @@ __all__ = [
     "SliceSizeError",
     "Unencodable",
     "UnsupportedDataError",
+    "UntrustedPathError",
 ]
 
 
@@ -140,6 +141,23 @@ class CheckpointError(ValueError, FileNotFoundError):
         ... except CheckpointError as err:
         ...     print(type(err).__name__)
         CheckpointError
+    """
+
+
+class UntrustedPathError(PermissionError):
+    """A directory or file another local user could have planted, refused before it is read.
+
+    rbdata reads and writes its scratch, rendezvous, recovery and dump
+    directories only where nobody but the user (and root) can create or replace
+    files (OpenSSH's rule for key files): the directory and each of its parents
+    owned by the user or root, and none writable by others (a parent may be if
+    it has the sticky bit, as ``/tmp`` has). The message names the path, its
+    owner and its mode. A symlink in a torchrl-format dump that leads out of
+    the dump is refused with it too.
+
+    Examples:
+        >>> issubclass(UntrustedPathError, PermissionError)
+        True
     """
 
 

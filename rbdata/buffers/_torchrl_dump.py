@@ -16,10 +16,19 @@ Everything it holds is read into torchrl's ``state_dict`` layout, which the
 buffer's ``load_state_dict`` reads; what cannot be read raises CheckpointError
 naming the file. Pickles are read only with ``allow_pickle`` (``prefetch.pkl``
 holding plain values only is read without it: no class is ever loaded then).
+
+Before anything is read, the directory must be one nobody but the user and
+root can plant files in (:mod:`rbdata._trust`), hold only torchrl's entries,
+no symlink leading out of it, and, without ``allow_pickle``, no pickle
+anywhere in it (tensordict's ``other.pickle`` included). The memory-mapped
+TensorDicts are then read by rbdata itself (``meta.json`` and raw
+``.memmap`` files); one holding anything but tensors is handed to tensordict
+with ``allow_pickle=False`` unless the caller allowed pickles.
 """
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import os
@@ -31,10 +40,17 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rbdata._trust import check_contained, check_trusted_dir
 from rbdata.checkpoint import MANIFEST
 from rbdata.errors import CheckpointError
 
 _SINGLE_TENSOR = "_-single-tensor-_"
+_TENSORDICT = "<class 'tensordict._td.TensorDict'>"
+_META_KEYS = {"shape", "device", "_type", "_format_version", "_class"}
+_KNOWN = {"buffer_metadata.json", "prefetch.pkl", "storage", "sampler", "writer"}
+_KNOWN |= {"rng_state", "transform.t"}
+#: tensordict's load_memmap refuses pickles when asked (tensordict >= 0.15)
+_TD_ALLOW_PICKLE = "allow_pickle" in inspect.signature(TensorDict.load_memmap).parameters
 
 
 def is_torchrl_dump(path: str | os.PathLike[str]) -> bool:
@@ -57,44 +73,105 @@ def _json(file: Path) -> Any:
         raise CheckpointError(f"{file}: cannot be read as JSON ({err}).") from err
 
 
-def _refuse_pickles(folder: Path, allow_pickle: bool) -> None:
-    if allow_pickle or not folder.is_dir():
-        return
-    for file in sorted(folder.rglob("*")):
-        if file.suffix in (".pkl", ".pickle"):
-            raise CheckpointError(
-                f"{file}: a pickle (unpickling runs code from the file); load the dump with "
-                "allow_pickle=True only if you trust it."
-            )
+def _refuse_pickles(root: Path) -> None:
+    """Raise if any file under ``root`` (but its own ``prefetch.pkl``) is a pickle."""
+    for folder, _, files in os.walk(root, followlinks=False):
+        for name in sorted(files):
+            file = Path(folder) / name
+            if file.suffix in (".pkl", ".pickle") and file != root / "prefetch.pkl":
+                raise CheckpointError(
+                    f"{file}: a pickle (unpickling runs code from the file); load the dump "
+                    "with allow_pickle=True only if you trust it."
+                )
 
 
-def _memmap_dict(folder: Path) -> dict[str, Any]:
+def _plain_name(name: Any, folder: Path) -> str:
+    if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name:
+        raise CheckpointError(f"{folder / 'meta.json'}: names the entry {name!r}; not read.")
+    return name
+
+
+def _read_tensordict(folder: Path) -> TensorDict | None:
+    """The memory-mapped TensorDict in ``folder``, read by rbdata (None: not tensors only)."""
+    meta = _json(folder / "meta.json")
+    if not isinstance(meta, dict) or meta.get("_type") != _TENSORDICT:
+        return None
+    entries: dict[str, Any] = {}
+    for key, entry in meta.items():
+        if key in _META_KEYS:
+            continue
+        name = _plain_name(key, folder)
+        if entry == {"type": "TensorDict"}:
+            nested = _read_tensordict(folder / name)
+            if nested is None:
+                return None
+            entries[name] = nested
+        elif isinstance(entry, dict) and not entry.get("is_nested") and "dtype" in entry:
+            shape = entry.get("shape")
+            if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+                raise CheckpointError(f"{folder / 'meta.json'}: bad shape for {name!r}.")
+            entries[name] = _raw_tensor(folder / f"{name}.memmap", str(entry["dtype"]), shape)
+        else:
+            return None  # a non-tensor entry, a nested tensor...: tensordict reads it
+    batch = meta.get("shape")
+    if not isinstance(batch, list) or not all(type(n) is int and n >= 0 for n in batch):
+        raise CheckpointError(f"{folder / 'meta.json'}: bad batch shape {batch!r}.")
     try:
-        return TensorDict.load_memmap(folder).to_dict()
+        return TensorDict(entries, batch_size=batch)
+    except (RuntimeError, ValueError) as err:
+        raise CheckpointError(f"{folder}: not a memory-mapped TensorDict ({err}).") from err
+
+
+def _load_tensordict(folder: Path, allow_pickle: bool) -> TensorDict:
+    """The memory-mapped TensorDict in ``folder``; tensordict never unpickles without leave."""
+    if not (folder / "meta.json").is_file():
+        raise CheckpointError(f"{folder}: no memory-mapped TensorDict (meta.json missing).")
+    read = _read_tensordict(folder)
+    if read is not None:
+        return read
+    if not _TD_ALLOW_PICKLE and not allow_pickle:
+        raise CheckpointError(
+            f"{folder}: holds more than tensors, and this tensordict cannot read it without "
+            "being allowed to unpickle; load the dump with allow_pickle=True only if you "
+            "trust it (or update tensordict)."
+        )
+    try:
+        if _TD_ALLOW_PICKLE:
+            return TensorDict.load_memmap(folder, allow_pickle=allow_pickle)
+        return TensorDict.load_memmap(folder)
     except Exception as err:  # tensordict raises many kinds for a damaged folder
         raise CheckpointError(
             f"{folder}: not a readable memory-mapped TensorDict ({err})."
         ) from err
 
 
+def _memmap_dict(folder: Path, allow_pickle: bool) -> dict[str, Any]:
+    return _load_tensordict(folder, allow_pickle).to_dict()
+
+
 def _raw_tensor(file: Path, dtype: str, shape: list[int]) -> torch.Tensor:
     torch_dtype = getattr(torch, dtype.removeprefix("torch."), None)
     if not isinstance(torch_dtype, torch.dtype):
         raise CheckpointError(f"{file}: unknown dtype {dtype!r}.")
-    raw = np.fromfile(file, dtype=np.uint8)
     expected = int(np.prod(shape)) * torch.empty((), dtype=torch_dtype).element_size()
+    if expected == 0 and not file.exists():
+        return torch.empty(shape, dtype=torch_dtype)
+    try:
+        raw = np.fromfile(file, dtype=np.uint8)
+    except OSError as err:
+        raise CheckpointError(f"{file}: cannot be read ({err}).") from err
     if raw.size != expected:
         raise CheckpointError(f"{file}: holds {raw.size} bytes, {shape} of {dtype} is {expected}.")
     return torch.from_numpy(raw.copy()).view(torch_dtype).reshape(shape)
 
 
-def _storage_state(folder: Path) -> dict[str, Any]:
+def _storage_state(folder: Path, allow_pickle: bool) -> dict[str, Any]:
     meta = _json(folder / "storage_metadata.json")
-    length = meta.get("len") if isinstance(meta, dict) else None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{folder / 'storage_metadata.json'}: not a JSON object.")
+    length = meta.get("len")
     if not meta.get("is_pytree"):
-        rows: Any = TensorDict.load_memmap(folder) if (folder / "meta.json").exists() else None
-        if rows is None:
-            raise CheckpointError(f"{folder}: no memory-mapped TensorDict (meta.json missing).")
+        rows = _load_tensordict(folder, allow_pickle)
         return {"_storage": rows.clone(), "_len": length, "initialized": True}
     leaves = meta.get("metadata") or {}
     if set(leaves) != {_SINGLE_TENSOR}:
@@ -135,10 +212,17 @@ def read_torchrl_dump(path: str | os.PathLike[str], allow_pickle: bool) -> dict[
 
     Raises:
         CheckpointError: naming the file that cannot be read.
+        UntrustedPathError: if another user could have planted files in ``path``, or a
+            symlink in it leads out of it.
     """
     root = Path(path)
-    for folder in ("storage", "sampler", "rng_state"):
-        _refuse_pickles(root / folder, allow_pickle)
+    check_trusted_dir(root, "the torchrl dump")
+    unknown = sorted(p.name for p in root.iterdir() if p.name not in _KNOWN)
+    if unknown:
+        raise CheckpointError(f"{root / unknown[0]}: not part of a torchrl dump; not read.")
+    check_contained(root, "the torchrl dump")
+    if not allow_pickle:
+        _refuse_pickles(root)
     meta = _json(root / "buffer_metadata.json")
     state: dict[str, Any] = {
         "_batch_size": meta.get("batch_size"),
@@ -146,12 +230,12 @@ def read_torchrl_dump(path: str | os.PathLike[str], allow_pickle: bool) -> dict[
         "_writer": _writer_state(root / "writer"),
     }
     if (root / "storage").is_dir():
-        state["_storage"] = _storage_state(root / "storage")
+        state["_storage"] = _storage_state(root / "storage", allow_pickle)
     sampler = root / "sampler"
     if sampler.is_dir() and any(sampler.iterdir()):
-        state["_sampler"] = _memmap_dict(sampler)
+        state["_sampler"] = _memmap_dict(sampler, allow_pickle)
     if (root / "rng_state").is_dir():
-        state["_rng"] = _memmap_dict(root / "rng_state")["rng_state"]
+        state["_rng"] = _memmap_dict(root / "rng_state", allow_pickle).get("rng_state")
     if (root / "transform.t").is_file():
         try:
             state["_transforms"] = torch.load(root / "transform.t", weights_only=True)
@@ -159,9 +243,4 @@ def read_torchrl_dump(path: str | os.PathLike[str], allow_pickle: bool) -> dict[
             raise CheckpointError(f"{root / 'transform.t'}: cannot be read ({err}).") from err
     if (root / "prefetch.pkl").is_file():
         state["_prefetch_state"] = _prefetch_state(root / "prefetch.pkl", allow_pickle)
-    known = {"buffer_metadata.json", "prefetch.pkl", "storage", "sampler", "writer"}
-    known |= {"rng_state", "transform.t"}
-    unknown = sorted(p.name for p in root.iterdir() if p.name not in known)
-    if unknown:
-        raise CheckpointError(f"{root / unknown[0]}: not part of a torchrl dump; not read.")
     return state

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from rbdata._trust import check_trusted_dir
+
 from ._read import Pickles, open_dump
 
 
@@ -16,7 +18,8 @@ def read_dump(
     Reads only the files the manifest names, inside the dump's directory (no
     symlinks, no other files), and checks their sizes, checksums, dtypes and
     shapes and the manifest's length and counts against the data, before
-    returning anything.
+    returning anything. A directory another user owns or can write (or one
+    of its parents) is refused before anything in it is read.
 
     Args:
         path: the dump's directory.
@@ -30,6 +33,7 @@ def read_dump(
         CheckpointError: naming the file and the problem (missing, partial,
             damaged, inconsistent, another format, or pickled objects without
             ``allow_pickle``).
+        UntrustedPathError: if another user could have planted files in ``path``.
 
     Examples:
         >>> from rbdata.checkpoint import CheckpointError, read_dump
@@ -39,6 +43,8 @@ def read_dump(
         ...     print(err)
         no replay-buffer dump at '/nonexistent/dump': directory not found.
     """
+    if os.path.isdir(path):
+        check_trusted_dir(path, "the dump")
     dump = open_dump(path, Pickles.LOAD if allow_pickle else Pickles.REFUSE)
     return dump.manifest, dump.state, dump.objects
 

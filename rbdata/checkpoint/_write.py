@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from rbdata._trust import check_trusted_dir
 from rbdata.errors import CheckpointError, Unencodable
 
 from ._dump_paths import (
@@ -111,6 +112,8 @@ def write_dump(
     Raises:
         TypeError: ``state`` holds another type, or ``manifest`` uses a reserved key.
         CheckpointError: ``path`` is something other than a dump or an empty directory.
+        UntrustedPathError: ``path`` or its parent is owned or writable by another user
+            (a parent writable by others is accepted if it has the sticky bit, as ``/tmp``).
 
     Examples:
         >>> import tempfile, torch
@@ -137,13 +140,16 @@ def write_dump(
             "float, str and tensors."
         ) from err
     objects_node, pickled = _encode_objects(objects, leaves)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    os.makedirs(target.parent, mode=0o700, exist_ok=True)
+    check_trusted_dir(target.parent, "the dumps path's parent", sticky_ok=True)
+    if target.is_dir():
+        check_trusted_dir(target, "the dumps path")
     remove_temporaries(target)
     data = data_dir_name(new_id())
     tmp = target.parent / temporary_name(target.name)
-    os.mkdir(tmp)
+    os.mkdir(tmp, 0o700)
     try:
-        os.mkdir(tmp / data)
+        os.mkdir(tmp / data, 0o700)
         files = _write_data(tmp / data, leaves, pickled)
         body = {
             **manifest,

@@ -120,6 +120,7 @@ class RayService:
         ray = runtime.ray_module()
         self._lease = runtime.Lease(ray_init_config)
         self._actor: Any = None
+        self._hosted: Any = None  # the hosted buffer's object while a restart may need it
         try:
             name = f"rbdata-buffer-{uuid.uuid4().hex}"
             options = {"num_cpus": 1, **(remote_config or {})}
@@ -133,12 +134,15 @@ class RayService:
                 max_concurrency=servers,
                 concurrency_groups={WAIT_GROUP: _WAITERS, DRAW_GROUP: 1, WRITE_GROUP: servers},
             )(owner)
-            args = () if recovery is None else (recovery,)
+            # as bytes: arrays pickled with it would arrive as read-only object-store views
+            pickled = ray.put(ray.cloudpickle.dumps(hosted))
+            # a recovering owner gets it as a constructor argument too: Ray gives it again
+            # to a restart (kept in scope here), so nothing pickled is read from its directory
+            self._hosted = None if recovery is None else pickled
+            args = () if recovery is None else (recovery, pickled)
             self._actor = remote.options(**options).remote(*args)
             node, batch_size = runtime.get(
-                # as bytes: arrays pickled with it would arrive as read-only object-store views
-                self._actor.build.remote(ray.cloudpickle.dumps(hosted), not delayed_init),
-                "starting the hosted buffer",
+                self._actor.build.remote(pickled, not delayed_init), "starting the hosted buffer"
             )
             if rate_limiter is not None:
                 runtime.get(self._actor.limit_rate.remote(rate_limiter), "rate_limiter")
@@ -215,6 +219,7 @@ class RayService:
             timeout: seconds to wait for the actor's orderly stop before it is killed.
         """
         actor, self._actor = self._actor, None
+        self._hosted = None
         client = getattr(self, "_client", None)
         try:  # the buffer's own queued writes go first (their error is raised after the stop)
             if actor is not None and client is not None:

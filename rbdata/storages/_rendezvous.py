@@ -8,12 +8,17 @@ and the layout beside it, under an exclusive file lock; the others, and any
 process that reads first, map that file. Data written by one process is then
 seen by all of them, whoever initialized the storage (torchrl's
 ``shared_init=True``).
+
+The layout is JSON (``layout.json``): nothing read from the directory is
+unpickled. The directory is made with mode 0700, or used only if nobody but
+the user and root can plant files in it (:mod:`rbdata._trust`); the rows
+file and the layout are made with mode 0600.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import pickle
 import shutil
 import tempfile
 import weakref
@@ -21,6 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from rbdata._trust import check_trusted_dir, private_dir
 
 from ._pytree import _Structure
 from ._row_layout import _PackedLayout
@@ -30,7 +37,7 @@ try:
 except ImportError:  # Windows: no shared_init rendezvous between processes
     fcntl = None  # type: ignore[assignment]
 
-_LAYOUT = "layout.pkl"
+_LAYOUT = "layout.json"
 _LOCK = ".lock"
 Mapper = Callable[[str, int, int], torch.Tensor]
 
@@ -42,6 +49,9 @@ class _Rendezvous:
         directory: the directory (created if missing).
         rows_file: name of the rows file in it.
         owner: remove the directory when ``owner`` is garbage collected (None: never).
+
+    Raises:
+        UntrustedPathError: if another user could plant files in ``directory``.
 
     Examples:
         >>> import torch
@@ -56,7 +66,7 @@ class _Rendezvous:
     """
 
     def __init__(self, directory: str, rows_file: str, owner: Any = None) -> None:
-        os.makedirs(directory, exist_ok=True)
+        private_dir(directory, "the shared storage's scratch_dir")
         self.directory = directory
         self.rows_file = rows_file
         if owner is not None:
@@ -79,7 +89,7 @@ class _Rendezvous:
         """The rows and layout: made from ``layout`` if nobody wrote yet, else the existing ones.
 
         Args:
-            layout: what this process would lay out (picklable).
+            layout: what this process would lay out (JSON-able: see :func:`layout_record`).
             rows: number of rows to create.
             width: bytes a row.
             mapper: maps ``(path, rows, width)`` to a ``uint8 [rows, width]`` tensor.
@@ -89,43 +99,81 @@ class _Rendezvous:
         """
         if fcntl is None:
             raise RuntimeError("shared_init=True needs POSIX file locks (fcntl).")
-        with open(os.path.join(self.directory, _LOCK), "a") as lock:
+        check_trusted_dir(self.directory, "the shared storage's scratch_dir")
+        lock_fd = os.open(os.path.join(self.directory, _LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+        with open(lock_fd, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 found = self.attach(mapper)
                 if found is not None:
                     return found
-                with open(self.rows_path, "wb") as f:
+                with _private_file(self.rows_path) as f:
                     f.truncate(rows * width)  # sparse
                 meta = {"layout": layout, "rows": rows, "width": width}
                 staged = os.path.join(self.directory, _LAYOUT + ".tmp")
-                with open(staged, "wb") as f:
-                    pickle.dump(meta, f)
+                with _private_file(staged) as f:
+                    f.write(json.dumps(meta).encode())
                 os.replace(staged, os.path.join(self.directory, _LAYOUT))
                 return layout, mapper(self.rows_path, rows, width)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def attach(self, mapper: Mapper) -> tuple[dict[str, Any], torch.Tensor] | None:
-        """The layout and rows another process made, or None if nobody wrote yet."""
+        """The layout and rows another process made, or None if nobody wrote yet.
+
+        Raises:
+            ValueError: if the layout file is not what :meth:`claim` writes.
+        """
+        path = os.path.join(self.directory, _LAYOUT)
         try:
-            with open(os.path.join(self.directory, _LAYOUT), "rb") as f:
-                meta = pickle.load(f)  # written by this library, in this directory
+            with open(path, "rb") as f:
+                raw = f.read()
         except FileNotFoundError:
             return None
+        check_trusted_dir(self.directory, "the shared storage's scratch_dir")
+        try:
+            meta = json.loads(raw)
+        except ValueError as err:
+            raise ValueError(f"{path}: not a shared storage's layout ({err}).") from err
+        if (
+            not isinstance(meta, dict)
+            or not isinstance(meta.get("layout"), dict)
+            or not all(type(meta.get(key)) is int and meta[key] > 0 for key in ("rows", "width"))
+        ):
+            raise ValueError(
+                f"{path}: not a shared storage's layout (expected an object with 'layout', "
+                f"'rows' and 'width')."
+            )
         return meta["layout"], mapper(self.rows_path, meta["rows"], meta["width"])
+
+
+def _private_file(path: str) -> Any:
+    """``path`` opened for writing (truncated), made with mode 0600 if it is new."""
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
 
 
 def layout_record(
     structure: _Structure, layout: _PackedLayout, lead: tuple[int, ...]
 ) -> dict[str, Any]:
-    """A storage's layout as plain values, for the processes that map the same rows."""
-    return {
+    """A storage's layout as JSON values, for the processes that map the same rows.
+
+    Raises:
+        TypeError: if the data's structure holds a value JSON cannot describe.
+    """
+    record = {
         "structure": structure.state(),
         "dtypes": [str(dtype).removeprefix("torch.") for dtype in layout.dtypes],
         "shapes": [list(shape) for shape in layout.shapes],
         "lead": list(lead),
     }
+    try:  # as the other processes will read it back
+        normalized: dict[str, Any] = json.loads(json.dumps(record))
+    except (TypeError, ValueError) as err:
+        raise TypeError(
+            f"a shared_init storage describes its data's layout as JSON for the other "
+            f"processes, and this data's structure cannot be ({err})."
+        ) from err
+    return normalized
 
 
 def layout_from_record(

@@ -12,6 +12,8 @@ from typing import Any
 import torch
 from tensordict import MemoryMappedTensor
 
+from rbdata._trust import private_dir
+
 from ._rendezvous import _Rendezvous
 from .lazy_tensor import LazyTensorStorage
 
@@ -30,8 +32,9 @@ class LazyMemmapStorage(LazyTensorStorage):
 
     Args:
         max_size: number of slots (cells).
-        scratch_dir: directory of the file; ``None`` makes a fresh temporary
-            directory, removed when the storage is garbage collected.
+        scratch_dir: directory of the file (made with mode 0700 if missing); ``None``
+            makes a fresh temporary directory, removed when the storage is garbage
+            collected. A directory another user could plant files in is refused.
         device: device of the samples (the rows stay on disk, in CPU memory).
             Defaults to ``"cpu"``.
         ndim: number of storage dims (see :class:`LazyTensorStorage`). Defaults to 1.
@@ -45,6 +48,11 @@ class LazyMemmapStorage(LazyTensorStorage):
         auto_cleanup: remove ``scratch_dir`` when the storage is garbage
             collected or :meth:`cleanup` is called. Defaults to True for a
             temporary directory (``scratch_dir=None``), False for one you gave.
+
+    Raises:
+        UntrustedPathError: when ``scratch_dir`` (or one of its parents) is owned or
+            writable by another user (at construction with ``shared_init``, else at the
+            first write).
 
     Examples:
         >>> import os, tempfile, torch
@@ -96,7 +104,7 @@ class LazyMemmapStorage(LazyTensorStorage):
         if directory is None:
             directory = tempfile.mkdtemp(prefix="rbdata-memmap-")
         else:
-            os.makedirs(directory, exist_ok=True)
+            private_dir(directory, "scratch_dir")
         cleanup = None
         if self._auto_cleanup:
             cleanup = weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)

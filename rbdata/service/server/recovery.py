@@ -4,8 +4,15 @@ A :class:`RecoveringOwner` checkpoints its buffer with ``dumps`` (atomic:
 a checkpoint is complete or absent) every ``every_writes`` writes or, at the
 first write after ``every_seconds`` seconds, into ``directory``. Ray restarts
 the actor when its process dies (``max_restarts``) by running its constructor
-again: the constructor finds the hosted buffer's pickle and the last
-checkpoint in ``directory`` and loads them.
+again, with the arguments it was first given: the hosted buffer's pickle
+among them (Ray keeps it; nothing pickled is ever read from ``directory``).
+The constructor rebuilds the buffer from it and loads the last checkpoint.
+
+``directory`` holds only JSON (``owner.json``: the buffer was built;
+``checkpoint.json``: which checkpoint counts) and ``dumps`` directories,
+loaded without unpickling anything. It is made with mode 0700, or used only
+if nobody but the user and root can plant files in it
+(:mod:`rbdata._trust`).
 
 Every mutating call of a recovering client carries the client's id and a
 sequence number. The owner applies each (client, sequence) once, and tells
@@ -22,6 +29,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import shutil
 import threading
 import time
@@ -29,6 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rbdata._trust import private_dir
 from rbdata.service.sharding.owner import ShardOwner
 from rbdata.service.transport.codec import Payload, encode
 
@@ -38,8 +47,9 @@ logger = logging.getLogger(__name__)
 
 #: the calls a recovering client sends with a sequence number and keeps until checkpointed
 LOGGED_CALLS = frozenset({"add", "extend", "update_priority", "update_tensordict_priority"})
-_HOSTED = "hosted.pkl"
+_BUILT = "owner.json"
 _POINTER = "checkpoint.json"
+_CHECKPOINT = re.compile(r"ckpt-\d{8}")
 
 
 @dataclass(frozen=True)
@@ -48,7 +58,8 @@ class RecoveryConfig:
 
     Args:
         directory: where the owner keeps its checkpoints (a path the actor's node sees;
-            on a restart on another node, a shared filesystem).
+            on a restart on another node, a shared filesystem). Made with mode 0700;
+            refused if another user owns it or can write it (or one of its parents).
         every_writes: checkpoint after this many logged calls (None: not by count).
         every_seconds: checkpoint at the first logged call this long after the last one
             (None: not by time).
@@ -113,26 +124,37 @@ class RecoveringOwner(ShardOwner):
 
     Args:
         config: the checkpoint policy (see :class:`RecoveryConfig`).
+        hosted: the pickled buffer :meth:`build` is given. Ray runs the constructor
+            again with it when it restarts the actor; the owner then rebuilds the buffer
+            from it if ``config.directory`` says it was built, and loads its last
+            checkpoint. None: nothing to restore (build it with :meth:`build`).
+
+    Raises:
+        UntrustedPathError: if another user could plant files in ``config.directory``.
+        CheckpointError: if the checkpoint a restart loads is damaged.
+        ValueError: if ``checkpoint.json`` is not what :meth:`checkpoint` writes.
 
     Examples:
-        >>> import pickle, tempfile, torch
+        >>> import pickle, shutil, tempfile, torch
         >>> from rbdata import LazyTensorStorage, ReplayBuffer
         >>> from rbdata.service.server.recovery import RecoveringOwner, RecoveryConfig
         >>> config = RecoveryConfig(tempfile.mkdtemp(), every_writes=2)
-        >>> owner = RecoveringOwner(config)
-        >>> _ = owner.build(pickle.dumps(ReplayBuffer(storage=LazyTensorStorage(10))), True, False)
+        >>> hosted = pickle.dumps(ReplayBuffer(storage=LazyTensorStorage(10)))
+        >>> owner = RecoveringOwner(config, hosted)
+        >>> _ = owner.build(hosted, True, False)
         >>> for seq in (1, 2, 3):
         ...     _ = owner.logged("c", seq, "extend", encode((torch.arange(2),)), encode({}))
         >>> owner.recovery_state("c")
         (3, 2, 0)
-        >>> len(RecoveringOwner(config)._buffer)  # a restart: the checkpoint of 2 writes
+        >>> len(RecoveringOwner(config, hosted)._buffer)  # a restart: the checkpoint of 2 writes
         4
+        >>> shutil.rmtree(config.directory)
     """
 
-    def __init__(self, config: RecoveryConfig) -> None:
+    def __init__(self, config: RecoveryConfig, hosted: bytes | None = None) -> None:
         super().__init__()
         self._config = config
-        self._root = Path(config.directory)
+        self._root = Path(private_dir(config.directory, "RecoveryConfig.directory"))
         self._applied: dict[str, int] = {}  # client -> last sequence number applied
         self._results: dict[str, tuple[int, Payload]] = {}  # client -> (sequence, its reply)
         self._checkpointed: dict[str, int] = {}  # client -> last sequence in the checkpoint
@@ -141,22 +163,23 @@ class RecoveringOwner(ShardOwner):
         self._generation = 0
         self._restarts = 0
         self._guard = threading.Lock()  # one logged call or checkpoint at a time
-        if (self._root / _HOSTED).exists():
-            self._restore()
+        if hosted is not None and (self._root / _BUILT).exists():
+            self._restore(hosted)
 
     def _offers_direct(self) -> bool:
         """No writes around this owner: it logs every write for its replay after a restart."""
         return False
 
-    def _restore(self) -> None:
-        self._buffer = pickle.loads((self._root / _HOSTED).read_bytes())
+    def _restore(self, hosted: bytes) -> None:
+        """Rebuild the buffer Ray gave again, then load the last checkpoint (if any)."""
+        self._buffer = pickle.loads(hosted)  # the constructor's argument: from the cluster
         pointer = self._root / _POINTER
         if pointer.exists():
-            state = json.loads(pointer.read_text())
+            state = _read_pointer(pointer)
             self._buffer.loads(str(self._root / state["dir"]))
-            self._generation = int(state["generation"])
-            self._applied = {k: int(v) for k, v in state["applied"].items()}
-            self._restarts = int(state.get("restarts", 0)) + 1
+            self._generation = state["generation"]
+            self._applied = dict(state["applied"])
+            self._restarts = state["restarts"] + 1
         else:
             _ = self._buffer.storage  # no checkpoint yet: the buffer as it was built
             self._restarts = 1
@@ -170,12 +193,14 @@ class RecoveringOwner(ShardOwner):
     def build(
         self, buffer: bytes, initialize: bool, node: bool = True
     ) -> tuple[str | None, int | None]:
-        """Host ``buffer`` (see :meth:`BufferOwner.build`) and keep its pickle for restarts."""
+        """Host ``buffer`` (see :meth:`BufferOwner.build`); a restart rebuilds it from now on.
+
+        The restarted actor gets ``buffer`` again as its constructor's ``hosted``
+        argument (from Ray); ``owner.json`` only records that it was built.
+        """
         out = super().build(buffer, initialize, node)
-        self._root.mkdir(parents=True, exist_ok=True)
-        scratch = self._root / f".{_HOSTED}.tmp"
-        scratch.write_bytes(buffer)
-        os.replace(scratch, self._root / _HOSTED)
+        private_dir(self._root, "RecoveryConfig.directory")
+        _write_json(self._root / _BUILT, {"built": True})
         return out
 
     def logged(
@@ -222,9 +247,7 @@ class RecoveringOwner(ShardOwner):
             "applied": self._applied,
             "restarts": self._restarts,
         }
-        scratch = self._root / f".{_POINTER}.tmp"
-        scratch.write_text(json.dumps(state))
-        os.replace(scratch, self._root / _POINTER)  # the checkpoint counts from here
+        _write_json(self._root / _POINTER, state)  # the checkpoint counts from here
         old = self._root / f"ckpt-{self._generation:08d}"
         if self._generation and old.exists():
             shutil.rmtree(old, ignore_errors=True)
@@ -243,3 +266,45 @@ class RecoveringOwner(ShardOwner):
     def recovery_config(self) -> dict[str, Any]:
         """The policy, as a dict (for stats and tests)."""
         return asdict(self._config)
+
+
+def _write_json(path: Path, value: Any) -> None:
+    """Write ``value`` as JSON to ``path`` atomically (beside it, then renamed), mode 0600."""
+    scratch = path.with_name(f".{path.name}.tmp")
+    fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "w") as f:
+        f.write(json.dumps(value))
+    os.replace(scratch, path)
+
+
+def _read_pointer(path: Path) -> dict[str, Any]:
+    """``checkpoint.json``, checked: the checkpoint's name, generation, applied numbers.
+
+    Raises:
+        ValueError: naming the file, if it is not what :meth:`RecoveringOwner.checkpoint`
+            writes (a ``dir`` outside ``ckpt-NNNNNNNN`` would read a dump elsewhere).
+    """
+    try:
+        state = json.loads(path.read_text())
+    except ValueError as err:
+        raise ValueError(f"{path}: not a recovery checkpoint pointer ({err}).") from err
+    valid = (
+        isinstance(state, dict)
+        and isinstance(state.get("dir"), str)
+        and _CHECKPOINT.fullmatch(state["dir"]) is not None
+        and type(state.get("generation")) is int
+        and type(state.get("restarts", 0)) is int
+        and isinstance(state.get("applied"), dict)
+        and all(type(seq) is int for seq in state["applied"].values())
+    )
+    if not valid:
+        raise ValueError(
+            f"{path}: not a recovery checkpoint pointer (expected 'dir': 'ckpt-NNNNNNNN', "
+            "'generation' and 'restarts' integers, 'applied': client -> integer)."
+        )
+    return {
+        "dir": state["dir"],
+        "generation": state["generation"],
+        "applied": state["applied"],
+        "restarts": state.get("restarts", 0),
+    }
