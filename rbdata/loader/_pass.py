@@ -23,6 +23,7 @@ condition while holding either.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -37,6 +38,10 @@ from rbdata.loader._batch import as_replay_batch, place
 from rbdata.loader._settings import DatasetSettings
 
 _WAIT_SLICE_S = 0.1
+#: seconds between two log lines of a wait for ``min_size``
+_LOG_EVERY_S = 5.0
+
+_log = logging.getLogger("rbdata.loader")
 
 
 @dataclass(eq=False)
@@ -155,29 +160,62 @@ class _PassEngine:
             return True
         start = time.monotonic()
         limited = len(buffer) >= ds.min_size
-        ok = self._wait(stop, ready)
+        ok = self._wait(stop, ready, None if limited else self._min_size_report)
         if limited and limiter is not None:
             limiter.record_sample_wait(time.monotonic() - start)
+        # Learning never started (no batch sampled yet): an error. Once it has, a buffer
+        # that stops getting data (or shrinks under consumption) ends the pass quietly.
+        if not ok and not stop.is_set() and len(buffer) < ds.min_size and not self.sampled_batches:
+            raise TimeoutError(
+                f"ReplayDataset waited for min_size={ds.min_size} items, but the buffer holds "
+                f"{len(buffer)} and received no write for timeout={ds.timeout} s; start the "
+                f"collector that fills it, lower min_size, or raise timeout."
+            )
         return ok
+
+    def _min_size_report(self, waited_s: float) -> None:
+        """Log what a wait for ``min_size`` waits for and what the buffer has (every few s)."""
+        ds = self.ds
+        _log.warning(
+            "ReplayDataset: waiting %.0f s for min_size=%d items; the buffer holds %d "
+            "(write_count %d)%s",
+            waited_s,
+            ds.min_size,
+            len(self.buffer),
+            self.buffer.write_count,
+            " and waits without a bound (timeout=None)"
+            if ds.timeout is None
+            else f"; gives up after {ds.timeout:g} s without a write",
+        )
 
     def _wait_for_write(self, stop: threading.Event, write_count: int) -> bool:
         """Wait (``timeout`` at most) for a write after ``write_count``; False if none came."""
         return self._wait(stop, lambda: self.buffer.write_count != write_count)
 
-    def _wait(self, stop: threading.Event, predicate: Callable[[], bool]) -> bool:
+    def _wait(
+        self,
+        stop: threading.Event,
+        predicate: Callable[[], bool],
+        report: Callable[[float], None] | None = None,
+    ) -> bool:
         """Wait on the buffer's condition until ``predicate()``; False on stop or timeout.
 
         Without ``timeout`` the wait is unbounded; with it, the clock restarts
         whenever new data arrives, and the wait fails after ``timeout`` seconds
         without any write. Waits are sliced so that ``stop`` is noticed quickly.
+        ``report`` (given the seconds waited) is called every ``_LOG_EVERY_S``.
         """
         buffer, timeout = self.buffer, self.ds.timeout
         seen = buffer.write_count
-        last_data = time.monotonic()
+        last_data = start = time.monotonic()
+        next_report = start + _LOG_EVERY_S
         while not stop.is_set():
             if predicate():
                 return True
             now = time.monotonic()
+            if report is not None and now >= next_report:
+                report(now - start)
+                next_report = now + _LOG_EVERY_S
             count = buffer.write_count
             if count != seen:
                 seen, last_data = count, now

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import warnings
 import weakref
@@ -9,10 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data._utils.fetch import _BaseDatasetFetcher
 from torch.utils.hooks import RemovableHandle
 
 from rbdata._component.checks import check_bool, check_int, check_number, check_optional_int
+from rbdata.buffers.offline_to_online import OfflineToOnlineReplayBuffer
 from rbdata.buffers.protocol import ServableBuffer
+from rbdata.buffers.replay import ReplayBuffer
 from rbdata.loader import _workers
 from rbdata.loader._pass import _PassEngine, _Record
 from rbdata.loader._prefetch import _PrefetchThread
@@ -46,8 +50,20 @@ class ReplayDataset(IterableDataset[Any]):
     buffer ends the pass at once, unless ``timeout`` is set: then the dataset
     waits up to ``timeout`` seconds for new data (a collector thread filling
     the buffer) and ends the pass without error if none comes. ``min_size``
-    makes the first sample wait until the buffer holds that many items.
-    Waits sleep on the buffer's condition (no busy loop).
+    makes the first sample wait until the buffer holds that many items (it
+    must not exceed the buffer's capacity); the wait logs a line every few
+    seconds (what it waits for, what the buffer holds) and, with ``timeout``,
+    raises a ``TimeoutError`` once no write came for that long: learning
+    that never started is an error, a collector pausing after it started is
+    not. Waits sleep on the buffer's condition (no busy loop). With
+    ``allow_empty_pass = False`` (Lightning's data module sets it) a pass
+    that hands out no batch at all raises a RuntimeError instead of ending.
+
+    **DataLoader.** The dataset yields whole batches: wrap it with
+    ``DataLoader(ds, batch_size=None)`` (or ``ds.dataloader()``). A loader
+    that batches again (torch's default ``batch_size=1``) raises a
+    ValueError when it starts, instead of yielding batches of shape
+    ``[1, batch_size]``.
 
     **Prefetch.** ``prefetch=k`` samples exactly ``k`` batches ahead on a
     background thread, which also gathers them (copies: later writes to the
@@ -92,9 +108,11 @@ class ReplayDataset(IterableDataset[Any]):
         pin_memory: pin prefetched batches (warns once and does nothing
             without an accelerator).
         device: copy batches to this device (``non_blocking=True``).
-        min_size: wait until the buffer holds this many items.
+        min_size: wait until the buffer holds this many items (at most its
+            capacity).
         timeout: seconds to wait for new data before ending a pass (None:
-            an empty or exhausted buffer ends it at once).
+            an empty or exhausted buffer ends it at once); a wait for
+            ``min_size`` that gets no write for this long raises TimeoutError.
 
     Keyword Args:
         samples_per_insert: target sampled/inserted ratio (builds a
@@ -151,6 +169,13 @@ class ReplayDataset(IterableDataset[Any]):
         check_optional_int(num_batches, "num_batches", minimum=1)
         check_int(prefetch, "prefetch", minimum=0)
         check_int(min_size, "min_size", minimum=0)
+        capacity = buffer_capacity(buffer)
+        if capacity is not None and min_size > capacity:
+            raise ValueError(
+                f"min_size={min_size} is more than the buffer can ever hold (capacity "
+                f"{capacity}): the dataset would wait forever; pass min_size <= {capacity} or "
+                f"a larger storage."
+            )
         check_bool(pin_memory, "pin_memory")
         if timeout is not None:
             check_number(timeout, "timeout", minimum=0.0)
@@ -176,6 +201,9 @@ class ReplayDataset(IterableDataset[Any]):
         self.rate_limiter = rate_limiter
         self.return_info = check_bool(return_info, "return_info")
         self.held_back = 0
+        #: False: a pass that ends before handing out any batch raises (Lightning sets it,
+        #: so that ``fit`` never runs empty epochs)
+        self.allow_empty_pass = True
         self._pin = pin_memory and _accelerator_available()
         if pin_memory and not self._pin:
             warnings.warn(
@@ -197,6 +225,7 @@ class ReplayDataset(IterableDataset[Any]):
 
     # ------------------------------------------------------------ iteration
     def __iter__(self) -> Any:
+        _refuse_auto_batching(self, sys._getframe(1))
         info = get_worker_info()
         if info is not None:
             return _workers.iterate(self, info)
@@ -354,9 +383,12 @@ class _ReplayIterator:
             return self._next_prefetched() if self._prefetcher else self._next_inline()
         except StopIteration:
             interrupted = self._stop.is_set()  # closed from another thread: not the pass's end
+            empty = self._engine.position == 0
             self.close()
             if not interrupted:
                 self._engine.end_pass()
+                if empty and not self._ds.allow_empty_pass:
+                    raise _empty_pass_error(self._ds) from None
             raise
         except BaseException:
             self.close()
@@ -428,6 +460,46 @@ class _StatsSource:
             "loader_pending_batches": len(engine.pending),
             "loader_sampled_batches": engine.sampled_batches,
         }
+
+
+def buffer_capacity(buffer: ServableBuffer) -> int | None:
+    """The most items ``buffer`` can hold (None: unknown, e.g. a remote buffer)."""
+    if isinstance(buffer, OfflineToOnlineReplayBuffer):
+        return len(buffer.offline) + buffer.online.storage.max_size
+    if isinstance(buffer, ReplayBuffer):
+        return buffer.storage.max_size
+    return None
+
+
+def _refuse_auto_batching(ds: ReplayDataset, caller: Any) -> None:
+    """Raise if a DataLoader that batches items (``batch_size`` not None) calls ``iter(ds)``.
+
+    torch's DataLoader (and torchdata's StatefulDataLoader) build an
+    ``_IterableDatasetFetcher`` per pass, whose ``__init__`` calls ``iter(dataset)``
+    after recording ``auto_collation``; with auto-collation every whole batch the
+    dataset yields would be wrapped in a batch of ``batch_size`` (shape ``[1, B]``
+    with the default ``batch_size=1``). ``caller`` is the frame that called
+    ``__iter__``.
+    """
+    fetcher = caller.f_locals.get("self") if caller is not None else None
+    if isinstance(fetcher, _BaseDatasetFetcher) and fetcher.auto_collation:
+        raise ValueError(
+            f"DataLoader(ReplayDataset) got a batch_size (DataLoader's default is 1): "
+            f"ReplayDataset already yields whole batches of {ds.batch_size} items, which the "
+            f"DataLoader would batch again (shape [1, {ds.batch_size}]). Use "
+            f"DataLoader(ds, batch_size=None), StatefulDataLoader(ds, batch_size=None) or "
+            f"ds.dataloader(); set the batch size on ReplayDataset(batch_size=...)."
+        )
+
+
+def _empty_pass_error(ds: ReplayDataset) -> RuntimeError:
+    return RuntimeError(
+        f"this pass of ReplayDataset handed out no batch: the buffer holds {len(ds.buffer)} "
+        f"items (write_count {ds.buffer.write_count}, min_size={ds.min_size}, "
+        f"timeout={ds.timeout}) and nothing is left to sample. Fill the buffer before "
+        f"training (offline_data=..., a collector), or set min_size=... (and timeout=...) so "
+        f"that the loader waits for the collector instead of running an empty epoch."
+    )
 
 
 def _validate_pass_state(state: dict[str, Any]) -> None:

@@ -104,11 +104,73 @@ def test_dataloader_with_a_collector_thread_yields_everything_once(prefetch):
     ds.close()
 
 
-def test_min_size_with_timeout_gives_up():
+def test_min_size_never_reached_within_timeout_raises():
     rb = td_buffer()
     rb.extend(transitions(3))
-    batch, wall, _ = timed_next(iter(ReplayDataset(rb, min_size=10, timeout=0.2)))
-    assert batch is None and 0.15 <= wall < 2.0
+    it = iter(ReplayDataset(rb, min_size=10, timeout=0.2))
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"min_size=10.*holds 3.*timeout=0.2"):
+        next(it)
+    assert 0.15 <= time.monotonic() - start < 2.0
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_min_size_timeout_raises_through_a_dataloader(prefetch):
+    rb = td_buffer()
+    ds = ReplayDataset(rb, min_size=10, timeout=0.2, prefetch=prefetch)
+    with ds, pytest.raises(TimeoutError, match="min_size=10"):
+        next(iter(DataLoader(ds, batch_size=None)))
+
+
+def test_timeout_after_learning_started_ends_the_pass_without_error():
+    # each item is sampled once, then the buffer (no collector any more) is exhausted and,
+    # under consumption, below min_size again: the pass ends, without an error
+    rb2 = td_buffer(batch_size=4, consume_after_n_samples=1)
+    rb2.extend(transitions(10))
+    ds = ReplayDataset(rb2, min_size=4, timeout=0.2)
+    batches = list(ds)
+    assert [b.batch_size[0] for b in batches] == [4, 4]  # 2 left < min_size, no write: ends
+
+
+def test_min_size_wait_logs_what_it_waits_for(monkeypatch, caplog):
+    from rbdata.loader import _pass
+
+    monkeypatch.setattr(_pass, "_LOG_EVERY_S", 0.1)
+    rb = td_buffer()
+    rb.extend(transitions(3))
+    with caplog.at_level("WARNING", logger="rbdata.loader"), pytest.raises(TimeoutError):
+        next(iter(ReplayDataset(rb, min_size=10, timeout=0.45)))
+    lines = [r.getMessage() for r in caplog.records if r.name == "rbdata.loader"]
+    assert len(lines) >= 2
+    assert "min_size=10" in lines[0] and "holds 3" in lines[0] and "0.45 s" in lines[0]
+
+
+@pytest.mark.parametrize("capacity", [100])
+def test_min_size_above_capacity_is_refused(capacity):
+    rb = td_buffer(capacity=capacity)
+    with pytest.raises(ValueError, match=r"min_size=1000.*capacity 100"):
+        ReplayDataset(rb, min_size=1000)
+    ReplayDataset(rb, min_size=100)  # exactly the capacity is fine
+
+
+def test_min_size_above_offline_to_online_capacity_is_refused():
+    from rbdata import OfflineToOnlineReplayBuffer
+
+    rb = OfflineToOnlineReplayBuffer(transitions(30), online_capacity=20, batch_size=4)
+    ReplayDataset(rb, min_size=50)
+    with pytest.raises(ValueError, match=r"min_size=51.*capacity 50"):
+        ReplayDataset(rb, min_size=51)
+
+
+def test_a_pass_without_any_batch_raises_when_empty_passes_are_not_allowed():
+    rb = td_buffer()
+    ds = ReplayDataset(rb, num_batches=3)
+    assert list(ds) == []  # the default: an empty buffer ends the pass at once
+    ds.allow_empty_pass = False
+    with pytest.raises(RuntimeError, match="handed out no batch.*holds 0 items"):
+        list(ds)
+    rb.extend(transitions(5))
+    assert len(list(ds)) == 3
 
 
 def test_closing_interrupts_a_waiting_prefetch_thread():
