@@ -19,6 +19,7 @@ from rbdata.buffers import (
     TensorDictReplayBuffer,
 )
 from rbdata.buffers._conditional_update import ConditionalUpdateResult
+from rbdata.buffers.ensemble import ReplayBufferEnsemble
 from rbdata.errors import CheckpointError, RateLimitTimeoutError, ServiceUnavailableError
 from rbdata.policy_version import PolicyVersion
 from rbdata.query import TrajectoryPredicate, filter_trajectories, iter_trajectories, traj
@@ -28,6 +29,7 @@ from rbdata.samplers import (
     PrioritizedSliceSampler,
     RandomSampler,
     Sampler,
+    SamplerEnsemble,
     SamplerWithoutReplacement,
     SliceSampler,
     SliceSamplerWithoutReplacement,
@@ -41,13 +43,19 @@ from rbdata.samplers.schedulers import (
 )
 from rbdata.storages import (
     CompressedListStorage,
+    CompressedListStorageCheckpointer,
     FrameDedupStorage,
     LazyMemmapStorage,
     LazyStackStorage,
     LazyTensorStorage,
     ListStorage,
+    ListStorageCheckpointer,
     Storage,
+    StorageCheckpointerBase,
+    StorageEnsemble,
+    StorageEnsembleCheckpointer,
     TensorStorage,
+    TensorStorageCheckpointer,
 )
 from rbdata.trajectories import Trajectory, find_start_stop_traj
 from rbdata.transforms import Compose, PolicyAgeFilter, Transform
@@ -57,6 +65,7 @@ from rbdata.writers import (
     TensorDictMaxValueWriter,
     TensorDictRoundRobinWriter,
     Writer,
+    WriterEnsemble,
 )
 
 default_to_spawn()  # as torchrl: "spawn" unless the program chose a start method
@@ -99,6 +108,7 @@ __all__ = [
     "CheckpointError",
     "Compose",
     "CompressedListStorage",
+    "CompressedListStorageCheckpointer",
     "ConditionalUpdateResult",
     "FrameDedupStorage",
     "filter_trajectories",
@@ -111,6 +121,7 @@ __all__ = [
     "LazyTensorStorage",
     "LinearScheduler",
     "ListStorage",
+    "ListStorageCheckpointer",
     "load_d4rl_hdf5",
     "load_minari",
     "load_offline_data",
@@ -126,11 +137,13 @@ __all__ = [
     "RateLimitTimeoutError",
     "RayBufferClient",
     "ReplayBuffer",
+    "ReplayBufferEnsemble",
     "ReplayCallback",
     "ReplayDataModule",
     "ReplayDataset",
     "RoundRobinWriter",
     "Sampler",
+    "SamplerEnsemble",
     "SamplerWithoutReplacement",
     "SampleToInsertRatio",
     "SampleUnit",
@@ -141,15 +154,20 @@ __all__ = [
     "SliceSamplerWithoutReplacement",
     "StepScheduler",
     "Storage",
+    "StorageCheckpointerBase",
+    "StorageEnsemble",
+    "StorageEnsembleCheckpointer",
     "TensorDictMaxValueWriter",
     "TensorDictPrioritizedReplayBuffer",
     "TensorDictReplayBuffer",
     "TensorDictRoundRobinWriter",
     "TensorStorage",
+    "TensorStorageCheckpointer",
     "traj",
     "Trajectory",
     "TrajectoryPredicate",
     "Transform",
     "Transition",
     "Writer",
+    "WriterEnsemble",
 ]

@@ -1,5 +1,6 @@
 """Replay buffers: thin orchestrators of storage, sampler, writer, sample unit and transforms."""
 
+from rbdata.buffers.ensemble import ReplayBufferEnsemble
 from rbdata.buffers.prioritized import PrioritizedReplayBuffer
 from rbdata.buffers.protocol import INFO_KEYS
 from rbdata.buffers.replay import ReplayBuffer
@@ -8,6 +9,7 @@ from rbdata.buffers.tensordict import TensorDictPrioritizedReplayBuffer, TensorD
 __all__ = [
     "PrioritizedReplayBuffer",
     "ReplayBuffer",
+    "ReplayBufferEnsemble",
     "TensorDictPrioritizedReplayBuffer",
     "TensorDictReplayBuffer",
 ]

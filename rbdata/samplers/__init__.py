@@ -1,6 +1,7 @@
 """Samplers: which slots of the storage a batch reads."""
 
 from rbdata.samplers._base import Sampler
+from rbdata.samplers.ensemble import SamplerEnsemble
 from rbdata.samplers.prioritized import PrioritizedSampler
 from rbdata.samplers.prioritized_slice import PrioritizedSliceSampler
 from rbdata.samplers.random import RandomSampler
@@ -13,6 +14,7 @@ __all__ = [
     "PrioritizedSliceSampler",
     "RandomSampler",
     "Sampler",
+    "SamplerEnsemble",
     "SamplerWithoutReplacement",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",

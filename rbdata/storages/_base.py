@@ -15,6 +15,7 @@ from rbdata._component.state_file import read_state, write_state
 
 from ._compile_hooks import _CompileHooks
 from ._counters import LocalCounters, SharedCounters
+from .checkpointers.base import StorageCheckpointerBase
 
 Index = int | slice | torch.Tensor
 
@@ -62,8 +63,19 @@ class Storage(_CompileHooks, abc.ABC):
     #: child writes into its copy never moves the length of this one
     _items_process_local: bool = False
 
-    def __init__(self, max_size: int, *, compilable: bool = False) -> None:
+    #: the checkpointer torchrl gives this kind of storage (what ``checkpointer`` reads unset)
+    _default_checkpointer: type[StorageCheckpointerBase] = StorageCheckpointerBase
+    _checkpointer: StorageCheckpointerBase | None = None
+
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        checkpointer: StorageCheckpointerBase | None = None,
+        compilable: bool = False,
+    ) -> None:
         self.max_size = check_int(max_size, "max_size", minimum=1)
+        self.checkpointer = checkpointer
         self._compilable = check_bool(compilable, "compilable")
         # [filled items, mutation revision, last slot written]: seen by child processes;
         # compilable: a plain list torch.compile traces (as torchrl's plain attributes)
@@ -254,24 +266,79 @@ class Storage(_CompileHooks, abc.ABC):
         self._note_mutation()
 
     def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
-        """Register a callable applied to the content before it is saved by ``dumps``."""
+        """Register a callable applied to the content before it is saved by ``dumps``.
+
+        With a checkpointer set, the hook goes to the checkpointer (as torchrl's).
+        """
+        if self._checkpointer is not None:
+            self._checkpointer.register_save_hook(hook)
+            return
         self._save_hooks.append(hook)
 
     def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
-        """Register a callable applied to the content after it is read by ``loads``."""
+        """Register a callable applied to the content after it is read by ``loads``.
+
+        With a checkpointer set, the hook goes to the checkpointer (as torchrl's).
+        """
+        if self._checkpointer is not None:
+            self._checkpointer.register_load_hook(hook)
+            return
         self._load_hooks.append(hook)
 
+    @property
+    def checkpointer(self) -> StorageCheckpointerBase:
+        """How :meth:`dumps`/:meth:`loads` lay the storage out once set (torchrl's checkpointers).
+
+        Unset, it reads as the checkpointer torchrl gives this kind of storage,
+        but :meth:`dumps` keeps rbdata's own format; assigning one (or a
+        buffer's ``checkpointer=``) routes :meth:`dumps`/:meth:`loads` and the
+        hooks registered afterwards through it. None unsets it.
+        """
+        return self._checkpointer or self._default_checkpointer()
+
+    @checkpointer.setter
+    def checkpointer(self, value: StorageCheckpointerBase | None) -> None:
+        if value is not None and not isinstance(value, StorageCheckpointerBase):
+            raise TypeError(
+                "checkpointer must be a StorageCheckpointerBase or None, got "
+                f"{type(value).__name__}."
+            )
+        self._checkpointer = value
+
     def dumps(self, path: str | os.PathLike[str]) -> None:
-        """Save :meth:`state_dict` (content included) in the directory ``path``."""
+        """Save the storage in the directory ``path`` (its checkpointer's layout, if one is set).
+
+        Without a checkpointer: :meth:`state_dict` (content included), read back
+        with ``weights_only=True``.
+        """
+        if self._checkpointer is not None:
+            self._checkpointer.dumps(self, path)
+            return
         write_state(self.apply_save_hooks(self.state_dict()), path, "storage")
 
     def loads(self, path: str | os.PathLike[str]) -> None:
-        """Load a state saved with :meth:`dumps` (read with ``weights_only=True``).
+        """Load a storage saved with :meth:`dumps` (through the same checkpointer, if set).
 
         Raises:
             FileNotFoundError: if ``path`` holds no saved storage.
         """
+        if self._checkpointer is not None:
+            self._checkpointer.loads(self, path)
+            self._note_mutation()
+            return
         self.load_state_dict(self.apply_load_hooks(read_state(path, "storage")))
+
+    def dump(self, path: str | os.PathLike[str]) -> None:
+        """Alias for :meth:`dumps`."""
+        self.dumps(path)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Alias for :meth:`dumps`."""
+        self.dumps(path)
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Alias for :meth:`loads`."""
+        self.loads(path)
 
     def apply_save_hooks(self, state: dict[str, Any]) -> dict[str, Any]:
         """``state`` (a :meth:`state_dict`) passed through the save hooks, in order.

@@ -19,6 +19,7 @@ from ._compression import _Codec, _default_codec
 from ._pytree import _Structure
 from ._recycle import _GatherPool
 from ._torchrl import refuse_compressed
+from .checkpointers import CompressedListStorageCheckpointer
 
 Frame = bytes  # one compressed leaf of one item (the class's bytes() method shadows the name)
 Frames = tuple[Frame, ...]
@@ -137,6 +138,8 @@ class CompressedListStorage(Storage):
         >>> rb.storage.bytes() < frames.numel() // 100
         True
     """
+
+    _default_checkpointer = CompressedListStorageCheckpointer
 
     def __init__(
         self,

@@ -14,6 +14,7 @@ from rbdata._component.checks import check_int
 from ._base import Index, Storage, _as_index, _get_index, _identity, _set_index
 from ._counters import spawning
 from ._torchrl import is_torchrl_layout, list_storage_state
+from .checkpointers import ListStorageCheckpointer
 
 #: ``max_size`` of an unbounded list storage (``max_size=None``), torchrl's value
 _UNBOUNDED = torch.iinfo(torch.int64).max
@@ -66,6 +67,8 @@ class ListStorage(Storage):
         >>> storage.get(torch.tensor([1, 0])), storage[-1], len(storage)
         ([1, 'a'], None, 3)
     """
+
+    _default_checkpointer = ListStorageCheckpointer
 
     _items_process_local = True
 

@@ -27,6 +27,7 @@ from ._state import _parse_state, _spec
 from ._tensor_traced import _len_eagerly, _TracedRows
 from ._torchrl import is_torchrl_layout, tensor_storage_state
 from ._validate import _check_leaves, _check_ndim, _tails
+from .checkpointers import TensorStorageCheckpointer
 
 _SCALAR = torch.Size([])
 
@@ -79,6 +80,8 @@ class TensorStorage(_TracedRows):
         >>> sample["obs"], sample["next", "done"].shape
         (tensor([3., 7.]), torch.Size([2, 1]))
     """
+
+    _default_checkpointer = TensorStorageCheckpointer
 
     def __init__(
         self,

@@ -1,0 +1,22 @@
+"""Storage checkpointers: how ``storage.dumps(path)`` / ``storage.loads(path)`` lay a storage out.
+
+A storage dumps in rbdata's own format until a checkpointer is set
+(``storage.checkpointer = ...`` or ``ReplayBuffer(checkpointer=...)``); then
+its ``dumps``/``loads`` (and the ``dump``/``save``/``load`` aliases) go through
+the checkpointer, with torchrl's classes and on-disk layouts.
+"""
+
+from __future__ import annotations
+
+from .base import StorageCheckpointerBase
+from .ensemble import StorageEnsembleCheckpointer
+from .list import CompressedListStorageCheckpointer, ListStorageCheckpointer
+from .tensor import TensorStorageCheckpointer
+
+__all__ = [
+    "CompressedListStorageCheckpointer",
+    "ListStorageCheckpointer",
+    "StorageCheckpointerBase",
+    "StorageEnsembleCheckpointer",
+    "TensorStorageCheckpointer",
+]
