@@ -347,12 +347,21 @@ class _BufferBase:
     def set_storage(
         self, storage: Storage, collate_fn: Callable[[Any], Any] | None = None
     ) -> Storage:
-        """Set a new storage and return the previous one."""
+        """Set a new storage and return the previous one.
+
+        Writes go to the new storage from the slot after its items (a fresh storage: slot
+        0), and the sampler forgets the previous storage's items and learns the new one's,
+        so no empty row of the new storage is ever sampled.
+        """
         with self._sync.lock:
             self._init()
             prev, self._storage = self._storage, storage
             self._writer.register_storage(storage)
+            self._writer.load_state_dict({"_cursor": len(storage) % storage.max_size_along_dim0})
             self._follower.seen = self._writer.write_count
+            self._sampler._empty()
+            if storage.ndim == 1 and len(storage):
+                self._note_written(torch.arange(len(storage)))
             self._collate_arg = collate_fn
             self._collate_fn = collate_fn or storage.default_collate_fn()
             return prev

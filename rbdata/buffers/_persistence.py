@@ -175,7 +175,7 @@ def _capacities(sd: dict[str, Any], ndim: Any, generator: Any) -> dict[str, Any]
 def _dumps(rb: _Persistable, path: str | os.PathLike[str]) -> None:
     """Write ``rb`` atomically to the directory ``path`` (see :mod:`rbdata.checkpoint`)."""
     sd = rb.state_dict()
-    storage_sd = rb.storage.apply_save_hooks(sd.pop("_storage"))
+    storage_sd = rb.storage.apply_save_hooks(sd.pop("_storage"), path)
     objects = None
     if "_storage" in storage_sd:  # list storages hold arbitrary Python objects
         objects = storage_sd["_storage"]

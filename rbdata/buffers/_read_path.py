@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
@@ -41,6 +42,9 @@ class _ReadPath(_BufferBase):
         >>> bool((rb.gather(draw) == draw.index).all())
         True
     """
+
+    #: whether ``sample`` already warned about a batch size other than the constructor's
+    _warned_batch_size_conflict: bool = False
 
     def _draw(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """Draw one batch's rows (under the lock, writes followed); raises when none is left.
@@ -139,13 +143,41 @@ class _ReadPath(_BufferBase):
                 )
             data, info = self._next_prefetched()
         else:
-            data, info = self._sample_once(resolve_batch_size(batch_size, self._batch_size))
+            resolved = resolve_batch_size(batch_size, self._batch_size)
+            self._warn_batch_size_conflict(batch_size)
+            data, info = self._sample_once(resolved)
         if not return_info:
             return data
         info = aligned_info(data, info)
         if self._storage.ndim > 1:  # torchrl's info holds one coordinate tensor per dim
             info["index"] = tuple(info["index"].unbind(-1))
         return data, info
+
+    def _warn_batch_size_conflict(self, batch_size: int | None) -> None:
+        """Warn once when ``sample`` gets a batch size other than the constructor's (torchrl's).
+
+        The page calls the combination incompatible with a ``drop_last`` sampler (its
+        passes are cut by the constructor's batch size): the warning then says so.
+        """
+        if batch_size is None or self._batch_size is None or batch_size == self._batch_size:
+            return
+        if self._warned_batch_size_conflict:
+            return
+        self._warned_batch_size_conflict = True
+        drop_last = (
+            f" With {type(self._sampler).__name__}(drop_last=True) a pass is cut by the "
+            "constructor's batch size: sampling another size is not supported."
+            if self._sampler.drop_last
+            else ""
+        )
+        warnings.warn(
+            f"Got conflicting batch_sizes in constructor ({self._batch_size}) and `sample` "
+            f"({batch_size}). Refer to the ReplayBuffer documentation for a proper usage of "
+            f"the batch-size arguments. The batch-size provided to the sample method will "
+            f"prevail.{drop_last}",
+            UserWarning,
+            stacklevel=3,
+        )
 
     def _sample_once(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
         with self._sync.draw_lock:

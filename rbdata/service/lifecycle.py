@@ -231,7 +231,17 @@ class RayService:
 
     @property
     def driver(self) -> RayBufferClient:
-        """The client the Ray-backed buffer itself forwards to (in this process)."""
+        """The client the Ray-backed buffer itself forwards to (in this process).
+
+        Raises:
+            ServiceUnavailableError: after :meth:`shutdown` (no call reaches Ray then: a
+                call on a stopped actor would start a new local Ray to fail in).
+        """
+        if self._actor is None:
+            raise ServiceUnavailableError(
+                "this Ray-backed buffer was shut down: its actor is gone and a stopped "
+                "service cannot be restarted; build a new buffer."
+            )
         return self._client
 
 

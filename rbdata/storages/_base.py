@@ -314,7 +314,7 @@ class Storage(_CompileHooks, abc.ABC):
         if self._checkpointer is not None:
             self._checkpointer.dumps(self, path)
             return
-        write_state(self.apply_save_hooks(self.state_dict()), path, "storage")
+        write_state(self.apply_save_hooks(self.state_dict(), path), path, "storage")
 
     def loads(self, path: str | os.PathLike[str]) -> None:
         """Load a storage saved with :meth:`dumps` (through the same checkpointer, if set).
@@ -340,8 +340,13 @@ class Storage(_CompileHooks, abc.ABC):
         """Alias for :meth:`loads`."""
         self.loads(path)
 
-    def apply_save_hooks(self, state: dict[str, Any]) -> dict[str, Any]:
+    def apply_save_hooks(
+        self, state: dict[str, Any], path: str | os.PathLike[str] | None = None
+    ) -> dict[str, Any]:
         """``state`` (a :meth:`state_dict`) passed through the save hooks, in order.
+
+        Each hook is called as ``hook(state, path=path)`` (torchrl's call), ``path``
+        being the directory the dump goes to.
 
         As torchrl's checkpointers do, a hook with an ``is_full`` attribute has it
         set to whether the storage is full, and one with a ``shift`` attribute to
@@ -356,13 +361,17 @@ class Storage(_CompileHooks, abc.ABC):
                 if hasattr(hook, "shift"):
                     hook.shift = shift
         for hook in self._save_hooks:
-            state = hook(state)
+            state = hook(state, path=path)
         return state
 
     def apply_load_hooks(self, state: dict[str, Any]) -> dict[str, Any]:
-        """``state`` read back from a dump passed through the load hooks, in order."""
+        """``state`` read back from a dump passed through the load hooks, in order.
+
+        Each hook is called as ``hook(state, out=None)`` (torchrl's call; rbdata reads
+        the dump into a new state, never into a destination given to the hook).
+        """
         for hook in self._load_hooks:
-            state = hook(state)
+            state = hook(state, out=None)
         return state
 
     # ------------------------------------------------- what the buffer asks

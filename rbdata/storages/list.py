@@ -97,7 +97,18 @@ class ListStorage(Storage):
         return _collate_list
 
     def as_batch(self, data: Any, dim: int) -> Any:
-        """A list of items: a list, a tensor or a TensorDict as is, any other iterable listed."""
+        """A list of items: a list, a tensor or a TensorDict as is, any other iterable listed.
+
+        Raises:
+            TypeError: if ``data`` is a tuple: a tuple is a PyTree, and a list storage
+                holds unbound items only (the reference page: "no PyTrees").
+        """
+        if isinstance(data, tuple):
+            raise TypeError(
+                f"data given to extend() is a tuple (a PyTree) and {type(self).__name__} "
+                "holds unbound items only: pass a list of items (a tuple is one PyTree, "
+                "stored by TensorStorage / LazyTensorStorage / LazyMemmapStorage)."
+            )
         return data if isinstance(data, list | TensorDictBase | torch.Tensor) else list(data)
 
     def _place(self, item: Any) -> Any:

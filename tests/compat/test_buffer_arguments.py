@@ -362,8 +362,8 @@ def test_save_and_load_hooks(lib, request, tmp_path):
     parity_gap(
         request,
         lib,
-        "save/load hooks get a plain dict and no keyword; torchrl passes the storage's "
-        "TensorDict with path=/out=",
+        "save/load hooks get rbdata's storage state (a dict of leaves) with path=/out=; "
+        "torchrl passes the storage's TensorDict",
     )
     seen = []
 

@@ -149,6 +149,10 @@ def test_writes_reads_counters_and_the_lifecycle_through_the_actor(ray_cluster: 
     assert ray.is_initialized()  # the user started Ray: it keeps running
     with pytest.raises(ServiceUnavailableError, match="was shut down"):
         pickle.loads(pickle.dumps(client)).add("y")
+    for call in (lambda: rb.extend(["y"]), lambda: rb.sample(1), lambda: len(rb)):
+        with pytest.raises(ServiceUnavailableError, match="was shut down"):
+            call()  # the buffer's own calls too: no new local Ray, no raw "Failed to submit"
+    assert "shut down" in repr(rb)
     with pytest.raises(RuntimeError, match="cannot be restarted"):
         rb.start()
     with pytest.raises(RuntimeError, match="cannot be restarted"):

@@ -100,13 +100,13 @@ def test_save_hooks_get_shift_and_is_full(tmp_path):
         shift = None
         is_full = None
 
-        def __call__(self, data):
+        def __call__(self, data, path):
             return data
 
     hook, plain = Hook(), []
     rb = ReplayBuffer(storage=LazyMemmapStorage(10))
     rb.register_save_hook(hook)
-    rb.register_save_hook(lambda data: plain.append(1) or data)  # no attributes: left alone
+    rb.register_save_hook(lambda data, path: plain.append(1) or data)  # no attributes: left alone
     rb.extend(torch.arange(5))
     rb.dumps(tmp_path / "a")
     assert (hook.shift, hook.is_full, plain) == (5, False, [1])

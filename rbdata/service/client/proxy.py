@@ -25,6 +25,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from rbdata.errors import ServiceUnavailableError
 from rbdata.service.client.buffer_client import RayBufferClient
 from rbdata.service.client.surface import (
     REFUSED_MEMBERS,
@@ -186,7 +187,11 @@ _LOCAL: dict[str, Callable[[type], Any]] = {
 
 
 def _repr(self: Any) -> str:
-    return f"{type(self).__name__}(service_backend='ray', client={self._remote.driver!r})"
+    try:
+        client = self._remote.driver
+    except ServiceUnavailableError:
+        return f"{type(self).__name__}(service_backend='ray', shut down)"
+    return f"{type(self).__name__}(service_backend='ray', client={client!r})"
 
 
 def _getstate(self: Any) -> dict[str, Any]:
