@@ -28,7 +28,6 @@ with ``allow_pickle=False`` unless the caller allowed pickles.
 
 from __future__ import annotations
 
-import inspect
 import io
 import json
 import os
@@ -38,10 +37,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 
 from rbdata._trust import check_contained, check_trusted_dir
-from rbdata.checkpoint import MANIFEST
+from rbdata.checkpoint import (
+    MANIFEST,
+    TENSORDICT_REFUSES_PICKLES,
+    load_tensordict_dir,
+    refuse_pickles,
+)
 from rbdata.errors import CheckpointError
 
 _SINGLE_TENSOR = "_-single-tensor-_"
@@ -49,8 +53,6 @@ _TENSORDICT = "<class 'tensordict._td.TensorDict'>"
 _META_KEYS = {"shape", "device", "_type", "_format_version", "_class"}
 _KNOWN = {"buffer_metadata.json", "prefetch.pkl", "storage", "sampler", "writer"}
 _KNOWN |= {"rng_state", "transform.t"}
-#: tensordict's load_memmap refuses pickles when asked (tensordict >= 0.15)
-_TD_ALLOW_PICKLE = "allow_pickle" in inspect.signature(TensorDict.load_memmap).parameters
 
 
 def is_torchrl_dump(path: str | os.PathLike[str]) -> bool:
@@ -71,18 +73,6 @@ def _json(file: Path) -> Any:
         return json.loads(file.read_text())
     except (OSError, ValueError) as err:
         raise CheckpointError(f"{file}: cannot be read as JSON ({err}).") from err
-
-
-def _refuse_pickles(root: Path) -> None:
-    """Raise if any file under ``root`` (but its own ``prefetch.pkl``) is a pickle."""
-    for folder, _, files in os.walk(root, followlinks=False):
-        for name in sorted(files):
-            file = Path(folder) / name
-            if file.suffix in (".pkl", ".pickle") and file != root / "prefetch.pkl":
-                raise CheckpointError(
-                    f"{file}: a pickle (unpickling runs code from the file); load the dump "
-                    "with allow_pickle=True only if you trust it."
-                )
 
 
 def _plain_name(name: Any, folder: Path) -> str:
@@ -122,27 +112,20 @@ def _read_tensordict(folder: Path) -> TensorDict | None:
         raise CheckpointError(f"{folder}: not a memory-mapped TensorDict ({err}).") from err
 
 
-def _load_tensordict(folder: Path, allow_pickle: bool) -> TensorDict:
+def _load_tensordict(folder: Path, allow_pickle: bool) -> TensorDictBase:
     """The memory-mapped TensorDict in ``folder``; tensordict never unpickles without leave."""
     if not (folder / "meta.json").is_file():
         raise CheckpointError(f"{folder}: no memory-mapped TensorDict (meta.json missing).")
     read = _read_tensordict(folder)
     if read is not None:
         return read
-    if not _TD_ALLOW_PICKLE and not allow_pickle:
+    if not TENSORDICT_REFUSES_PICKLES and not allow_pickle:
         raise CheckpointError(
             f"{folder}: holds more than tensors, and this tensordict cannot read it without "
             "being allowed to unpickle; load the dump with allow_pickle=True only if you "
             "trust it (or update tensordict)."
         )
-    try:
-        if _TD_ALLOW_PICKLE:
-            return TensorDict.load_memmap(folder, allow_pickle=allow_pickle)
-        return TensorDict.load_memmap(folder)
-    except Exception as err:  # tensordict raises many kinds for a damaged folder
-        raise CheckpointError(
-            f"{folder}: not a readable memory-mapped TensorDict ({err})."
-        ) from err
+    return load_tensordict_dir(folder, allow_pickle=allow_pickle)
 
 
 def _memmap_dict(folder: Path, allow_pickle: bool) -> dict[str, Any]:
@@ -222,7 +205,7 @@ def read_torchrl_dump(path: str | os.PathLike[str], allow_pickle: bool) -> dict[
         raise CheckpointError(f"{root / unknown[0]}: not part of a torchrl dump; not read.")
     check_contained(root, "the torchrl dump")
     if not allow_pickle:
-        _refuse_pickles(root)
+        refuse_pickles(root, allowed=("prefetch.pkl",))  # read below, plain values only
     meta = _json(root / "buffer_metadata.json")
     state: dict[str, Any] = {
         "_batch_size": meta.get("batch_size"),

@@ -21,19 +21,27 @@ the way their ``load_state_dict`` checks them (so ``rbdata verify`` rejects
 what ``loads`` rejects, with the same message), and nothing is unpickled
 unless ``allow_pickle=True``. Every problem is one :class:`CheckpointError`
 naming the file.
+
+:func:`load_tensordict_dir` opens a memory-mapped TensorDict directory from
+elsewhere (an offline dataset, part of a torchrl dump) without letting
+tensordict unpickle anything.
 """
 
 from rbdata.errors import CheckpointError
 
 from ._dump_paths import FORMAT_VERSION, MANIFEST
+from ._tensordict_dir import TENSORDICT_REFUSES_PICKLES, load_tensordict_dir, refuse_pickles
 from ._verify import read_dump, verify_dump
 from ._write import write_dump
 
 __all__ = [
     "FORMAT_VERSION",
     "MANIFEST",
+    "TENSORDICT_REFUSES_PICKLES",
     "CheckpointError",
+    "load_tensordict_dir",
     "read_dump",
+    "refuse_pickles",
     "verify_dump",
     "write_dump",
 ]

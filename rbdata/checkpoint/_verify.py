@@ -54,7 +54,9 @@ def verify_dump(path: str | os.PathLike[str], *, allow_pickle: bool = False) -> 
 
     Every file is read and checked (size, checksum, dtype, shape, counts
     against the manifest). Pickled objects of a list storage are checksummed
-    but unpickled (and counted) only with ``allow_pickle``.
+    but unpickled (and counted) only with ``allow_pickle``, and then only
+    from a directory nobody but the user and root can write (as ``loads``);
+    without it, nothing runs and a dump from anywhere is checked.
 
     Args:
         path: the dump's directory.
@@ -67,6 +69,8 @@ def verify_dump(path: str | os.PathLike[str], *, allow_pickle: bool = False) -> 
 
     Raises:
         CheckpointError: naming the file and the problem.
+        UntrustedPathError: with ``allow_pickle``, if another user could have planted
+            files in ``path``.
 
     Examples:
         >>> import tempfile
@@ -80,6 +84,8 @@ def verify_dump(path: str | os.PathLike[str], *, allow_pickle: bool = False) -> 
         >>> summary["length"], summary["objects"]
         (3, 'json')
     """
+    if allow_pickle and os.path.isdir(path):
+        check_trusted_dir(path, "the dump")
     dump = open_dump(path, Pickles.LOAD if allow_pickle else Pickles.CHECK)
     if dump.pickled:
         objects = "pickled, unpickled" if allow_pickle else "pickled, not unpickled"

@@ -6,8 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
+from rbdata.checkpoint import load_tensordict_dir
 from rbdata.datasets import MinariReader, load_d4rl_hdf5, load_offline_data
 
 FORMATS = ("minari", "d4rl", "dumps", "memmap")  # as offline_data_format names them
@@ -38,7 +39,7 @@ def open_source(path: str, fmt: str) -> Source:
     if fmt == "d4rl":
         return _D4RLSource(Path(path))
     if fmt == "memmap":
-        return _TensorDictSource(TensorDict.load_memmap(path))
+        return _TensorDictSource(load_tensordict_dir(path))
     # A dump is one torch.save file: read whole (the checkpoint format has no partial read).
     return _TensorDictSource(load_offline_data(path, progress=False))
 

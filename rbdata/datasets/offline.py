@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
-from rbdata.checkpoint import MANIFEST, read_dump
+from rbdata.checkpoint import MANIFEST, load_tensordict_dir, read_dump
 from rbdata.datasets.hdf5 import load_d4rl_hdf5
 from rbdata.datasets.minari import (
     MAIN_DATA,
@@ -36,7 +36,8 @@ def load_offline_data(
     - a ``dumps`` directory (``ReplayBuffer.dumps``, a ``manifest.json`` at its
       root) of a tensor storage holding TensorDicts: its items, oldest first;
     - a memory-mapped TensorDict directory (``TensorDict.memmap(path)``, a
-      ``meta.json`` at its root): loaded with ``TensorDict.load_memmap``, still
+      ``meta.json`` at its root): loaded with ``TensorDict.load_memmap`` (nothing
+      unpickled: see :func:`rbdata.checkpoint.load_tensordict_dir`), still
       memory-mapped;
     - a D4RL-style ``.hdf5`` / ``.h5`` file: see :func:`load_d4rl_hdf5`;
     - a local Minari dataset: its directory or its ``data/`` directory, or a
@@ -138,7 +139,7 @@ def _load_path(path: str | os.PathLike[str], progress: bool) -> TensorDictBase:
     if kind == "dumps":
         return _read_dump_items(Path(path))
     if kind == "memmap":
-        return TensorDict.load_memmap(Path(path))
+        return load_tensordict_dir(path)
     return load_minari(path, progress=progress)
 
 

@@ -388,14 +388,30 @@ def test_a_non_tensor_entry_is_never_unpickled_by_tensordict(
 ) -> None:
     """Even a pickle the suffix scan misses is handed to tensordict with allow_pickle=False."""
     from rbdata.buffers import _torchrl_dump as reader
+    from rbdata.checkpoint import _tensordict_dir
 
     root = _torchrl_dump(tmp_path / "dump")
     _plant_non_tensor(root, root / "storage" / "ev", marker)
-    monkeypatch.setattr(reader, "_refuse_pickles", lambda root: None)
+    for module in (reader, _tensordict_dir):
+        monkeypatch.setattr(module, "refuse_pickles", lambda root, allowed=(): None)
     rb = _buffer()
     with pytest.raises(CheckpointError, match="pickle"):
         rb.loads(root)
     _assert_unchanged(rb)
+
+
+def test_an_offline_memmap_directory_is_opened_without_unpickling(
+    tmp_path: Path, marker: Path
+) -> None:
+    from rbdata import load_offline_data
+
+    root = tmp_path / "data"
+    _rows(4).memmap(root)
+    assert load_offline_data(root)["id"].tolist() == [0, 1, 2, 3]
+    (root / "ev").mkdir()
+    (root / "ev" / "other.pickle").write_bytes(_planted_pickle(marker))
+    with pytest.raises(CheckpointError, match="other.pickle"):
+        load_offline_data(root)
 
 
 @as_root
