@@ -72,7 +72,6 @@ import warnings
 logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 warnings.filterwarnings("ignore", message=".*set_vital.*")
-warnings.filterwarnings("ignore", message=".*IterableDataset.*has `__len__` defined.*")
 warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated.*")
 warnings.filterwarnings("ignore", message=".*exists and is not empty.*")
 """

@@ -23,12 +23,14 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 
 import gymnasium as gym
 import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import EarlyStopping
+from lightning.pytorch.loggers import CSVLogger
 from tensordict import TensorDict
 from torch import nn
 
@@ -149,6 +151,7 @@ class DQN(L.LightningModule):
             target = batch["next", "reward"].squeeze(-1) + self.gamma * not_done * next_q
         weight = batch["priority_weight"].float()
         loss = (weight * nn.functional.smooth_l1_loss(q, target, reduction="none")).mean()
+        self.log("loss", loss, prog_bar=True, batch_size=q.shape[0])
         return {"loss": loss, "td_error": (q - target).detach().abs()}
 
     def on_train_batch_end(self, outputs: dict, batch: TensorDict, batch_idx: int) -> None:
@@ -201,6 +204,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps-per-epoch", type=int, default=500)
     parser.add_argument("--eval-episodes", type=int, default=20, help="final evaluation")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/dqn_cartpole"),
+        help="where Lightning's CSV log goes (metrics.csv; runs/ is git-ignored)",
+    )
     return parser.parse_args(argv)
 
 
@@ -236,10 +245,12 @@ def train(args: argparse.Namespace) -> tuple[L.Trainer, DQN, ReplayDataModule]:
         callbacks=[callback, stop],
         gradient_clip_val=10.0,
         accelerator="cpu",
-        logger=False,
+        # every metric (loss, eval_return, the callback's replay/... stats) in metrics.csv;
+        # the progress bar shows the loss and replay/size
+        logger=CSVLogger(args.out, name="lightning_logs"),
+        log_every_n_steps=min(50, args.steps_per_epoch),
         enable_checkpointing=False,
         enable_model_summary=False,
-        enable_progress_bar=False,
     )
     trainer.fit(model, datamodule=datamodule)
     return trainer, model, datamodule

@@ -62,3 +62,42 @@ class Curve:
         fig.tight_layout()
         fig.savefig(path, dpi=100)
         return True
+
+
+def plot_lightning_log(metrics_csv: str | Path, path: Path, title: str) -> bool:
+    """Draw a Lightning ``CSVLogger``'s ``metrics.csv``: loss, offline share and buffer size.
+
+    Returns False when matplotlib is missing.
+    """
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return False
+    with open(metrics_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+
+    def series(name: str) -> tuple[list[float], list[float]]:
+        points = [(float(r["step"]), float(r[name])) for r in rows if r.get(name)]
+        return [p[0] for p in points], [p[1] for p in points]
+
+    panels = [
+        (name, label)
+        for name, label in (
+            ("loss", "TD loss"),
+            ("offline_share", "offline share"),
+            ("replay/size", "buffer size (replay/size)"),
+        )
+        if series(name)[0]
+    ]
+    if not panels:
+        return False
+    fig = Figure(figsize=(8, 2.2 * len(panels) + 0.8))
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, (name, label) in zip(axes, panels, strict=True):
+        ax.plot(*series(name), ".-")
+        ax.set_ylabel(label)
+    axes[-1].set_xlabel("learner updates (trainer.global_step)")
+    axes[0].set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return True

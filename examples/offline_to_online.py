@@ -94,7 +94,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="a plain PyTorch loop over DataLoaders, or lightning.Trainer.fit",
     )
     parser.add_argument(
-        "--out", type=Path, default=Path("offline_to_online_out"), help="where the curve goes"
+        "--out",
+        type=Path,
+        default=Path("runs/offline_to_online"),
+        help="where the curve and the Lightning log go (runs/ is git-ignored)",
     )
     args = parser.parse_args(argv)
     if args.quick:

@@ -9,6 +9,13 @@ wait for the collector, a ``ReplayCallback`` publishing the collector's
 ``PolicyVersion`` to the buffer, and the collector thread started when
 training starts (it waits on the data loader's rate limiter when it runs
 ahead of the learner).
+
+Lightning's progress bar shows the loss and the buffer's size; a ``CSVLogger``
+writes every metric (the loss, the batches' offline share and the
+``ReplayCallback``'s ``replay/...`` buffer stats) to
+``<--out>/lightning_logs/<phase>/metrics.csv``, beside the example's own
+learning curve, and ``learning_curve.plot_lightning_log`` draws the
+fine-tuning log as ``lightning_finetune.png``.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from typing import Any
 
 import lightning as L
 import torch
+from learning_curve import plot_lightning_log
+from lightning.pytorch.loggers import CSVLogger
 
 from rbdata import OfflineToOnlineReplayBuffer, PolicyVersion, TensorDictReplayBuffer
 from rbdata.lightning import ReplayCallback, ReplayDataModule
@@ -38,6 +47,10 @@ class DQNModule(L.LightningModule):
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
         loss = self.agent.update(batch, self.optimizers(), self.manual_backward)
+        self.log("loss", loss, prog_bar=True, batch_size=batch.batch_size[0])
+        if "is_offline" in batch.keys():
+            share = batch["is_offline"].float().mean()
+            self.log("offline_share", share, prog_bar=True, batch_size=batch.batch_size[0])
         self.after_step(batch_idx + 1, batch, loss)
 
 
@@ -56,15 +69,17 @@ class CollectorModule(DQNModule):
         stop(self.collector)
 
 
-def trainer(max_steps: int, callbacks: list[Any] = ()) -> L.Trainer:
-    """A quiet CPU Trainer: no logger, checkpoints, progress bar or model summary."""
+def trainer(
+    max_steps: int, args: argparse.Namespace, phase: str, callbacks: list[Any] = ()
+) -> L.Trainer:
+    """A CPU Trainer with Lightning's progress bar and a CSVLogger writing into ``args.out``."""
     return L.Trainer(
         accelerator="cpu",
         max_epochs=1,
         max_steps=max_steps,
-        logger=False,
+        logger=CSVLogger(args.out, name="lightning_logs", version=phase),
+        log_every_n_steps=max(1, min(50, max_steps // 10)),
         enable_checkpointing=False,
-        enable_progress_bar=False,
         enable_model_summary=False,
         callbacks=list(callbacks),
     )
@@ -85,7 +100,9 @@ def pretrain(
         checkpoint_buffer=False,
         seed=args.seed,
     )
-    trainer(args.pretrain_updates).fit(DQNModule(agent, after_step), datamodule=dm)
+    trainer(args.pretrain_updates, args, "pretrain").fit(
+        DQNModule(agent, after_step), datamodule=dm
+    )
 
 
 def finetune(
@@ -105,7 +122,7 @@ def finetune(
         started.append(collector)
         return collector, make_steps(collector)
 
-    callback = ReplayCallback(priority_key=None, policy_version=version, log_stats=False)
+    callback = ReplayCallback(priority_key=None, policy_version=version)  # logs replay/...
     dm = ReplayDataModule(
         rb,
         batch_size=args.batch_size,
@@ -116,13 +133,18 @@ def finetune(
         checkpoint_buffer=False,
         seed=args.seed,
     )
+    fit = trainer(args.online_updates, args, "finetune", [callback])
     try:
-        trainer(args.online_updates, [callback]).fit(
-            CollectorModule(agent, start_collector), datamodule=dm
-        )
+        fit.fit(CollectorModule(agent, start_collector), datamodule=dm)
     finally:
         for collector in started:
             stop(collector)
+    assert fit.logger is not None and fit.logger.log_dir is not None
+    plot_lightning_log(
+        f"{fit.logger.log_dir}/metrics.csv",
+        args.out / "lightning_finetune.png",
+        "offline-to-online fine-tuning under Lightning (CSVLogger's metrics.csv)",
+    )
     return started[0]
 
 

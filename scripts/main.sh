@@ -1,18 +1,13 @@
 #!/usr/bin/env bash
-# Set everything up, then run the main job: the offline-to-online example
-# (falls back to the quickstart while that example does not exist).
+# Set up what the main job needs (rbdata with its `examples` and `hdf5` extras: gymnasium,
+# matplotlib, h5py; not the dev tools), then run it: the offline-to-online example.
+# Its outputs (learning curve CSV/PNG, Lightning logs) go to runs/offline_to_online/,
+# which .gitignore covers. Extra arguments go to the example (e.g. --quick).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-bash scripts/setup.sh
+bash scripts/setup.sh examples,hdf5
 
-if [ -f examples/offline_to_online.py ]; then
-    exec "$ROOT/.venv/bin/python" examples/offline_to_online.py "$@"
-elif [ -f examples/quickstart.py ]; then
-    exec "$ROOT/.venv/bin/python" examples/quickstart.py "$@"
-else
-    echo "[main] neither examples/offline_to_online.py nor examples/quickstart.py exists" >&2
-    exit 1
-fi
+exec "$ROOT/.venv/bin/python" examples/offline_to_online.py "$@"

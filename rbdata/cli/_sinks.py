@@ -16,11 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 
 from rbdata._component.checks import key_path
 from rbdata.buffers import TensorDictReplayBuffer
+from rbdata.datasets.hdf5 import ITEM_SHAPE_ATTR
 from rbdata.storages import LazyMemmapStorage
 
 Chunks = Iterator[TensorDictBase]
@@ -100,20 +102,29 @@ def write_d4rl(dst: Path, chunks: Chunks, n: int) -> list[str]:
 def _d4rl_datasets(f: _H5Creator, chunk: TensorDictBase, n: int) -> list[str]:
     """Create the file's datasets from the first chunk's layout; the keys left out."""
     keys = {key_path(k) for k in chunk.keys(include_nested=True, leaves_only=True)}
+    required = {name: key for name, key in D4RL_FIELDS.items() if name != "timeouts"}
+    missing = [key for key in required.values() if key not in keys]
+    if missing:
+        raise ValueError(
+            f"a D4RL-style file needs {_names(required.values())} (one array per step); the "
+            f"source has {_names(sorted(keys)) or 'no entry'} and lacks {_names(missing)}: "
+            f"add {'it' if len(missing) == 1 else 'them'} to the data before converting, or "
+            f"convert to memmap or dumps, which hold any entries."
+        )
     for name, key in D4RL_FIELDS.items():
         if key in keys:
             value: torch.Tensor = chunk.get(key)
             shape = (n,) if name in _D4RL_PER_STEP else (n, *value.shape[1:])
-            f.create_dataset(name, shape=shape, dtype=value.numpy().dtype)
-        elif name != "timeouts":
-            nested = key[0] in chunk.keys() and isinstance(chunk.get(key[0]), TensorDictBase)
-            raise ValueError(
-                f"a D4RL-style file needs the entry {key!r} as one array per step"
-                + (f"; {key[0]!r} holds nested keys (use another format)" if nested else "")
-                + "."
-            )
+            dataset = f.create_dataset(name, shape=shape, dtype=value.numpy().dtype)
+            if name in _D4RL_PER_STEP:  # read back with the same per-item shape, [] or [1]
+                dataset.attrs[ITEM_SHAPE_ATTR] = np.asarray(value.shape[1:], dtype=np.int64)
     written = set(D4RL_FIELDS.values()) | {("next", "done")}
     return sorted(".".join(k) for k in keys - written)
+
+
+def _names(keys: Any) -> str:
+    """Entries as a user writes them: ``observation, next.reward``."""
+    return ", ".join(".".join(key) for key in keys)
 
 
 def write_dump(dst: Path, chunks: Chunks, n: int) -> list[str]:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "benchmarks_dir", "run"]
+__all__ = ["add_parser", "benchmarks_dir", "run", "scenario_names"]
 
 
 def benchmarks_dir() -> Path:
@@ -61,6 +62,13 @@ def run(args: argparse.Namespace) -> int:
                 f"{str(scripts[name])!r} not found: benchmarks run from a source checkout "
                 "(or pass --benchmarks DIR)."
             )
+    known = scenario_names(scripts["run"])
+    unknown = [name for name in args.scenarios if known is not None and name not in known]
+    if unknown:
+        raise ValueError(
+            f"unknown scenario{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: choose "
+            f"from {', '.join(known or ())} (none: all of them)."
+        )
     with tempfile.TemporaryDirectory(prefix="rbdata-bench-") as tmp:
         results = args.json or str(Path(tmp) / "results.json")
         command = [sys.executable, str(scripts["run"]), "--json", results]
@@ -73,3 +81,41 @@ def run(args: argparse.Namespace) -> int:
             return status
         plot = [sys.executable, str(scripts["plot"]), results, args.plot]
         return subprocess.run(plot, check=False).returncode
+
+
+def scenario_names(run_py: Path) -> list[str] | None:
+    """The scenario names ``run.py`` accepts (its ``ROWS`` keys and ``_SEPARATE`` names).
+
+    Read from the script's source without running it (importing it would load
+    torch); None when the script does not declare them that way.
+
+    Examples:
+        >>> from rbdata.cli.bench import benchmarks_dir, scenario_names
+        >>> "sample" in scenario_names(benchmarks_dir() / "run.py")
+        True
+    """
+    try:
+        tree = ast.parse(run_py.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    names: list[str] = []
+    found = False
+    for node in tree.body:
+        target, value = None, None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        if not (isinstance(target, ast.Name) and target.id in ("ROWS", "_SEPARATE")):
+            continue
+        elements = value.keys if isinstance(value, ast.Dict) else None
+        if isinstance(value, ast.Tuple | ast.List):
+            elements = list(value.elts)
+        if elements is None:
+            return None
+        found = True
+        for element in elements:
+            if not (isinstance(element, ast.Constant) and isinstance(element.value, str)):
+                return None
+            names.append(element.value)
+    return names if found else None

@@ -8,6 +8,7 @@ source, one ``torch.save`` file, is read whole.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,9 +34,12 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "convert",
         help="convert between Minari, D4RL-style HDF5, dumps and memmap TensorDict directories",
-        description=__doc__.splitlines()[0].split(": ", 1)[1].capitalize() + ". "
+        description="Convert replay data between Minari datasets, D4RL-style HDF5 files, "
+        "ReplayBuffer.dumps directories and memory-mapped TensorDict directories. "
         "SRC's format is detected (a Minari dataset id under $MINARI_DATASETS_PATH counts); "
-        "DST's from a .hdf5/.h5 suffix (d4rl), else give --to. DST must not exist.",
+        "DST's from a .hdf5/.h5 suffix (d4rl), else give --to. DST must not exist; relative "
+        "paths are taken from the current directory. The data streams through in chunks, so "
+        "a dataset larger than memory converts (a dumps source is read whole).",
     )
     parser.add_argument("src", help="a Minari dataset (id or directory), .hdf5 file or directory")
     parser.add_argument("dst", help="where to write (must not exist)")
@@ -86,7 +90,7 @@ def convert(
         >>> convert(f"{root}/mm", f"{root}/dump", to="dumps", chunk_rows=4, progress=False)
         ('memmap', 'dumps', 10, [])
     """
-    dst = Path(dst)
+    dst = Path(os.path.abspath(os.path.expanduser(dst)))  # writers may change directory
     src_format = offline_data_format(src)
     dst_format = to or _destination_format(dst)
     if chunk_rows is not None and (isinstance(chunk_rows, bool) or chunk_rows < 1):

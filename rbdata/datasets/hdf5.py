@@ -26,6 +26,9 @@ _FIELDS: dict[str, str | tuple[str, str]] = {
 _OPTIONAL = {"timeouts"}
 _FLAGS = {"terminals", "timeouts"}
 _PER_STEP = {"rewards", "terminals", "timeouts"}  # stored [N] or [N, 1]; loaded as [N, 1]
+#: attribute of a per-step dataset (written by ``rbdata convert``) holding the per-item shape,
+#: ``[]`` or ``[1]``, of the entry it was written from: read back, the entry keeps that shape
+ITEM_SHAPE_ATTR = "rbdata_item_shape"
 _CHUNK_BYTES = 64 << 20
 _PROGRESS_DELAY_S = 0.5  # a progress bar appears only for loads that take longer
 
@@ -42,6 +45,9 @@ class _H5Dataset(Protocol):
     def __getitem__(self, rows: slice) -> Any: ...
 
     def read_direct(self, dest: np.ndarray, source_sel: Any, dest_sel: Any) -> None: ...
+
+    @property
+    def attrs(self) -> Any: ...
 
 
 class _H5File(Protocol):
@@ -133,7 +139,7 @@ def load_d4rl_hdf5(
             for name, ds in datasets.items():
                 _read_into(ds, first, out[name], name, bar)
     if "timeouts" not in out:
-        out["timeouts"] = torch.zeros(n, 1, dtype=torch.bool)
+        out["timeouts"] = torch.zeros(out["terminals"].shape, dtype=torch.bool)
     td = TensorDict({_FIELDS[name]: tensor for name, tensor in out.items()}, batch_size=[n])
     td["next", "done"] = td["next", "terminated"] | td["next", "truncated"]
     return td
@@ -162,10 +168,18 @@ def _check_layout(f: _H5File, path: Path) -> dict[str, _H5Dataset]:
     return datasets
 
 
+def _item_shape(ds: _H5Dataset) -> tuple[int, ...]:
+    """A per-step dataset's item shape once loaded: ``(1,)``, or ``()`` if rbdata wrote it so."""
+    stored = ds.attrs.get(ITEM_SHAPE_ATTR)
+    if stored is not None and tuple(int(d) for d in np.asarray(stored).reshape(-1)) == ():
+        return ()
+    return (1,)
+
+
 def _empty_like(ds: _H5Dataset, name: str, n: int) -> torch.Tensor:
     if name in _FLAGS:
-        return torch.empty(n, 1, dtype=torch.bool)
-    shape = (n, 1) if name in _PER_STEP else (n, *ds.shape[1:])
+        return torch.empty(n, *_item_shape(ds), dtype=torch.bool)
+    shape = (n, *_item_shape(ds)) if name in _PER_STEP else (n, *ds.shape[1:])
     return torch.from_numpy(np.empty(shape, dtype=ds.dtype))
 
 

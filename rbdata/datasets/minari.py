@@ -276,7 +276,11 @@ class MinariReader:
 
 @overload
 def load_minari(
-    dataset_id_or_path: str | os.PathLike[str], *, storage: None = None, progress: bool = True
+    dataset_id_or_path: str | os.PathLike[str],
+    *,
+    storage: None = None,
+    progress: bool = True,
+    download: bool = False,
 ) -> TensorDictBase: ...
 
 
@@ -286,6 +290,7 @@ def load_minari(
     *,
     storage: S | Callable[[int], S],
     progress: bool = True,
+    download: bool = False,
 ) -> S: ...
 
 
@@ -294,6 +299,7 @@ def load_minari(
     *,
     storage: Storage | Callable[[int], Storage] | None = None,
     progress: bool = True,
+    download: bool = False,
 ) -> TensorDictBase | Storage:
     """Read a local Minari dataset into the TED layout, episode after episode.
 
@@ -320,6 +326,11 @@ def load_minari(
             The dataset is read in chunks of about 64 MiB either way.
         progress: show a progress bar (on stderr) when reading takes more than
             half a second.
+        download: accepted for code written for loaders that download (torchrl's
+            ``MinariExperienceReplay(download=True)``): rbdata never downloads.
+            A dataset already there loads as usual; a missing one raises a
+            FileNotFoundError that names the command to run
+            (``minari download ID``).
 
     Returns:
         The transitions, a TensorDict with batch size ``[N]`` on the CPU, or
@@ -327,7 +338,8 @@ def load_minari(
 
     Raises:
         ImportError: if h5py is not installed (``pip install 'rbdata[minari]'``).
-        FileNotFoundError: for an unknown dataset id or path, or a missing
+        FileNotFoundError: for an unknown dataset id or path (with ``download=True``: naming
+            the ``minari download`` command to run), or a missing
             ``metadata.json`` or ``main_data.hdf5``.
         KeyError: for a missing episode group or field.
         ValueError: for lengths that disagree (rewards shorter than actions,
@@ -359,7 +371,21 @@ def load_minari(
         >>> len(storage), storage[4]["next", "done"].item()
         (5, True)
     """
-    return MinariReader(dataset_id_or_path).read(storage, progress=progress)
+    if not isinstance(download, bool):
+        raise TypeError(f"download must be a bool, got {type(download).__name__}.")
+    try:
+        reader = MinariReader(dataset_id_or_path)
+    except FileNotFoundError as err:
+        if not download:
+            raise
+        name = str(dataset_id_or_path)
+        raise FileNotFoundError(
+            f"load_minari({name!r}, download=True): rbdata never downloads datasets. Run "
+            f"`minari download {name}` (the minari command comes with pip install "
+            f"'rbdata[minari]'; it saves under {str(datasets_root())!r}, which "
+            f"${DATASETS_ENV} changes), then load_minari({name!r}). ({err})"
+        ) from err
+    return reader.read(storage, progress=progress)
 
 
 # ------------------------------------------------------------------ layout checks

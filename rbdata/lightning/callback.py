@@ -57,6 +57,8 @@ class ReplayCallback(pl.Callback):
         RuntimeError: at ``setup`` when no buffer is given and the datamodule has none.
         KeyError: after a step whose priorities were found but whose batch has no
             ``"index"``.
+        ValueError: after a step whose priorities do not have the batch's shape
+            (one per sampled item; a scalar is refused, not broadcast).
         AttributeError: when ``policy_version`` names an attribute the module lacks.
 
     Examples:
@@ -180,7 +182,20 @@ class ReplayCallback(pl.Callback):
                 "'index' entry to apply them to; sample from an rbdata buffer (its batches carry "
                 "'index')."
             )
-        self.buffer.update_batch_priority(batch, torch.as_tensor(priority).detach().cpu())
+        priority = torch.as_tensor(priority).detach().cpu()
+        expected = tuple(batch.batch_size) if isinstance(batch, TensorDictBase) else index.shape
+        if tuple(priority.shape) != tuple(expected):
+            hint = (
+                " (a scalar would give every sampled item the same priority: return one value "
+                "per item, e.g. the per-item |TD error| before .mean())"
+                if priority.ndim == 0
+                else ""
+            )
+            raise ValueError(
+                f"ReplayCallback: {self.priority_key!r} has shape {tuple(priority.shape)}, "
+                f"expected {tuple(expected)}: one priority per sampled item{hint}."
+            )
+        self.buffer.update_batch_priority(batch, priority)
 
     def _read_version(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> int:
         source = self.policy_version

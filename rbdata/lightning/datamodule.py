@@ -26,6 +26,7 @@ from rbdata.lightning._checkpoint_io import (
     _BufferCheckpointIO,
 )
 from rbdata.loader import ReplayDataset
+from rbdata.loader.dataset import buffer_capacity
 
 __all__ = ["ReplayDataModule"]
 
@@ -59,6 +60,12 @@ class ReplayDataModule(pl.LightningDataModule):
     (``"last"`` included) restores both, so the batches after a resume are
     those an uninterrupted run would have drawn.
 
+    Under a Trainer the loader reports no ``len()`` (Lightning warns about an
+    ``IterableDataset`` with one); the epoch's length reaches Lightning as
+    ``Trainer.limit_train_batches`` instead: left at its default ``1.0`` it
+    becomes ``batches_per_epoch`` (a fraction ``f``, ``int(f *
+    batches_per_epoch)``) until ``teardown``.
+
     Args:
         buffer: a replay buffer (an rbdata ``ReplayBuffer`` or a composite one such
             as ``OfflineToOnlineReplayBuffer``), or a callable with no argument
@@ -69,7 +76,9 @@ class ReplayDataModule(pl.LightningDataModule):
         pin_memory: pin batches in page-locked memory; ``"auto"`` pins when
             training on a CUDA device.
         min_size: wait for the buffer to hold this many items before the first
-            batch (learning starts).
+            batch (learning starts); at most the buffer's capacity. The wait
+            logs a line every few seconds; with ``timeout`` it raises a
+            TimeoutError when no write came for that long.
         offline_data: data put into the buffer in ``setup``: a TensorDict, a
             ``dumps`` directory, a memory-mapped TensorDict directory or a
             D4RL-style ``.hdf5`` / ``.h5`` file (see
@@ -79,7 +88,9 @@ class ReplayDataModule(pl.LightningDataModule):
         samples_per_insert: target ratio of sampled to inserted items; the
             loader waits for a collector when sampling runs ahead of it.
         timeout: seconds to wait for new data (an online buffer fed by a
-            collector) before an epoch ends; None ends it at once.
+            collector) before an epoch ends; None ends it at once. Under a
+            Trainer an epoch that would hand out no batch at all raises a
+            RuntimeError instead (``fit`` never runs empty epochs).
         seed: seed of the buffer's sampling generator (rank ``r`` uses
             ``seed + r``); None takes ``torch.initial_seed()``, which
             ``lightning.seed_everything`` sets.
@@ -87,8 +98,9 @@ class ReplayDataModule(pl.LightningDataModule):
     Raises:
         TypeError: if ``buffer`` is neither a buffer nor a callable, or ``seed``
             is not an int.
-        ValueError: if a count is not an int in range or ``pin_memory`` is not
-            a bool or ``"auto"``.
+        ValueError: if a count is not an int in range, ``pin_memory`` is not
+            a bool or ``"auto"``, or ``min_size`` exceeds the buffer's capacity
+            (here for a buffer, in ``setup`` for a factory).
 
     Note:
         Under DDP with a buffer per rank, every rank dumps its own buffer while a
@@ -149,6 +161,8 @@ class ReplayDataModule(pl.LightningDataModule):
                 isinstance(value, bool) or not isinstance(value, int) or value < minimum
             ):
                 raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}.")
+        if _is_buffer(buffer):
+            _check_min_size(min_size, buffer)
         self._buffer_arg = buffer
         self.batch_size = batch_size
         self.batches_per_epoch = batches_per_epoch
@@ -162,6 +176,8 @@ class ReplayDataModule(pl.LightningDataModule):
         self.seed = seed
         self._buffer: ServableBuffer | None = None
         self._dataset: ReplayDataset | None = None
+        # (the trainer's limit_train_batches, what _give_epoch_length set it to)
+        self._limit_given: tuple[float, int] | None = None
 
     @property
     def buffer(self) -> ServableBuffer:
@@ -178,6 +194,7 @@ class ReplayDataModule(pl.LightningDataModule):
         """Build and seed the buffer and load ``offline_data`` into it (once)."""
         if self._buffer is None:
             buffer, owned = self._build_buffer()
+            _check_min_size(self.min_size, buffer)
             self._seed(buffer)
             if self.offline_data is not None and owned:
                 _fill(buffer, load_offline_data(self.offline_data))
@@ -198,18 +215,50 @@ class ReplayDataModule(pl.LightningDataModule):
             timeout=self.timeout,
             samples_per_insert=self.samples_per_insert,
         )
+        trainer = self.trainer
         # Lightning fetches one batch ahead of the training step when the loader has no
         # length; checkpoints must count that batch as not handed out yet.
-        lookahead = self.trainer is not None and self.batches_per_epoch is None
+        lookahead = trainer is not None and self.batches_per_epoch is None
         self._dataset.held_back = 1 if lookahead else 0
-        if not self.checkpoint_buffer:
-            # The buffer starts afresh on resume: a saved pass position would not fit it.
-            return _UncheckpointedDataLoader(self._dataset, batch_size=None)
-        return self._dataset.dataloader()
+        # Under a Trainer, an epoch without a batch is an error, never an empty epoch in a loop.
+        self._dataset.allow_empty_pass = trainer is None
+        loader = _ReplayDataLoader(self._dataset, batch_size=None)
+        # The buffer starts afresh on resume when it is not checkpointed: a saved pass
+        # position would not fit it.
+        loader.checkpointed = self.checkpoint_buffer
+        if isinstance(trainer, pl.Trainer):
+            self._give_epoch_length(trainer, loader)
+        return loader
+
+    def _give_epoch_length(self, trainer: pl.Trainer, loader: _ReplayDataLoader) -> None:
+        """Tell Lightning the epoch's length through ``limit_train_batches``, not ``len()``.
+
+        Lightning warns about every ``IterableDataset`` whose loader has a
+        ``len()`` (a guard for datasets that workers would duplicate); a
+        ReplayDataset's pass length is exact, so the loader under a Trainer has
+        no ``len()`` and the length reaches Lightning as the batch limit it
+        computes from one: the progress bar's total, ``val_check_interval``
+        and ``estimated_stepping_batches`` stay what they would be.
+        """
+        loader.sized = False
+        if self.batches_per_epoch is None:
+            return
+        limit = trainer.limit_train_batches
+        if self._limit_given is not None and limit == self._limit_given[1]:
+            limit = self._limit_given[0]  # the value before a previous train_dataloader()
+        if isinstance(limit, float):
+            given = limit
+            limit = self.batches_per_epoch if limit == 1.0 else int(limit * self.batches_per_epoch)
+            self._limit_given = (given, limit)
+            trainer.limit_train_batches = limit
 
     def teardown(self, stage: str) -> None:
-        """Stop the data loader's background sampling."""
+        """Stop the data loader's background sampling; give the Trainer its batch limit back."""
         self._close_dataset()
+        trainer, given = self.trainer, self._limit_given
+        if trainer is not None and given is not None and trainer.limit_train_batches == given[1]:
+            trainer.limit_train_batches = given[0]
+        self._limit_given = None
 
     # ---------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -316,15 +365,42 @@ class ReplayDataModule(pl.LightningDataModule):
             self._dataset = None
 
 
-class _UncheckpointedDataLoader(StatefulDataLoader[Any]):
-    """A StatefulDataLoader whose state stays out of checkpoints (``checkpoint_buffer=False``)."""
+class _ReplayDataLoader(StatefulDataLoader[Any]):
+    """The data module's StatefulDataLoader.
+
+    ``sized=False`` (under a Trainer) hides its length from Lightning (see
+    ``ReplayDataModule._give_epoch_length``); ``checkpointed=False``
+    (``checkpoint_buffer=False``) keeps its state out of checkpoints.
+    """
+
+    sized: bool = True
+    checkpointed: bool = True
+
+    def __len__(self) -> int:
+        if not self.sized:
+            raise TypeError(
+                "under a Trainer, ReplayDataModule's loader gives its epoch length to Lightning "
+                "as Trainer.limit_train_batches, not as len()."
+            )
+        return super().__len__()
 
     def state_dict(self) -> dict[str, Any]:
-        """Nothing: a resumed run starts a fresh pass over its fresh buffer."""
-        return {}
+        """The loader's state; nothing when not checkpointed (a fresh buffer on resume)."""
+        return super().state_dict() if self.checkpointed else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Ignore a saved state (see :meth:`state_dict`)."""
+        """Restore :meth:`state_dict` (ignored when not checkpointed)."""
+        if self.checkpointed:
+            super().load_state_dict(state_dict)
+
+
+def _check_min_size(min_size: int, buffer: ServableBuffer) -> None:
+    capacity = buffer_capacity(buffer)
+    if capacity is not None and min_size > capacity:
+        raise ValueError(
+            f"min_size={min_size} is more than the buffer can ever hold (capacity {capacity}): "
+            f"training would wait forever; pass min_size <= {capacity} or a larger storage."
+        )
 
 
 class _RayBacked(Protocol):

@@ -163,7 +163,7 @@ def test_bad_paths_and_formats_get_one_line_and_status_2(tmp_path, capsys):
         (["convert", str(tmp_path / "empty"), "x.hdf5"], "neither a replay-buffer dump"),
         (["convert", str(tmp_path / "dump"), str(tmp_path / "out")], "pass --to"),
         (["convert", str(tmp_path / "dump"), str(tmp_path / "taken.hdf5")], "already exists"),
-        (["convert", str(tmp_path / "dump"), str(tmp_path / "d.hdf5")], "'observation'"),
+        (["convert", str(tmp_path / "dump"), str(tmp_path / "d.hdf5")], "lacks observation"),
         (["convert", str(tmp_path / "dump"), str(tmp_path / "bad"), "--to", "minari"], "-v"),
         (["bench", "--benchmarks", str(tmp_path / "empty")], "run.py' not found"),
     ):

@@ -72,6 +72,13 @@ def test_offline_to_online_quick_run(
     assert all(float(row["eval_return"]) >= 8 for row in curve)
     if importlib.util.find_spec("matplotlib"):
         assert (tmp_path / f"curve_{trainer}.png").read_bytes()[:4] == b"\x89PNG"
+    if trainer == "lightning":  # Lightning's CSV log, beside the curve
+        with open(tmp_path / "lightning_logs" / "finetune" / "metrics.csv") as f:
+            logged = list(csv.DictReader(f))
+        assert any(r.get("replay/size") for r in logged) and any(r.get("loss") for r in logged)
+        assert (tmp_path / "lightning_logs" / "pretrain" / "metrics.csv").is_file()
+        if importlib.util.find_spec("matplotlib"):
+            assert (tmp_path / "lightning_finetune.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_offline_to_online_hdf5_and_in_memory_layouts_agree(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """A smoke run of examples/dqn_cartpole.py (a few steps; the full run is documented there)."""
 
+import csv
 import importlib.util
 from pathlib import Path
 
@@ -15,10 +16,11 @@ def load_example():
     return module
 
 
-def test_dqn_example_smoke_run():
+def test_dqn_example_smoke_run(tmp_path):
     dqn = load_example()
     args = dqn.parse_args(
         ["--steps", "24", "--steps-per-epoch", "12", "--stop-at-return", "1e9", "--seed", "1"]
+        + ["--out", str(tmp_path)]
     )
     trainer, model, datamodule = dqn.train(args)
     assert trainer.global_step == 24
@@ -30,3 +32,9 @@ def test_dqn_example_smoke_run():
     assert buffer.stats()["write_count"] == 1048
     assert dqn.evaluate(model.q, 1, seed=0) >= 8
     assert torch.isfinite(next(model.q.parameters())).all()
+    # the CSVLogger's log holds the callback's buffer stats and the loss
+    (metrics,) = tmp_path.glob("lightning_logs/*/metrics.csv")
+    with open(metrics) as f:
+        rows = list(csv.DictReader(f))
+    assert any(r.get("replay/size") for r in rows) and any(r.get("loss") for r in rows)
+    assert any(r.get("eval_return") for r in rows)
