@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from tensordict import TensorDict, is_tensor_collection
 from tensordict.memmap import MemoryMappedTensor
 
-from .base import StorageCheckpointerBase
+from rbdata._component.stateful import transaction
 
-if TYPE_CHECKING:
-    from rbdata.storages._base import Storage
+from .base import StorageCheckpointerBase, _CheckpointedStorage
 
 __all__ = ["TensorStorageCheckpointer"]
 
@@ -57,7 +56,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         (3, [0.0, 1.0, 2.0])
     """
 
-    def dumps(self, storage: Storage, path: str | os.PathLike[str]) -> None:
+    def dumps(self, storage: _CheckpointedStorage, path: str | os.PathLike[str]) -> None:
         """Write every slot of ``storage`` and its length in the directory ``path``."""
         root = Path(path)
         if not storage.initialized:
@@ -95,7 +94,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
             json.dumps({"metadata": metadata, "is_pytree": is_pytree, "len": length})
         )
 
-    def loads(self, storage: Storage, path: str | os.PathLike[str]) -> None:
+    def loads(self, storage: _CheckpointedStorage, path: str | os.PathLike[str]) -> None:
         """Read the rows in ``path`` (written by this class or torchrl's) into ``storage``."""
         root = Path(path)
         metadata_file = root / _METADATA
@@ -133,12 +132,13 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
                 f"{metadata_file}: 'len' is {length}, but the saved rows hold {rows.shape[0]} "
                 f"and the storage {storage.max_size_along_dim0}."
             )
-        storage.empty()
-        if length:
-            storage.set(torch.arange(length), _copy(rows[:length]))
+        with transaction(storage):  # a write that fails leaves the storage as it was
+            storage.empty()
+            if length:
+                storage.set(torch.arange(length), _copy(rows[:length]))
 
 
-def _all_rows(storage: Storage, length: int) -> Any:
+def _all_rows(storage: _CheckpointedStorage, length: int) -> Any:
     """Every slot of ``storage``: the written ones, then zeros up to ``max_size``."""
     written = storage.get(torch.arange(length))
     if is_tensor_collection(written):
