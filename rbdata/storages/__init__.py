@@ -3,9 +3,15 @@
 from ._base import Storage, shape_of
 from .checkpointers import (
     CompressedListStorageCheckpointer,
+    Flat2TED,
+    FlatStorageCheckpointer,
     ListStorageCheckpointer,
+    Nested2TED,
+    NestedStorageCheckpointer,
     StorageCheckpointerBase,
     StorageEnsembleCheckpointer,
+    TED2Flat,
+    TED2Nested,
     TensorStorageCheckpointer,
 )
 from .compressed import CompressedListStorage
@@ -19,6 +25,8 @@ from .tensor import TensorStorage
 __all__ = [
     "CompressedListStorage",
     "CompressedListStorageCheckpointer",
+    "Flat2TED",
+    "FlatStorageCheckpointer",
     "FrameDedupStorage",
     "LazyMemmapStorage",
     "LazyStackStorage",
@@ -29,6 +37,10 @@ __all__ = [
     "StorageCheckpointerBase",
     "StorageEnsemble",
     "StorageEnsembleCheckpointer",
+    "Nested2TED",
+    "NestedStorageCheckpointer",
+    "TED2Flat",
+    "TED2Nested",
     "TensorStorage",
     "TensorStorageCheckpointer",
     "shape_of",

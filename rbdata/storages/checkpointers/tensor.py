@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tensordict import TensorDict, is_tensor_collection
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from tensordict.memmap import MemoryMappedTensor
 
 from rbdata._component.stateful import transaction
@@ -124,9 +124,14 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
                 dtype=dtype,
             )
         else:
+            _refuse_pickles(root)
             rows = TensorDict.load_memmap(root)
             for hook in self._load_hooks:
                 rows = hook(rows, out=None)
+            if storage.initialized and len(storage) and isinstance(rows, TensorDictBase):
+                # keep the entries the storage holds (a load hook may add some, e.g. root dones)
+                stored = storage.get(torch.arange(1)).keys(True, True)
+                rows = rows.select(*stored, strict=False)
         if length > rows.shape[0] or length > storage.max_size_along_dim0:
             raise ValueError(
                 f"{metadata_file}: 'len' is {length}, but the saved rows hold {rows.shape[0]} "
@@ -151,6 +156,16 @@ def _all_rows(storage: _CheckpointedStorage, length: int) -> Any:
     rows = torch.zeros_like(written[:1]).expand(capacity, *written.shape[1:]).clone()
     rows[:length] = written
     return rows
+
+
+def _refuse_pickles(root: Path) -> None:
+    """Refuse a directory holding a pickle (tensordict pickles non-JSON entries)."""
+    pickles = sorted(str(p.relative_to(root)) for p in root.rglob("*.pkl"))
+    if pickles:
+        raise ValueError(
+            f"{root} holds pickled entries ({', '.join(pickles)}); rbdata does not unpickle "
+            "files. Save the storage without Python objects in it."
+        )
 
 
 def _copy(rows: Any) -> Any:
