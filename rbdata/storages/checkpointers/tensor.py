@@ -69,7 +69,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         length = len(storage)
         if length == 0:
             raise RuntimeError("Cannot save an empty storage with a TensorStorageCheckpointer.")
-        rows = _all_rows(storage, length)
+        rows = all_rows(storage, length)
         root.mkdir(parents=True, exist_ok=True)
         self._prepare_save_hooks(storage)
         for hook in self._save_hooks:
@@ -143,7 +143,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
                 storage.set(torch.arange(length), _copy(rows[:length]))
 
 
-def _all_rows(storage: _CheckpointedStorage, length: int) -> Any:
+def all_rows(storage: _CheckpointedStorage, length: int) -> Any:
     """Every slot of ``storage``: the written ones, then zeros up to ``max_size``."""
     written = storage.get(torch.arange(length))
     if is_tensor_collection(written):
