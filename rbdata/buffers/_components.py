@@ -22,7 +22,7 @@ from rbdata.buffers._sync import _BufferSync
 from rbdata.buffers.backends import get_service_backend, ray_actor_class
 from rbdata.sample_units import SampleUnit, Transition
 from rbdata.samplers import RandomSampler, Sampler
-from rbdata.storages import ListStorage, Storage, shape_of
+from rbdata.storages import ListStorage, Storage, StorageCheckpointerBase, shape_of
 from rbdata.transforms import Compose, Transform, as_transform
 from rbdata.writers import RoundRobinWriter, Writer
 
@@ -70,6 +70,7 @@ class _BufferBase:
         transform_factory: Callable[[], Transform | Callable[[Any], Any]] | None = None,
         batch_size: int | None = None,
         dim_extend: int | None = None,
+        checkpointer: StorageCheckpointerBase | None = None,
         generator: torch.Generator | None = None,
         consume_after_n_samples: int | None = None,
         shared: bool = False,
@@ -94,6 +95,11 @@ class _BufferBase:
             dim_extend=dim_extend,
         )
         check_shared_prefetch(bool(shared), prefetch)
+        if checkpointer is not None and not isinstance(checkpointer, StorageCheckpointerBase):
+            raise TypeError(
+                "checkpointer must be a StorageCheckpointerBase or None, got "
+                f"{type(checkpointer).__name__}."
+            )
         self._service_backend = backend
         self._remote: Any = None
         self._args: dict[str, Any] = {
@@ -102,6 +108,7 @@ class _BufferBase:
             "writer": writer,
             "transform": transform,
             "transform_factory": transform_factory,
+            "checkpointer": checkpointer,
         }
         if sample_unit is not None and not isinstance(sample_unit, SampleUnit):
             raise TypeError(
@@ -174,6 +181,8 @@ class _BufferBase:
                 f"consume_after_n_samples requires a writer with a callable write_at (new items "
                 f"reuse the slots of consumed ones); {type(self._writer).__name__} has none."
             )
+        if args["checkpointer"] is not None:
+            self._storage.checkpointer = args["checkpointer"]
         self._writer.register_storage(self._storage)
         self._follower = _WriteFollower(self._writer.write_count)
         self._sampler.set_rng(self._generator)

@@ -46,6 +46,8 @@ class ReplayBuffer(_WritePath, _ReadPath, _Indexing, _PriorityUpdates, _BufferSt
         transform_factory: a callable building the transform (exclusive with ``transform``).
         batch_size: the default batch size of ``sample()`` and iteration.
         dim_extend: the dimension ``extend`` iterates over (defaults to ``storage.ndim - 1``).
+        checkpointer: set as the storage's ``checkpointer`` (torchrl's argument): it lays
+            out ``storage.dumps``; the buffer's ``dumps`` keeps rbdata's format.
         generator: a ``torch.Generator`` for sampling (None: torch's global RNG).
         consume_after_n_samples: items leave the sampleable set after being returned this
             many times (works with every sampler and with ``prefetch``); ``len`` then

@@ -3,9 +3,18 @@
 from ._base import Storage, shape_of
 from .checkpointers import (
     CompressedListStorageCheckpointer,
+    Flat2TED,
+    FlatStorageCheckpointer,
+    H5Combine,
+    H5Split,
+    H5StorageCheckpointer,
     ListStorageCheckpointer,
+    Nested2TED,
+    NestedStorageCheckpointer,
     StorageCheckpointerBase,
     StorageEnsembleCheckpointer,
+    TED2Flat,
+    TED2Nested,
     TensorStorageCheckpointer,
 )
 from .compressed import CompressedListStorage
@@ -19,6 +28,11 @@ from .tensor import TensorStorage
 __all__ = [
     "CompressedListStorage",
     "CompressedListStorageCheckpointer",
+    "Flat2TED",
+    "FlatStorageCheckpointer",
+    "H5Combine",
+    "H5Split",
+    "H5StorageCheckpointer",
     "FrameDedupStorage",
     "LazyMemmapStorage",
     "LazyStackStorage",
@@ -29,6 +43,10 @@ __all__ = [
     "StorageCheckpointerBase",
     "StorageEnsemble",
     "StorageEnsembleCheckpointer",
+    "Nested2TED",
+    "NestedStorageCheckpointer",
+    "TED2Flat",
+    "TED2Nested",
     "TensorStorage",
     "TensorStorageCheckpointer",
     "shape_of",

@@ -4,14 +4,43 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from rbdata.storages._base import Storage
+from typing import Any, Protocol
 
 __all__ = ["StorageCheckpointerBase"]
 
 Hook = Callable[..., Any]
+
+
+class _CheckpointedStorage(Protocol):
+    """What a checkpointer uses of a storage (rbdata's ``Storage`` has all of it)."""
+
+    max_size: int
+    ndim: int
+
+    @property
+    def initialized(self) -> bool: ...
+
+    @property
+    def newest_slot(self) -> int | None: ...
+
+    @property
+    def max_size_along_dim0(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+    def get(self, index: Any) -> Any: ...
+
+    def set(self, index: Any, data: Any, *, set_cursor: bool = True) -> None: ...
+
+    def empty(self) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+    def dumps(self, path: str | os.PathLike[str]) -> None: ...
+
+    def loads(self, path: str | os.PathLike[str]) -> None: ...
 
 
 class StorageCheckpointerBase:
@@ -58,15 +87,15 @@ class StorageCheckpointerBase:
             raise TypeError(f"hook must be callable, got {type(hook).__name__}.")
         self._load_hooks.append(hook)
 
-    def dumps(self, storage: Storage, path: str | os.PathLike[str]) -> None:
+    def dumps(self, storage: _CheckpointedStorage, path: str | os.PathLike[str]) -> None:
         """Write ``storage`` in the directory ``path``."""
         raise NotImplementedError(f"{type(self).__name__} does not implement dumps.")
 
-    def loads(self, storage: Storage, path: str | os.PathLike[str]) -> None:
+    def loads(self, storage: _CheckpointedStorage, path: str | os.PathLike[str]) -> None:
         """Read what :meth:`dumps` wrote in ``path`` into ``storage``."""
         raise NotImplementedError(f"{type(self).__name__} does not implement loads.")
 
-    def _prepare_save_hooks(self, storage: Storage) -> None:
+    def _prepare_save_hooks(self, storage: _CheckpointedStorage) -> None:
         """Tell hooks with ``is_full``/``shift`` attributes where the ring stands (as torchrl)."""
         last = storage.newest_slot
         if last is None and len(storage):

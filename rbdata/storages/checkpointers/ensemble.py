@@ -5,14 +5,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from rbdata._component.state_file import read_state, write_state
 
-from .base import StorageCheckpointerBase
-
-if TYPE_CHECKING:
-    from rbdata.storages._base import Storage
+from .base import StorageCheckpointerBase, _CheckpointedStorage
 
 __all__ = ["StorageEnsembleCheckpointer"]
 
@@ -27,7 +24,7 @@ class _Stateful(Protocol):
 @runtime_checkable
 class _Ensemble(Protocol):
     @property
-    def members(self) -> tuple[Storage, ...]: ...
+    def members(self) -> tuple[_CheckpointedStorage, ...]: ...
 
     @property
     def transforms(self) -> list[object] | None: ...
@@ -56,7 +53,7 @@ class StorageEnsembleCheckpointer(StorageCheckpointerBase):
         (2, 0)
     """
 
-    def dumps(self, storage: Storage, path: str | os.PathLike[str]) -> None:
+    def dumps(self, storage: _CheckpointedStorage, path: str | os.PathLike[str]) -> None:
         """Write every member of the ensemble ``storage`` under ``path``."""
         ensemble = _as_ensemble(storage)
         root = Path(path).absolute()
@@ -70,7 +67,7 @@ class StorageEnsembleCheckpointer(StorageCheckpointerBase):
             if isinstance(transform, _Stateful):
                 write_state(transform.state_dict(), root, f"{i}_transform")
 
-    def loads(self, storage: Storage, path: str | os.PathLike[str]) -> None:
+    def loads(self, storage: _CheckpointedStorage, path: str | os.PathLike[str]) -> None:
         """Read what :meth:`dumps` wrote under ``path`` into the members of ``storage``."""
         ensemble = _as_ensemble(storage)
         root = Path(path).absolute()

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from rbdata._component.state_file import read_state, write_state
 
-from .base import StorageCheckpointerBase
-
-if TYPE_CHECKING:
-    from rbdata.storages._base import Storage
+from .base import StorageCheckpointerBase, _CheckpointedStorage
 
 __all__ = ["CompressedListStorageCheckpointer", "ListStorageCheckpointer"]
 
@@ -32,13 +28,13 @@ class ListStorageCheckpointer(StorageCheckpointerBase):
         NotImplementedError: ListStorage doesn't support serialization via `dumps` - `loads` API.
     """
 
-    def dumps(self, storage: Storage, path: str | os.PathLike[str]) -> None:
+    def dumps(self, storage: _CheckpointedStorage, path: str | os.PathLike[str]) -> None:
         """Raise ``NotImplementedError`` (torchrl's behaviour)."""
         raise NotImplementedError(
             "ListStorage doesn't support serialization via `dumps` - `loads` API."
         )
 
-    def loads(self, storage: Storage, path: str | os.PathLike[str]) -> None:
+    def loads(self, storage: _CheckpointedStorage, path: str | os.PathLike[str]) -> None:
         """Raise ``NotImplementedError`` (torchrl's behaviour)."""
         raise NotImplementedError(
             "ListStorage doesn't support serialization via `dumps` - `loads` API."
@@ -70,12 +66,12 @@ class CompressedListStorageCheckpointer(StorageCheckpointerBase):
         (2, 64.0)
     """
 
-    def dumps(self, storage: Storage, path: str | os.PathLike[str]) -> None:
+    def dumps(self, storage: _CheckpointedStorage, path: str | os.PathLike[str]) -> None:
         """Write the compressed items of ``storage`` in the directory ``path``."""
         if not len(storage):
             raise RuntimeError("Cannot save an empty or non-initialized CompressedListStorage.")
         write_state(storage.state_dict(), path, "storage")
 
-    def loads(self, storage: Storage, path: str | os.PathLike[str]) -> None:
+    def loads(self, storage: _CheckpointedStorage, path: str | os.PathLike[str]) -> None:
         """Read what :meth:`dumps` wrote in ``path`` into ``storage``."""
         storage.load_state_dict(read_state(path, "storage"))

@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
-from tensordict import TensorDict, is_tensor_collection
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from tensordict.memmap import MemoryMappedTensor
 
-from .base import StorageCheckpointerBase
+from rbdata._component.stateful import transaction
 
-if TYPE_CHECKING:
-    from rbdata.storages._base import Storage
+from .base import StorageCheckpointerBase, _CheckpointedStorage
 
 __all__ = ["TensorStorageCheckpointer"]
 
@@ -57,7 +56,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         (3, [0.0, 1.0, 2.0])
     """
 
-    def dumps(self, storage: Storage, path: str | os.PathLike[str]) -> None:
+    def dumps(self, storage: _CheckpointedStorage, path: str | os.PathLike[str]) -> None:
         """Write every slot of ``storage`` and its length in the directory ``path``."""
         root = Path(path)
         if not storage.initialized:
@@ -70,7 +69,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
         length = len(storage)
         if length == 0:
             raise RuntimeError("Cannot save an empty storage with a TensorStorageCheckpointer.")
-        rows = _all_rows(storage, length)
+        rows = all_rows(storage, length)
         root.mkdir(parents=True, exist_ok=True)
         self._prepare_save_hooks(storage)
         for hook in self._save_hooks:
@@ -95,7 +94,7 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
             json.dumps({"metadata": metadata, "is_pytree": is_pytree, "len": length})
         )
 
-    def loads(self, storage: Storage, path: str | os.PathLike[str]) -> None:
+    def loads(self, storage: _CheckpointedStorage, path: str | os.PathLike[str]) -> None:
         """Read the rows in ``path`` (written by this class or torchrl's) into ``storage``."""
         root = Path(path)
         metadata_file = root / _METADATA
@@ -125,20 +124,26 @@ class TensorStorageCheckpointer(StorageCheckpointerBase):
                 dtype=dtype,
             )
         else:
+            _refuse_pickles(root)
             rows = TensorDict.load_memmap(root)
             for hook in self._load_hooks:
                 rows = hook(rows, out=None)
+            if storage.initialized and len(storage) and isinstance(rows, TensorDictBase):
+                # keep the entries the storage holds (a load hook may add some, e.g. root dones)
+                stored = storage.get(torch.arange(1)).keys(True, True)
+                rows = rows.select(*stored, strict=False)
         if length > rows.shape[0] or length > storage.max_size_along_dim0:
             raise ValueError(
                 f"{metadata_file}: 'len' is {length}, but the saved rows hold {rows.shape[0]} "
                 f"and the storage {storage.max_size_along_dim0}."
             )
-        storage.empty()
-        if length:
-            storage.set(torch.arange(length), _copy(rows[:length]))
+        with transaction(storage):  # a write that fails leaves the storage as it was
+            storage.empty()
+            if length:
+                storage.set(torch.arange(length), _copy(rows[:length]))
 
 
-def _all_rows(storage: Storage, length: int) -> Any:
+def all_rows(storage: _CheckpointedStorage, length: int) -> Any:
     """Every slot of ``storage``: the written ones, then zeros up to ``max_size``."""
     written = storage.get(torch.arange(length))
     if is_tensor_collection(written):
@@ -151,6 +156,16 @@ def _all_rows(storage: Storage, length: int) -> Any:
     rows = torch.zeros_like(written[:1]).expand(capacity, *written.shape[1:]).clone()
     rows[:length] = written
     return rows
+
+
+def _refuse_pickles(root: Path) -> None:
+    """Refuse a directory holding a pickle (tensordict pickles non-JSON entries)."""
+    pickles = sorted(str(p.relative_to(root)) for p in root.rglob("*.pkl"))
+    if pickles:
+        raise ValueError(
+            f"{root} holds pickled entries ({', '.join(pickles)}); rbdata does not unpickle "
+            "files. Save the storage without Python objects in it."
+        )
 
 
 def _copy(rows: Any) -> Any:

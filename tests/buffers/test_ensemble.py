@@ -1,0 +1,207 @@
+"""ReplayBufferEnsemble: torchrl 0.14.1's observable behaviour (its test_ensemble.py, its docs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rbdata import (
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    ListStorage,
+    RandomSampler,
+    ReplayBuffer,
+    ReplayBufferEnsemble,
+    RoundRobinWriter,
+    SamplerEnsemble,
+    SamplerWithoutReplacement,
+    StorageEnsemble,
+    TensorDictReplayBuffer,
+    TensorStorage,
+    WriterEnsemble,
+)
+
+
+def _data(kind: str, offset: int = 0):
+    if kind == "tensor":
+        return torch.arange(90) + offset
+    return TensorDict(
+        {
+            "root": torch.arange(90) + offset,
+            "nested": TensorDict({"data": torch.arange(180).view(90, 2)}, batch_size=[90, 2]),
+        },
+        batch_size=[90],
+    )
+
+
+def _storage(kind: str, data: str):
+    if kind == "memmap":
+        return LazyMemmapStorage(100)
+    if kind == "list":
+        return ListStorage(100)
+    zeros = torch.zeros(100, dtype=torch.long)
+    return TensorStorage(TensorDict(batch_size=[100]) if data == "td" else zeros)
+
+
+def _three(storage: str, data: str, sampler=RandomSampler, batch=None):
+    rbs = []
+    for i in range(3):
+        rb = ReplayBuffer(storage=_storage(storage, data), sampler=sampler(), batch_size=batch)
+        rb.extend(_data(data, 1000 * (i + 1)))
+        rbs.append(rb)
+    return rbs
+
+
+@pytest.mark.parametrize("storage", ["memmap", "tensor", "list"])
+@pytest.mark.parametrize("data", ["tensor", "td"])
+@pytest.mark.parametrize("num_buffer_sampled", [3, 16, None])
+def test_sample_shape_and_weights(storage, data, num_buffer_sampled):
+    rb = ReplayBufferEnsemble(
+        *_three(storage, data), p=[0.0, 0.9, 0.1], num_buffer_sampled=num_buffer_sampled,
+        batch_size=48,
+    )  # fmt: skip
+    sample, info = rb.sample(return_info=True)
+    n = num_buffer_sampled or 3
+    assert sample.shape[:2] == torch.Size([n, 48 // n])
+    values = sample["root"] if data == "td" else sample
+    assert not ((values >= 1000) & (values < 2000)).any()  # member 0 has weight 0
+    if data == "td":
+        ids = sample["index", "buffer_ids"]
+        assert ids.shape == torch.Size([n, 48 // n]) and 0 not in ids.unique().tolist()
+        assert ("nested", "data") in sample.keys(True)
+        # each row comes from the member its id names, at the index it names
+        if storage != "tensor":  # (a TensorStorage of zeros counts its 100 rows as written)
+            assert torch.equal(sample["root"] // 1000 - 1, ids)
+            assert torch.equal(sample["root"] % 1000, sample["index", "index"])
+    assert "index" in info.keys()
+    batch = next(iter(rb))
+    assert batch.shape[:2] == torch.Size([n, 48 // n])
+
+
+def test_sample_from_all_draws_each_member_once():
+    rb = ReplayBufferEnsemble(*_three("memmap", "tensor"), sample_from_all=True)
+    sample = rb.sample(30)
+    assert torch.equal(sample // 1000, torch.arange(1, 4)[:, None].expand(3, 10))
+
+
+def test_without_replacement_members_and_batch_size_rules():
+    with pytest.raises(ValueError, match="predictable batch-size"):
+        ReplayBuffer(
+            storage=LazyTensorStorage(10), sampler=SamplerWithoutReplacement(drop_last=True)
+        )
+    rbs = _three("tensor", "tensor", lambda: SamplerWithoutReplacement(drop_last=True), 16)
+    rb = ReplayBufferEnsemble(*rbs, num_buffer_sampled=16, batch_size=48)
+    assert rb.sample().shape == torch.Size([16, 3])
+    with pytest.raises(ValueError, match="divisible"):
+        rb.sample(47)
+    with pytest.raises(RuntimeError, match="batch_size not specified"):
+        ReplayBufferEnsemble(*_three("tensor", "tensor")).sample()
+
+
+def test_p_and_sample_from_all_are_exclusive():
+    with pytest.raises(RuntimeError):
+        ReplayBufferEnsemble(*_three("tensor", "tensor"), p=[1, 1, 1], sample_from_all=True)
+
+
+def _dual(explicit: bool):
+    rb0 = TensorDictReplayBuffer(storage=LazyMemmapStorage(10))
+    rb1 = TensorDictReplayBuffer(storage=LazyMemmapStorage(10))
+    rb0.extend(TensorDict({"x": torch.zeros(10, 3)}, batch_size=[10]))
+    rb1.extend(TensorDict({"x": torch.ones(10, 3)}, batch_size=[10]))
+    if explicit:
+        rb = ReplayBufferEnsemble(
+            storages=StorageEnsemble(rb0.storage, rb1.storage),
+            samplers=SamplerEnsemble(rb0.sampler, rb1.sampler, p=[0.5, 0.5]),
+            writers=WriterEnsemble(rb0.writer, rb1.writer),
+        )
+    else:
+        rb = ReplayBufferEnsemble(rb0, rb1, p=[0.5, 0.5])
+    return rb, rb0, rb1
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_indexing(explicit):
+    rb, rb0, rb1 = _dual(explicit)
+    if explicit:
+        assert rb[0].storage is rb0.storage and rb[1].storage is rb1.storage
+    else:
+        assert rb[0] is rb0 and rb[1] is rb1
+    assert rb[:] is rb and len(rb) == 2
+    torch.manual_seed(0)
+    expected = rb.sample(6)
+    for index in (torch.tensor([0, 1]), slice(0, 2), np.array([0, 1]), [0, 1]):
+        torch.manual_seed(0)
+        assert (rb[index].sample(6) == expected).all()
+        assert (rb[index, :3] == rb[:, :3]).all()
+    assert rb[:, :3].shape == torch.Size([2, 3])
+    assert isinstance(rb.storage[[0, 1]], StorageEnsemble)
+    assert isinstance(rb.storage[1], LazyMemmapStorage)
+    assert isinstance(rb.sampler[:2], SamplerEnsemble) and isinstance(rb.sampler[1], RandomSampler)
+    assert isinstance(rb.writer[np.array([0, 1])], WriterEnsemble)
+    assert isinstance(rb.writer[0], RoundRobinWriter)
+    with pytest.raises(IndexError):
+        rb[5]
+    with pytest.raises(TypeError):
+        rb.storage[torch.tensor([0.0])]
+    with pytest.raises(RuntimeError):
+        rb.storage[torch.zeros(1, 1, dtype=torch.long)]
+
+
+def test_ensemble_components_do_not_write():
+    rb, rb0, _ = _dual(False)
+    with pytest.raises(RuntimeError, match="routing"):
+        rb.extend(TensorDict({"x": torch.zeros(2, 3)}, batch_size=[2]))
+    with pytest.raises(NotImplementedError):
+        rb.writer.extend(torch.zeros(2))
+    with pytest.raises(RuntimeError):
+        rb.storage.set(0, torch.zeros(3))
+    assert len(rb0) == 10 and rb.write_count == 20
+
+
+def test_routed_writes():
+    members = [TensorDictReplayBuffer(storage=LazyTensorStorage(10)) for _ in range(2)]
+    rb = ReplayBufferEnsemble(*members, routing_key="member")
+    data = TensorDict({"member": torch.tensor([1, 0, 1]), "x": torch.arange(3.0)}, [3])
+    out = rb.extend(data)
+    assert out["buffer_ids"].tolist() == [1, 0, 1] and out["index"].tolist() == [0, 0, 1]
+    assert members[1][:]["x"].tolist() == [0.0, 2.0] and members[0][:]["x"].tolist() == [1.0]
+    with pytest.raises(ValueError, match="lie in"):
+        rb.extend(TensorDict({"member": torch.tensor([2]), "x": torch.zeros(1)}, [1]))
+    with pytest.raises(TypeError, match="integers"):
+        rb.extend(TensorDict({"member": torch.tensor([0.0]), "x": torch.zeros(1)}, [1]))
+    assert len(members[0]) == 1  # the refused writes changed nothing
+    by_dim = ReplayBufferEnsemble(*members, routing_dim=1)
+    by_dim.extend(
+        TensorDict({"member": torch.zeros(4, 2, dtype=torch.long), "x": torch.ones(4, 2)}, [4, 2])
+    )
+    assert len(members[0]) == 5 and len(members[1]) == 6
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        ReplayBufferEnsemble(*members, routing_key="member", routing_dim=0)
+
+
+def test_state_and_dumps_round_trip(tmp_path):
+    rb, rb0, rb1 = _dual(False)
+    copy, c0, c1 = _dual(False)
+    c0.empty()
+    c1.empty()
+    rb.dumps(tmp_path)
+    copy.loads(tmp_path)
+    assert (c0[:]["x"] == 0).all() and (c1[:]["x"] == 1).all() and len(c1) == 10
+    c0.empty()
+    copy.load_state_dict(rb.state_dict())
+    assert len(c0) == 10
+    stats = rb.stats()
+    assert stats["size"] == 20 and stats["capacity"] == 20 and stats["num_buffers"] == 2
+
+
+def test_storage_ensemble_checkpointer(tmp_path):
+    ensemble = StorageEnsemble(LazyTensorStorage(4), LazyTensorStorage(4))
+    ensemble[0].set(torch.arange(2), torch.ones(2, 3))
+    copy = StorageEnsemble(LazyTensorStorage(4), LazyTensorStorage(4))
+    copy[1].set(torch.arange(1), torch.ones(1, 3))
+    ensemble.dumps(tmp_path)
+    assert (tmp_path / "metadata.json").read_text() == '{"empty_members": [1]}'
+    copy.loads(tmp_path)
+    assert len(copy[0]) == 2 and len(copy[1]) == 0
