@@ -74,8 +74,8 @@ class Storage(_CompileHooks, abc.ABC):
             if self._items_process_local
             else SharedCounters([0, 0, -1])
         )
-        self._save_hooks: list[Callable[[Any], Any]] = []
-        self._load_hooks: list[Callable[[Any], Any]] = []
+        self._save_hooks: list[Callable[..., Any]] = []
+        self._load_hooks: list[Callable[..., Any]] = []
         self._newest_of: Callable[[], int] | None = None
 
     # -------------------------------------------------------------- length
@@ -253,11 +253,11 @@ class Storage(_CompileHooks, abc.ABC):
         self._len = 0
         self._note_mutation()
 
-    def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
+    def register_save_hook(self, hook: Callable[..., Any]) -> None:
         """Register a callable applied to the content before it is saved by ``dumps``."""
         self._save_hooks.append(hook)
 
-    def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
+    def register_load_hook(self, hook: Callable[..., Any]) -> None:
         """Register a callable applied to the content after it is read by ``loads``."""
         self._load_hooks.append(hook)
 
