@@ -136,6 +136,15 @@ class Storage(_CompileHooks, abc.ABC):
     def initialized(self) -> bool:
         """Whether the storage has allocated its slots (lazy storages: after the first write)."""
 
+    def accepts_max_size(self, max_size: int, lead: Any = None) -> bool:
+        """Whether a dump of a storage of ``max_size`` fits this one (``loads`` asks).
+
+        Equal sizes; a lazy ``ndim > 1`` storage not laid out yet also takes the
+        size its own ``max_size`` rounds up to for items of the dump's ``lead``
+        shape (the dims after the first, a list of ints).
+        """
+        return max_size == self.max_size
+
     @property
     def max_size_along_dim0(self) -> int:
         """Capacity in items along dim 0, where writers wrap around (``max_size`` here)."""
