@@ -159,8 +159,10 @@ class _TensorRows(Storage):
         self._out_device = self._device
 
     def accepts_max_size(self, max_size: int, lead: Any = None) -> bool:
-        """Equal sizes, or (``ndim > 1``, not laid out yet) this ``max_size`` rounded up to
-        whole items of the dump's ``lead`` cells: ``ceil(self.max_size / cells) * cells``.
+        """Equal sizes, or this ``max_size`` rounded up to whole items of the dump's ``lead``.
+
+        Only for an ``ndim > 1`` storage not laid out yet: ``ceil(self.max_size / cells) *
+        cells``, ``cells`` being the product of ``lead``.
         """
         if max_size == self.max_size:
             return True

@@ -1,4 +1,4 @@
-"""An ndim > 1 lazy storage rounds max_size up to whole items, as torchrl's (102 for 100 of [3, .])."""
+"""An ndim > 1 lazy storage rounds max_size up to whole items, as torchrl's (100 -> 102)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from rbdata import CheckpointError, LazyMemmapStorage, LazyTensorStorage, Replay
 
 @pytest.mark.parametrize("make", [LazyTensorStorage, LazyMemmapStorage])
 @pytest.mark.parametrize("shape,max_size", [((3, 22), 102), ((3, 8), 102), ((4, 5), 100)])
-def test_max_size_rounds_up_to_whole_items(make: Any, shape: tuple[int, int], max_size: int) -> None:
+def test_max_size_rounds_up_to_whole_items(
+    make: Any, shape: tuple[int, int], max_size: int
+) -> None:
     rb = ReplayBuffer(storage=make(100, ndim=2))
     assert rb.storage.max_size == 100  # not laid out yet
     rb.extend(TensorDict({"a": torch.zeros(shape)}, list(shape)))
