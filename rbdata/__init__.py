@@ -14,9 +14,12 @@ import rbdata.service  # registers service_backend="ray" (Ray itself is imported
 from rbdata._start_method import default_to_spawn
 from rbdata.buffers import (
     PrioritizedReplayBuffer,
+    RayReplayBuffer,
+    RemoteTensorDictReplayBuffer,
     ReplayBuffer,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
+    prefill_replay_buffer,
 )
 from rbdata.buffers._conditional_update import ConditionalUpdateResult
 from rbdata.buffers.ensemble import ReplayBufferEnsemble
@@ -25,6 +28,7 @@ from rbdata.policy_version import PolicyVersion
 from rbdata.query import TrajectoryPredicate, filter_trajectories, iter_trajectories, traj
 from rbdata.sample_units import SampleUnit, Sequence, Transition
 from rbdata.samplers import (
+    ConsumingSampler,
     PrioritizedSampler,
     PrioritizedSliceSampler,
     RandomSampler,
@@ -66,7 +70,7 @@ from rbdata.storages import (
     TensorStorage,
     TensorStorageCheckpointer,
 )
-from rbdata.trajectories import Trajectory, find_start_stop_traj
+from rbdata.trajectories import DEFAULT_DONE_KEYS, Trajectory, find_start_stop_traj
 from rbdata.transforms import Compose, PolicyAgeFilter, Transform
 from rbdata.writers import (
     ImmutableDatasetWriter,
@@ -124,9 +128,11 @@ __all__ = [
     "H5Split",
     "H5StorageCheckpointer",
     "ConditionalUpdateResult",
-    "FrameDedupStorage",
+    "ConsumingSampler",
+    "DEFAULT_DONE_KEYS",
     "filter_trajectories",
     "find_start_stop_traj",
+    "FrameDedupStorage",
     "ImmutableDatasetWriter",
     "iter_trajectories",
     "LambdaScheduler",
@@ -144,12 +150,15 @@ __all__ = [
     "ParameterScheduler",
     "PolicyAgeFilter",
     "PolicyVersion",
+    "prefill_replay_buffer",
     "PrioritizedReplayBuffer",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
     "RandomSampler",
     "RateLimitTimeoutError",
     "RayBufferClient",
+    "RayReplayBuffer",
+    "RemoteTensorDictReplayBuffer",
     "ReplayBuffer",
     "ReplayBufferEnsemble",
     "ReplayCallback",

@@ -168,6 +168,9 @@ class _BufferBase:
             args["storage"], Storage, lambda: ListStorage(1000), "storage"
         )
         self._sampler: Sampler = build_component(args["sampler"], Sampler, RandomSampler, "sampler")
+        if self._sampler.consumes:  # a ConsumingSampler: its count is the buffer's
+            self._sampler.set_consume_after_n(self._consume_after_n)  # a conflict raises
+            self._consume_after_n = self._sampler.consume_after_n
         self._writer: Writer = build_component(
             args["writer"], Writer, lambda: self._default_writer(self._compilable), "writer"
         )
@@ -379,6 +382,10 @@ class _BufferBase:
         """Set a new sampler and return the previous one."""
         with self._sync.lock:
             self._init()
+            if sampler.consumes:  # a ConsumingSampler brings its count (torchrl's rule)
+                self._consume_after_n = sampler.consume_after_n
+            elif self._sampler.consumes:
+                self._consume_after_n = None
             prev, self._sampler = self._sampler, sampler
             self._follower.seen = self._writer.write_count
             sampler.set_rng(self._generator)
@@ -425,11 +432,11 @@ class _BufferBase:
         self.transform.insert(index, transform)
         return self
 
-    def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
+    def register_save_hook(self, hook: Callable[..., Any]) -> None:
         """Register a hook applied to the storage content before ``dumps``."""
         self.storage.register_save_hook(hook)
 
-    def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
+    def register_load_hook(self, hook: Callable[..., Any]) -> None:
         """Register a hook applied to the storage content after ``loads``."""
         self.storage.register_load_hook(hook)
 

@@ -224,7 +224,9 @@ def _loads(rb: _Persistable, path: str | os.PathLike[str], allow_pickle: bool) -
                 f"dump at {str(path)!r} was written by a buffer with {name} {found.get(name)!r}; "
                 f"this buffer's {name} is {cls!r}. Build the buffer with matching components."
             )
-    if manifest.get("max_size") != rb.storage.max_size:
+    saved_max = manifest.get("max_size")
+    saved_lead = (_entry(sd, "_storage") or {}).get("lead")
+    if type(saved_max) is not int or not rb.storage.accepts_max_size(saved_max, saved_lead):
         raise CheckpointError(
             f"dump at {str(path)!r} has storage max_size {manifest.get('max_size')}; this buffer's "
             f"storage has max_size {rb.storage.max_size}."

@@ -1,6 +1,7 @@
 """Samplers: which slots of the storage a batch reads."""
 
 from rbdata.samplers._base import Sampler
+from rbdata.samplers.consuming import ConsumingSampler
 from rbdata.samplers.ensemble import SamplerEnsemble
 from rbdata.samplers.prioritized import PrioritizedSampler
 from rbdata.samplers.prioritized_slice import PrioritizedSliceSampler
@@ -10,6 +11,7 @@ from rbdata.samplers.slice_without_replacement import SliceSamplerWithoutReplace
 from rbdata.samplers.without_replacement import SamplerWithoutReplacement
 
 __all__ = [
+    "ConsumingSampler",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
     "RandomSampler",

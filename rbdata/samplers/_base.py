@@ -62,6 +62,10 @@ class Sampler:
     #: ``ndim > 1`` (a sampler keeping per-cell state, such as a priority tree, sets it).
     per_cell_writes: ClassVar[bool] = False
 
+    #: whether the sampler sets consume-after-n itself (:class:`ConsumingSampler`): the
+    #: buffer then takes the sampler's count as its ``consume_after_n_samples``
+    consumes: ClassVar[bool] = False
+
     #: whether a pass leaves out a last, short batch (samplers without replacement)
     drop_last: bool = False
 

@@ -86,8 +86,8 @@ class Storage(_CompileHooks, abc.ABC):
             if self._items_process_local
             else SharedCounters([0, 0, -1])
         )
-        self._save_hooks: list[Callable[[Any], Any]] = []
-        self._load_hooks: list[Callable[[Any], Any]] = []
+        self._save_hooks: list[Callable[..., Any]] = []
+        self._load_hooks: list[Callable[..., Any]] = []
         self._newest_of: Callable[[], int] | None = None
 
     # -------------------------------------------------------------- length
@@ -147,6 +147,15 @@ class Storage(_CompileHooks, abc.ABC):
     @abc.abstractmethod
     def initialized(self) -> bool:
         """Whether the storage has allocated its slots (lazy storages: after the first write)."""
+
+    def accepts_max_size(self, max_size: int, lead: Any = None) -> bool:
+        """Whether a dump of a storage of ``max_size`` fits this one (``loads`` asks).
+
+        Equal sizes; a lazy ``ndim > 1`` storage not laid out yet also takes the
+        size its own ``max_size`` rounds up to for items of the dump's ``lead``
+        shape (the dims after the first, a list of ints).
+        """
+        return max_size == self.max_size
 
     @property
     def max_size_along_dim0(self) -> int:
@@ -265,7 +274,7 @@ class Storage(_CompileHooks, abc.ABC):
         self._len = 0
         self._note_mutation()
 
-    def register_save_hook(self, hook: Callable[[Any], Any]) -> None:
+    def register_save_hook(self, hook: Callable[..., Any]) -> None:
         """Register a callable applied to the content before it is saved by ``dumps``.
 
         With a checkpointer set, the hook goes to the checkpointer (as torchrl's).
@@ -275,7 +284,7 @@ class Storage(_CompileHooks, abc.ABC):
             return
         self._save_hooks.append(hook)
 
-    def register_load_hook(self, hook: Callable[[Any], Any]) -> None:
+    def register_load_hook(self, hook: Callable[..., Any]) -> None:
         """Register a callable applied to the content after it is read by ``loads``.
 
         With a checkpointer set, the hook goes to the checkpointer (as torchrl's).

@@ -122,6 +122,9 @@ class _TensorRows(Storage):
         self._structure, self._layout, self._lead = structure, layout, lead
         self._cells = math.prod(lead)
         self._capacity = packed.shape[0] // self._cells
+        # torchrl's max_size once laid out: whole items along dim 0 (ndim=2, 100 cells of
+        # [3, ...] items: 34 items, max_size 102)
+        self.max_size = self._capacity * self._cells
         self._tails = _tails(layout, lead)
         self._batch_shapes = {}
         self._set_rows(layout, packed)
@@ -154,6 +157,21 @@ class _TensorRows(Storage):
         out_device = None if packed.device == self._device else self._device
         self._rows = _PackedRows(layout, packed, out_device)
         self._out_device = self._device
+
+    def accepts_max_size(self, max_size: int, lead: Any = None) -> bool:
+        """Equal sizes, or this ``max_size`` rounded up to whole items of the dump's ``lead``.
+
+        Only for an ``ndim > 1`` storage not laid out yet: ``ceil(self.max_size / cells) *
+        cells``, ``cells`` being the product of ``lead``.
+        """
+        if max_size == self.max_size:
+            return True
+        if self.ndim == 1 or self._rows is not None or not isinstance(lead, list | tuple):
+            return False
+        if not all(type(d) is int and d > 0 for d in lead):
+            return False
+        cells = math.prod(lead)
+        return -(-self.max_size // cells) * cells == max_size
 
     def share_memory_(self: _R) -> _R:
         """Move the rows and the length to shared memory, for ``torch.multiprocessing``.

@@ -20,6 +20,7 @@
 """
 
 from rbdata.trajectories.boundaries import find_start_stop_traj
+from rbdata.trajectories.markers import DEFAULT_DONE_KEYS
 from rbdata.trajectories.view import Trajectory
 
-__all__ = ["Trajectory", "find_start_stop_traj"]
+__all__ = ["DEFAULT_DONE_KEYS", "Trajectory", "find_start_stop_traj"]

@@ -62,10 +62,6 @@ MASKS: dict[str, Callable[[str], str]] = {
 
 #: scripts rbdata does not run yet, with the reason (strict: fixing one fails its mark)
 GAPS = {
-    "checkpoint.py": (
-        "parity gap: LazyMemmapStorage(100, ndim=2) keeps max_size 100 after a [3, 22] "
-        "write; torchrl rounds it up to 102 (the script asserts rb._storage.max_size == 102)"
-    ),
     "compressed_replay_buffer_checkpoint.py": (
         "parity gap: CompressedListStorage holds items of one structure; the script stores "
         "a tensor, then a TensorDict, then another tensor shape"

@@ -1,0 +1,119 @@
+"""torchrl's remote buffer names: RayReplayBuffer and RemoteTensorDictReplayBuffer.
+
+rbdata hosts a buffer in Ray with ``service_backend="ray"``; these classes give
+that buffer torchrl's names and constructor arguments, so a script importing
+them switches by changing the import.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rbdata.buffers.replay import ReplayBuffer
+from rbdata.buffers.tensordict import TensorDictReplayBuffer
+
+__all__ = ["RayReplayBuffer", "RemoteTensorDictReplayBuffer"]
+
+
+class RemoteTensorDictReplayBuffer(TensorDictReplayBuffer):
+    """torchrl's TensorDict buffer for remote calls: here a plain :class:`TensorDictReplayBuffer`.
+
+    torchrl's class is a :class:`TensorDictReplayBuffer` whose methods ``torch.rpc``
+    may call through a remote reference; called locally it is the plain buffer,
+    and so it is here. rbdata does not serve ``torch.rpc``: to use a buffer from
+    other processes, pass ``service_backend="ray"`` (or use :class:`RayReplayBuffer`)
+    and hand out its ``client()``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from rbdata import LazyTensorStorage, RemoteTensorDictReplayBuffer
+        >>> rb = RemoteTensorDictReplayBuffer(storage=LazyTensorStorage(10), batch_size=2)
+        >>> _ = rb.extend(TensorDict({"obs": torch.arange(4)}, [4]))
+        >>> rb.sample()["obs"].shape
+        torch.Size([2])
+    """
+
+
+class RayReplayBuffer(ReplayBuffer):
+    """A buffer hosted in a Ray actor, extended and sampled from any process (torchrl's name).
+
+    It is ``replay_buffer_cls(..., service_backend="ray")`` under torchrl's
+    constructor: the object is an instance of both this class and
+    ``replay_buffer_cls``, and forwards every call to the actor (see
+    :doc:`/ray`); ``client()`` gives a picklable handle, ``shutdown()`` stops
+    the actor (and Ray, if this buffer started it).
+
+    Keyword Args:
+        replay_buffer_cls: the buffer class hosted (default :class:`ReplayBuffer`;
+            any rbdata buffer class, e.g. :class:`TensorDictReplayBuffer`).
+        ray_init_config: keyword arguments for ``ray.init()`` when Ray is not running.
+        remote_config: actor options (``num_cpus``, ``num_gpus``, ...).
+        transport: ``"auto"``, ``"ray"`` or ``"distributed"`` (see ``ReplayBuffer``).
+        transport_options: options of the ``"distributed"`` transport.
+        delayed_init: build the components in the actor at first use (default False).
+        **kwargs: the hosted class's arguments (storage, sampler, writer, batch_size, ...).
+
+    Raises:
+        TypeError: if ``replay_buffer_cls`` is not a :class:`ReplayBuffer` subclass.
+
+    Example (it starts Ray; ``tests/buffers/test_remote.py`` runs it)::
+
+        from rbdata import LazyTensorStorage, RayReplayBuffer
+
+        rb = RayReplayBuffer(storage=LazyTensorStorage(100), batch_size=4)
+        rb.extend(torch.arange(8))
+        assert rb.sample().shape == (4,)
+        rb.shutdown()
+    """
+
+    #: RayReplayBuffer over each hosted class (one subclass per class, built once)
+    _over: ClassVar[dict[type, type]] = {}
+
+    def __new__(cls, replay_buffer_cls: type = ReplayBuffer, **kwargs: Any) -> Any:
+        """An instance of this class over ``replay_buffer_cls`` (a subclass of both)."""
+        if not (
+            isinstance(replay_buffer_cls, type) and issubclass(replay_buffer_cls, ReplayBuffer)
+        ):
+            raise TypeError(
+                f"replay_buffer_cls must be a ReplayBuffer subclass, got {replay_buffer_cls!r}."
+            )
+        if replay_buffer_cls is ReplayBuffer or issubclass(cls, replay_buffer_cls):
+            return super().__new__(cls)
+        over = RayReplayBuffer._over.get(replay_buffer_cls)
+        if over is None:
+            over = type(cls.__name__, (cls, replay_buffer_cls), {"__doc__": cls.__doc__})
+            RayReplayBuffer._over[replay_buffer_cls] = over
+        return super().__new__(over)
+
+    def __init__(
+        self,
+        *,
+        replay_buffer_cls: type = ReplayBuffer,
+        ray_init_config: dict[str, Any] | None = None,
+        remote_config: dict[str, Any] | None = None,
+        transport: str = "auto",
+        transport_options: dict[str, Any] | None = None,
+        delayed_init: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        self._hosted_cls = replay_buffer_cls
+        options: dict[str, Any] = {}
+        if ray_init_config is not None:
+            options["ray_init_config"] = ray_init_config
+        if remote_config is not None:
+            options["remote_config"] = remote_config
+        super().__init__(
+            service_backend="ray",
+            service_backend_options=options or None,
+            transport=transport,
+            transport_options=transport_options,
+            delayed_init=delayed_init,
+            **kwargs,
+        )
+
+    def _hosted(self) -> Any:
+        """The buffer the actor hosts: a plain ``replay_buffer_cls`` (no Ray wrapper in it)."""
+        hosted = super()._hosted()
+        hosted.__class__ = self._hosted_cls
+        return hosted
