@@ -1,49 +1,344 @@
-"""A replay buffer's components and their lifecycle: construction, properties, replacement."""
+"""A replay buffer's components and their lifecycle: construction, replacement, sharing.
+
+:class:`_Components` is the one object every part of a
+:class:`~rbdata.ReplayBuffer` holds a reference to (the write path, the read
+path, indexing, priority updates, state): the storage, sampler, writer,
+sample unit and transforms, built lazily, with the buffer's settings, its
+lock (``sync``) and its bookkeeping (``stats``, ``prefetcher``,
+``follower``). :class:`_BufferBase` shows them under the names the sharing
+mixins (``_DeferredWrites``, ``_SharedHandle``) are written against.
+"""
 
 from __future__ import annotations
 
-import copy
 import math
-from collections.abc import Callable, Iterator
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from rbdata.buffers._coordinates import cells_of_rows, to_flat
-from rbdata.buffers._init_args import (
-    build_component,
-    check_backend,
-    check_buffer_args,
-)
+from rbdata.buffers._init_args import build_component
 from rbdata.buffers._prefetch import _BatchPrefetcher
 from rbdata.buffers._sharing import _WriteFollower, check_shared_prefetch, share_transform
 from rbdata.buffers._stats import _BufferStats
 from rbdata.buffers._sync import _BufferSync
-from rbdata.buffers.backends import get_service_backend, ray_actor_class
-from rbdata.sample_units import SampleUnit, Transition
+from rbdata.sample_units import SampleUnit
 from rbdata.samplers import RandomSampler, Sampler
 from rbdata.storages import ListStorage, Storage, StorageCheckpointerBase, shape_of
-from rbdata.transforms import Compose, Transform, as_transform
-from rbdata.writers import RoundRobinWriter, Writer
+from rbdata.storages._counters import spawning
+from rbdata.transforms import Compose, Transform
+from rbdata.writers import Writer
 
-__all__ = ["_BufferBase"]
+__all__ = ["_BufferBase", "_Components"]
 
-#: the buffer class a method returns (``self``)
-_B = TypeVar("_B", bound="_BufferBase")
 
-_TRANSIENT = ("_iterator", "_prefetcher")
+class _Components:
+    """A buffer's components, its settings and its lock, and their lifecycle.
+
+    The constructor keeps the arguments; :meth:`init` builds the components
+    (once, under the lock: threads of a concurrent owner may ask at once).
+    Replacing a component (:meth:`set_storage`, ...) and sharing
+    (:meth:`share`) happen here, so every part sees the same components.
+
+    Examples:
+        >>> from rbdata.samplers import RandomSampler
+        >>> from rbdata.sample_units import Transition
+        >>> from rbdata.writers import RoundRobinWriter
+        >>> parts = _Components({"storage": None, "sampler": None, "writer": None,
+        ...     "transform": None, "transform_factory": None}, Transition(),
+        ...     default_writer=RoundRobinWriter)
+        >>> parts.initialized, parts.init(), type(parts.storage).__name__
+        (False, None, 'ListStorage')
+    """
+
+    def __init__(
+        self,
+        args: dict[str, Any],
+        sample_unit: SampleUnit,
+        *,
+        default_writer: Callable[[bool], Writer],
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        prefetch: int = 0,
+        batch_size: int | None = None,
+        dim_extend: int | None = None,
+        generator: torch.Generator | None = None,
+        consume_after_n: int | None = None,
+        shared: bool = False,
+        compilable: bool = False,
+    ) -> None:
+        self.args = args
+        self.sample_unit = sample_unit
+        self.default_writer = default_writer
+        self.collate_arg = collate_fn
+        self.pin_memory = pin_memory
+        self.prefetch = prefetch
+        self.batch_size = batch_size
+        self.dim_extend_arg = dim_extend
+        self.generator = generator
+        self.consume_after_n = consume_after_n
+        self.shared = shared
+        self.compilable = compilable
+        #: False: a child started with the buffer gets a RandomSampler (``sync=False``)
+        self.sync_priorities = True
+        self.alive = True
+        self.sync = _BufferSync()
+        self.stats = _BufferStats()
+        self.prefetcher = _BatchPrefetcher(prefetch)
+        self.initialized = False
+        # built by init()
+        self.storage: Storage
+        self.sampler: Sampler
+        self.writer: Writer
+        self.transform: Compose
+        self.collate_fn: Callable[[Any], Any]
+        self.follower: _WriteFollower
+
+    # ------------------------------------------------------------ building
+    def init(self) -> None:
+        """Build the components unless built already."""
+        if self.initialized:
+            return
+        with self.sync.lock:  # threads of a concurrent owner may make the first call at once
+            if not self.initialized:
+                self._build()
+
+    def _build(self) -> None:
+        args = self.args
+        storage: Storage = build_component(
+            args["storage"], Storage, lambda: ListStorage(1000), "storage"
+        )
+        sampler: Sampler = build_component(args["sampler"], Sampler, RandomSampler, "sampler")
+        if sampler.consumes:  # a ConsumingSampler: its count is the buffer's
+            sampler.set_consume_after_n(self.consume_after_n)  # a conflict raises
+            self.consume_after_n = sampler.consume_after_n
+        writer: Writer = build_component(
+            args["writer"], Writer, lambda: self.default_writer(self.compilable), "writer"
+        )
+        if self.batch_size is None and sampler.drop_last:
+            raise ValueError(
+                "Samplers with drop_last=True must work with a predictable batch-size: pass "
+                "batch_size=... to the buffer (with drop_last the pass length depends on it)."
+            )
+        if self.consume_after_n is not None and not callable(writer.write_at):
+            raise TypeError(
+                f"consume_after_n_samples requires a writer with a callable write_at (new items "
+                f"reuse the slots of consumed ones); {type(writer).__name__} has none."
+            )
+        checkpointer: StorageCheckpointerBase | None = args.get("checkpointer")
+        if checkpointer is not None:
+            storage.checkpointer = checkpointer
+        self.storage, self.sampler, self.writer = storage, sampler, writer
+        writer.register_storage(storage)
+        self.follower = _WriteFollower(writer.write_count)
+        sampler.set_rng(self.generator)
+        sampler.set_consume_after_n(self.consume_after_n)
+        factory = args["transform_factory"]
+        transform = args["transform"] if factory is None else factory()
+        self.transform = (
+            transform
+            if isinstance(transform, Compose)
+            else (Compose() if transform is None else Compose(transform))
+        )
+        self.collate_fn = self.collate_arg or storage.default_collate_fn()
+        if storage.ndim == 1 and len(storage):
+            # A storage built holding data (TensorStorage(data)): its items are sampleable,
+            # and a prioritized sampler gives them the default priority.
+            self.note_written(torch.arange(len(storage)))
+        if self.shared:
+            self._share_built()
+        self.initialized = True
+
+    def _share_built(self) -> None:
+        """Storage rows, counters, generations and transforms' state into shared memory."""
+        self.storage.share_memory_()  # a list storage is refused when sent to a child
+        self.writer.share_memory_()
+        self.sync.share()
+        share_transform(self.transform)
+
+    def share(self, shared: bool) -> None:
+        """Share (True) or stop excluding other processes (False); see ``ReplayBuffer.share``."""
+        if not isinstance(shared, bool):
+            raise TypeError(f"shared must be a bool, got {type(shared).__name__}.")
+        check_shared_prefetch(shared, self.prefetch)
+        if not shared:
+            self.shared = False
+            self.sync.unshare()
+            return
+        if self.initialized:
+            self._share_built()
+        self.shared = True
+
+    def reader(self, sampler: Sampler) -> _Components:
+        """Components sharing these ones' storage, writer and transforms, drawing with ``sampler``.
+
+        They have their own lock (a shared buffer's keep the cross-process
+        one), write follower and no prefetch.
+        """
+        self.init()
+        copy = _Components(
+            self.args,
+            self.sample_unit,
+            default_writer=self.default_writer,
+            collate_fn=self.collate_arg,
+            pin_memory=self.pin_memory,
+            batch_size=self.batch_size,
+            dim_extend=self.dim_extend_arg,
+            generator=self.generator,
+            consume_after_n=self.consume_after_n,
+            shared=self.shared,
+            compilable=self.compilable,
+        )
+        copy.prefetch = self.prefetch
+        copy.sync_priorities = self.sync_priorities
+        copy.alive = self.alive
+        copy.stats = self.stats
+        if self.sync.shared:
+            copy.sync = self.sync
+        copy.storage, copy.writer, copy.transform = self.storage, self.writer, self.transform
+        copy.collate_fn = self.collate_fn
+        copy.follower = _WriteFollower(self.follower.seen)
+        copy.sampler = sampler
+        sampler.set_consume_after_n(None)
+        copy.initialized = True
+        return copy
+
+    # ------------------------------------------------------------ replacing
+    def set_storage(self, storage: Storage, collate_fn: Callable[[Any], Any] | None) -> Storage:
+        """Use ``storage`` from now on; return the previous one.
+
+        Writes go to the new storage from the slot after its items (a fresh storage: slot
+        0), and the sampler forgets the previous storage's items and learns the new one's,
+        so no empty row of the new storage is ever sampled.
+        """
+        with self.sync.lock:
+            self.init()
+            prev, self.storage = self.storage, storage
+            self.writer.register_storage(storage)
+            self.writer.load_state_dict({"_cursor": len(storage) % storage.max_size_along_dim0})
+            self.follower.seen = self.writer.write_count
+            self.sampler._empty()
+            if storage.ndim == 1 and len(storage):
+                self.note_written(torch.arange(len(storage)))
+            self.collate_arg = collate_fn
+            self.collate_fn = collate_fn or storage.default_collate_fn()
+            return prev
+
+    def set_sampler(self, sampler: Sampler) -> Sampler:
+        """Use ``sampler`` from now on; return the previous one."""
+        with self.sync.lock:
+            self.init()
+            if sampler.consumes:  # a ConsumingSampler brings its count (torchrl's rule)
+                self.consume_after_n = sampler.consume_after_n
+            elif self.sampler.consumes:
+                self.consume_after_n = None
+            prev, self.sampler = self.sampler, sampler
+            self.follower.seen = self.writer.write_count
+            sampler.set_rng(self.generator)
+            sampler.set_consume_after_n(self.consume_after_n)
+            return prev
+
+    def set_writer(self, writer: Writer) -> Writer:
+        """Use ``writer`` from now on; return the previous one."""
+        with self.sync.lock:
+            self.init()
+            prev, self.writer = self.writer, writer
+            writer.register_storage(self.storage)
+            self.follower.seen = writer.write_count
+            return prev
+
+    def set_rng(self, generator: torch.Generator | None) -> None:
+        """Sample with ``generator`` from now on (None: torch's global RNG)."""
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(
+                f"generator must be a torch.Generator or None, got {type(generator).__name__}."
+            )
+        with self.sync.lock:
+            self.generator = generator
+            if self.initialized:
+                self.sampler.set_rng(generator)
+
+    def add_transform(self, transform: Transform, index: int | None) -> None:
+        """Append ``transform`` (``index`` None) or insert it at ``index``."""
+        if self.shared:
+            share_transform(transform)
+        self.init()
+        if index is None:
+            self.transform.append(transform)
+        else:
+            self.transform.insert(index, transform)
+
+    # ------------------------------------------------------------ writes seen
+    def follow_writes(self) -> None:
+        """Tell the sampler and sample unit of the writes other buffers or processes made."""
+        writer = self.writer
+        count = writer.write_count
+        if count == self.follower.seen:
+            return
+        ring = writer.writes_in_ring_order and self.consume_after_n is None
+        missed = self.follower.missed(count, self.storage.max_size_along_dim0, ring)
+        if missed is not None:
+            self.note_written(missed)
+
+    def note_written(self, index: torch.Tensor) -> None:
+        """Tell the sampler and sample unit which items were written (their cells when asked)."""
+        if self.sampler.per_cell_writes and self.storage.ndim > 1:
+            self.sampler.extend(cells_of_rows(index, self.cells_per_item()))
+        else:
+            self.sampler.extend(index)
+        self.sample_unit.extend(index)
+
+    def sampleable(self) -> int:
+        """What ``len(buffer)`` is: the items that can be sampled (0 before the first use)."""
+        if not self.initialized:
+            return 0
+        return int(self.sync.peek(lambda: self.sampler.sampleable(self.storage)))
+
+    # ------------------------------------------------------------ layout
+    @property
+    def dim_extend(self) -> int:
+        """The dimension ``extend`` iterates over."""
+        if self.dim_extend_arg is not None:
+            return self.dim_extend_arg
+        self.init()
+        return self.storage.ndim - 1
+
+    def storage_shape(self) -> tuple[int, ...]:
+        """The storage's shape: ``[capacity, *lead]`` (only tensor storages have ``ndim > 1``)."""
+        return shape_of(self.storage)
+
+    def cells_per_item(self) -> int:
+        """The cells of one item along dim 0 (1 for ``ndim == 1``)."""
+        return math.prod(self.storage_shape()[1:])
+
+    def flat_index(self, index: Any, name: str = "index") -> Any:
+        """``index`` as flat cells (coordinates of an ``ndim > 1`` storage converted).
+
+        Raises:
+            ValueError: for coordinates of the wrong width or outside the storage.
+        """
+        storage = self.storage
+        if storage.ndim == 1 or not storage.initialized:
+            return index
+        return to_flat(index, self.storage_shape(), name)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if not self.sync_priorities and spawning():
+            # sync=False: a started child writes without the priority tree (see
+            # PrioritizedReplayBuffer); the learner gives its items the default priority
+            state["sampler"] = RandomSampler()
+            state["args"] = {**state["args"], "sampler": state["sampler"]}
+        return state
 
 
 class _BufferBase:
-    """What every part of a replay buffer shares: its components, the lock, their lifecycle.
+    """The components under the names the sharing mixins (``_DeferredWrites``, ...) use.
 
-    It builds the components (lazily, in ``_init``), holds them with the lock
-    they are used under and the collaborators (``_sync``, ``_stats``,
-    ``_prefetcher``), and answers for them (``storage``, ``sampler``, ...,
-    ``set_storage``, ``set_sampler``, ...). The write path, the read path,
-    indexing, priorities and state are the other parts of
-    :class:`~rbdata.ReplayBuffer`, each a subclass of this one in its own
-    module. Not meant to be used on its own.
+    An object with a ``_components`` reference (the buffer, its write path)
+    reads them here as ``self._storage``, ``self._sync``, ... Not meant to be
+    used on its own.
 
     Examples:
         >>> from rbdata import ReplayBuffer
@@ -51,471 +346,44 @@ class _BufferBase:
         True
     """
 
-    #: the writer a buffer builds when none is given
-    _default_writer: ClassVar[type[Writer]] = RoundRobinWriter
-    #: whether a TensorDict batch keeps its info entries ("index", ...) as entries
-    _keeps_info: ClassVar[bool] = False
-
-    def __init__(
-        self,
-        *,
-        storage: Storage | Callable[[], Storage] | None = None,
-        sampler: Sampler | Callable[[], Sampler] | None = None,
-        sample_unit: SampleUnit | None = None,
-        writer: Writer | Callable[[], Writer] | None = None,
-        collate_fn: Callable[[Any], Any] | None = None,
-        pin_memory: bool = False,
-        prefetch: int | None = None,
-        transform: Transform | Callable[[Any], Any] | None = None,
-        transform_factory: Callable[[], Transform | Callable[[Any], Any]] | None = None,
-        batch_size: int | None = None,
-        dim_extend: int | None = None,
-        checkpointer: StorageCheckpointerBase | None = None,
-        generator: torch.Generator | None = None,
-        consume_after_n_samples: int | None = None,
-        shared: bool = False,
-        compilable: bool = False,
-        delayed_init: bool | None = None,
-        service_backend: str | None = None,
-        service_backend_options: dict[str, Any] | None = None,
-        use_ray_service: bool = False,
-        transport: str = "auto",
-        transport_options: dict[str, Any] | None = None,
-    ) -> None:
-        backend = check_backend(
-            service_backend, use_ray_service, service_backend_options, transport, transport_options
-        )
-        check_buffer_args(
-            transform=transform,
-            transform_factory=transform_factory,
-            batch_size=batch_size,
-            prefetch=prefetch,
-            consume_after_n_samples=consume_after_n_samples,
-            generator=generator,
-            dim_extend=dim_extend,
-        )
-        check_shared_prefetch(bool(shared), prefetch)
-        if checkpointer is not None and not isinstance(checkpointer, StorageCheckpointerBase):
-            raise TypeError(
-                "checkpointer must be a StorageCheckpointerBase or None, got "
-                f"{type(checkpointer).__name__}."
-            )
-        self._service_backend = backend
-        self._remote: Any = None
-        self._args: dict[str, Any] = {
-            "storage": storage,
-            "sampler": sampler,
-            "writer": writer,
-            "transform": transform,
-            "transform_factory": transform_factory,
-            "checkpointer": checkpointer,
-        }
-        if sample_unit is not None and not isinstance(sample_unit, SampleUnit):
-            raise TypeError(
-                f"sample_unit must be a SampleUnit (Transition, Sequence), got "
-                f"{type(sample_unit).__name__}."
-            )
-        self._sample_unit: SampleUnit = Transition() if sample_unit is None else sample_unit
-        self._collate_arg = collate_fn
-        self._pin_memory = bool(pin_memory)
-        self._prefetch = prefetch or 0
-        self._batch_size = batch_size
-        self._dim_extend_arg = dim_extend
-        self._generator = generator
-        self._consume_after_n = consume_after_n_samples
-        self._shared = bool(shared)
-        self._compilable = bool(compilable)
-        self._alive = True
-        self._sync = _BufferSync()
-        self._stats = _BufferStats()
-        self._prefetcher = _BatchPrefetcher(self._prefetch)
-        self._pass_ended = False  # whether the last batch handed out ended a pass
-        self._iterator: Iterator[Any] | None = None
-        self._initialized = False
-        if delayed_init is None:
-            delayed_init = transform_factory is not None
-        if backend != "direct":  # the buffer lives in a service; this object forwards to it
-            self._remote = get_service_backend(backend)(
-                self,
-                self._hosted(),
-                service_backend_options,
-                transport,
-                transport_options,
-                prefetch=self._prefetch,
-                delayed_init=delayed_init,
-            )
-            return
-        if not delayed_init:
-            self._init()
-
-    def _hosted(self: _B) -> _B:
-        """A direct copy of this buffer for a Ray actor to host (its clients do the prefetch)."""
-        hosted = copy.copy(self)
-        hosted._service_backend = "direct"
-        hosted._prefetch, hosted._prefetcher = 0, _BatchPrefetcher(0)
-        return hosted
-
-    def _init(self) -> None:
-        if self._initialized:
-            return
-        with self._sync.lock:  # threads of a concurrent owner may make the first call at once
-            if not self._initialized:
-                self._build_components()
-
-    def _build_components(self) -> None:
-        args = self._args
-        self._storage: Storage = build_component(
-            args["storage"], Storage, lambda: ListStorage(1000), "storage"
-        )
-        self._sampler: Sampler = build_component(args["sampler"], Sampler, RandomSampler, "sampler")
-        if self._sampler.consumes:  # a ConsumingSampler: its count is the buffer's
-            self._sampler.set_consume_after_n(self._consume_after_n)  # a conflict raises
-            self._consume_after_n = self._sampler.consume_after_n
-        self._writer: Writer = build_component(
-            args["writer"], Writer, lambda: self._default_writer(self._compilable), "writer"
-        )
-        if self._batch_size is None and self._sampler.drop_last:
-            raise ValueError(
-                "Samplers with drop_last=True must work with a predictable batch-size: pass "
-                "batch_size=... to the buffer (with drop_last the pass length depends on it)."
-            )
-        if self._consume_after_n is not None and not callable(self._writer.write_at):
-            raise TypeError(
-                f"consume_after_n_samples requires a writer with a callable write_at (new items "
-                f"reuse the slots of consumed ones); {type(self._writer).__name__} has none."
-            )
-        if args["checkpointer"] is not None:
-            self._storage.checkpointer = args["checkpointer"]
-        self._writer.register_storage(self._storage)
-        self._follower = _WriteFollower(self._writer.write_count)
-        self._sampler.set_rng(self._generator)
-        self._sampler.set_consume_after_n(self._consume_after_n)
-        factory = args["transform_factory"]
-        transform = args["transform"] if factory is None else factory()
-        self._transform: Compose = (
-            transform
-            if isinstance(transform, Compose)
-            else (Compose() if transform is None else Compose(transform))
-        )
-        self._collate_fn = self._collate_arg or self._storage.default_collate_fn()
-        if self._storage.ndim == 1 and len(self._storage):
-            # A storage built holding data (TensorStorage(data)): its items are sampleable,
-            # and a prioritized sampler gives them the default priority.
-            self._note_written(torch.arange(len(self._storage)))
-        if self._shared:
-            self._share()
-        self._initialized = True
-
-    def _share(self) -> None:
-        """Storage rows, counters, generations and transforms' state into shared memory."""
-        self._storage.share_memory_()  # a list storage is refused when sent to a child
-        self._writer.share_memory_()
-        self._sync.share()
-        share_transform(self._transform)
-
-    def share(self: _B, shared: bool = True) -> _B:
-        """Share this buffer with ``torch.multiprocessing`` children (torchrl's ``share()``).
-
-        The storage rows, its length, the writer's cursor, write count and
-        generations move to shared memory, the transforms' write state too, and
-        writes and draws take one lock from the spawn context. Hand the buffer
-        to ``Process(args=...)`` (forked or spawned): children that ``extend``
-        it write where this process samples, and this process's sampler
-        catches up with their writes before each draw. ``share(False)`` goes
-        back to a thread lock (the memory stays shared).
-
-        Args:
-            shared: share (True) or stop excluding other processes (False).
-
-        Returns:
-            the buffer itself.
-
-        Raises:
-            RuntimeError: if a transform keeps write state it cannot share.
-
-        Examples:
-            >>> import torch
-            >>> from rbdata import LazyTensorStorage, ReplayBuffer
-            >>> rb = ReplayBuffer(storage=LazyTensorStorage(8)).share()
-            >>> _ = rb.extend(torch.arange(4))
-            >>> rb.storage._rows.packed.is_shared(), type(rb.lock).__name__
-            (True, 'LocalThenShared')
-        """
-        if not isinstance(shared, bool):
-            raise TypeError(f"shared must be a bool, got {type(shared).__name__}.")
-        check_shared_prefetch(shared, self._prefetch)
-        if not shared:
-            self._shared = False
-            self._sync.unshare()
-            return self
-        if self._initialized:
-            self._share()
-        self._shared = True
-        return self
-
-    def _follow_writes(self) -> None:
-        """Tell the sampler and sample unit of the writes other buffers or processes made."""
-        writer = self._writer
-        count = writer.write_count
-        if count == self._follower.seen:
-            return
-        ring = writer.writes_in_ring_order and self._consume_after_n is None
-        missed = self._follower.missed(count, writer._capacity(), ring)
-        if missed is not None:
-            self._note_written(missed)
+    _components: _Components
 
     @property
-    def initialized(self) -> bool:
-        """Whether the components (storage, sampler, writer, transform) are built."""
-        return self._initialized
+    def _initialized(self) -> bool:
+        return self._components.initialized
 
     @property
-    def storage(self) -> Storage:
-        """The storage of the replay buffer."""
-        self._init()
-        return self._storage
+    def _sync(self) -> _BufferSync:
+        return self._components.sync
 
     @property
-    def sampler(self) -> Sampler:
-        """The sampler of the replay buffer."""
-        self._init()
-        return self._sampler
+    def _storage(self) -> Storage:
+        return self._components.storage
 
     @property
-    def writer(self) -> Writer:
-        """The writer of the replay buffer."""
-        self._init()
-        return self._writer
+    def _sampler(self) -> Sampler:
+        return self._components.sampler
 
     @property
-    def transform(self) -> Compose:
-        """The transform chain of the replay buffer."""
-        self._init()
-        return self._transform
+    def _writer(self) -> Writer:
+        return self._components.writer
 
     @property
-    def sample_unit(self) -> SampleUnit:
-        """The sample unit expanding sampled anchors into records."""
-        return self._sample_unit
+    def _sample_unit(self) -> SampleUnit:
+        return self._components.sample_unit
 
     @property
-    def batch_size(self) -> int | None:
-        """The default batch size of ``sample()`` and iteration."""
-        return self._batch_size
+    def _transform(self) -> Compose:
+        return self._components.transform
 
     @property
-    def dim_extend(self) -> int:
-        """The dimension ``extend`` iterates over."""
-        if self._dim_extend_arg is not None:
-            return self._dim_extend_arg
-        return self.storage.ndim - 1
+    def _consume_after_n(self) -> int | None:
+        return self._components.consume_after_n
 
     @property
-    def write_count(self) -> int:
-        """The total number of items written so far through add and extend."""
-        return self.writer.write_count
+    def _prefetch(self) -> int:
+        return self._components.prefetch
 
-    @property
-    def service_backend(self) -> str:
-        """The deployment backend of this replay buffer (``"direct"`` or ``"ray"``)."""
-        return self._service_backend
-
-    @property
-    def is_alive(self) -> bool:
-        """Whether this buffer remains available (False after :meth:`shutdown`)."""
-        return self._alive
-
-    @property
-    def generator(self) -> torch.Generator | None:
-        """The generator used for sampling (None: torch's global RNG)."""
-        return self._generator
-
-    @property
-    def _rng(self) -> torch.Generator | None:
-        """The :attr:`generator` under torchrl's name (code in the wild reads ``rb._rng``)."""
-        return self._generator
-
-    @property
-    def _prefetch_queue(self) -> Any:
-        """The batches sampled ahead and not handed out yet (torchrl's name)."""
-        return self._prefetcher.pending
-
-    @property
-    def prioritized(self) -> bool:
-        """Whether the sampler is prioritized (priority updates change what is drawn)."""
-        return self.sampler.prioritized
-
-    @property
-    def lock(self) -> Any:
-        """The buffer's reentrant lock (writes, draws and sampling-state reads happen under it)."""
-        return self._sync.lock
-
-    def __len__(self) -> int:
-        """The items that can be sampled (under consume-after-n: those not consumed yet)."""
-        if not self._initialized:
-            return 0
-        return int(self._sync.peek(lambda: self._sampler.sampleable(self._storage)))
-
-    def set_storage(
-        self, storage: Storage, collate_fn: Callable[[Any], Any] | None = None
-    ) -> Storage:
-        """Set a new storage and return the previous one.
-
-        Writes go to the new storage from the slot after its items (a fresh storage: slot
-        0), and the sampler forgets the previous storage's items and learns the new one's,
-        so no empty row of the new storage is ever sampled.
-        """
-        with self._sync.lock:
-            self._init()
-            prev, self._storage = self._storage, storage
-            self._writer.register_storage(storage)
-            self._writer.load_state_dict({"_cursor": len(storage) % storage.max_size_along_dim0})
-            self._follower.seen = self._writer.write_count
-            self._sampler._empty()
-            if storage.ndim == 1 and len(storage):
-                self._note_written(torch.arange(len(storage)))
-            self._collate_arg = collate_fn
-            self._collate_fn = collate_fn or storage.default_collate_fn()
-            return prev
-
-    def set_sampler(self, sampler: Sampler) -> Sampler:
-        """Set a new sampler and return the previous one."""
-        with self._sync.lock:
-            self._init()
-            if sampler.consumes:  # a ConsumingSampler brings its count (torchrl's rule)
-                self._consume_after_n = sampler.consume_after_n
-            elif self._sampler.consumes:
-                self._consume_after_n = None
-            prev, self._sampler = self._sampler, sampler
-            self._follower.seen = self._writer.write_count
-            sampler.set_rng(self._generator)
-            sampler.set_consume_after_n(self._consume_after_n)
-            return prev
-
-    def set_writer(self, writer: Writer) -> Writer:
-        """Set a new writer and return the previous one."""
-        with self._sync.lock:
-            self._init()
-            prev, self._writer = self._writer, writer
-            writer.register_storage(self._storage)
-            self._follower.seen = writer.write_count
-            return prev
-
-    def set_rng(self, generator: torch.Generator | None) -> None:
-        """Use ``generator`` for sampling from now on (None: torch's global RNG)."""
-        if generator is not None and not isinstance(generator, torch.Generator):
-            raise TypeError(
-                f"generator must be a torch.Generator or None, got {type(generator).__name__}."
-            )
-        with self._sync.lock:
-            self._generator = generator
-            if self._initialized:
-                self._sampler.set_rng(generator)
-
-    def append_transform(
-        self: _B, transform: Transform | Callable[[Any], Any], *, invert: bool = False
-    ) -> _B:
-        """Append a transform (``invert=True``: run it on writes, its inverse on reads)."""
-        transform = as_transform(transform, invert=invert)
-        if self._shared:
-            share_transform(transform)
-        self.transform.append(transform)
-        return self
-
-    def insert_transform(
-        self: _B, index: int, transform: Transform | Callable[[Any], Any], *, invert: bool = False
-    ) -> _B:
-        """Insert a transform at ``index`` (``invert`` as in :meth:`append_transform`)."""
-        transform = as_transform(transform, invert=invert)
-        if self._shared:
-            share_transform(transform)
-        self.transform.insert(index, transform)
-        return self
-
-    def register_save_hook(self, hook: Callable[..., Any]) -> None:
-        """Register a hook applied to the storage content before ``dumps``."""
-        self.storage.register_save_hook(hook)
-
-    def register_load_hook(self, hook: Callable[..., Any]) -> None:
-        """Register a hook applied to the storage content after ``loads``."""
-        self.storage.register_load_hook(hook)
-
-    def _prepare(self, data: Any) -> Any:
-        """What the buffer does to data before its transforms (TensorDict buffers strip info)."""
-        return data
-
-    def _storage_shape(self) -> tuple[int, ...]:
-        """The storage's shape: ``[capacity, *lead]`` (only tensor storages have ``ndim > 1``)."""
-        return shape_of(self._storage)
-
-    def _cells_per_item(self) -> int:
-        """The cells of one item along dim 0 (1 for ``ndim == 1``)."""
-        return math.prod(self._storage_shape()[1:])
-
-    def _flat_index(self, index: Any, name: str = "index") -> Any:
-        """``index`` as flat cells (coordinates of an ``ndim > 1`` storage converted).
-
-        Raises:
-            ValueError: for coordinates of the wrong width or outside the storage.
-        """
-        if self._storage.ndim == 1 or not self._storage.initialized:
-            return index
-        return to_flat(index, self._storage_shape(), name)
-
-    def _note_written(self, index: torch.Tensor) -> None:
-        """Tell the sampler and sample unit which items were written (their cells when asked)."""
-        if self._sampler.per_cell_writes and self._storage.ndim > 1:
-            self._sampler.extend(cells_of_rows(index, self._cells_per_item()))
-        else:
-            self._sampler.extend(index)
-        self._sample_unit.extend(index)
-
-    def start(self: _B) -> _B:
-        """Return this already-started direct replay buffer."""
-        return self
-
-    def client(self: _B) -> _B:
-        """Return self for the zero-overhead direct backend."""
-        return self
-
-    def close(self, timeout: float | None = None) -> None:
-        """Alias for :meth:`shutdown`."""
-        self.shutdown(timeout)
-
-    def __enter__(self: _B) -> _B:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
-    def shutdown(self, timeout: float | None = None) -> None:
-        """Stop the prefetch thread and mark this buffer as shut down."""
-        self._prefetcher.shutdown()
-        self._alive = False
-
-    @classmethod
-    def as_remote(cls, remote_config: dict[str, Any] | None = None) -> Any:
-        """Create a Ray remote class of this buffer (needs the ``ray`` extra)."""
-        return ray_actor_class(cls, remote_config)
-
-    def __getstate__(self) -> dict[str, Any]:
-        self._prefetcher.settle()  # before the generator and sampler are read
-        state = {k: v for k, v in self.__dict__.items() if k not in _TRANSIENT}
-        state["_prefetcher"] = self._prefetcher  # its settled queue travels (see _prefetch)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._iterator = None
-        if "_prefetcher" not in state:
-            self._prefetcher = _BatchPrefetcher(self._prefetch)
-
-    def __repr__(self) -> str:
-        if not self._initialized:
-            return f"{type(self).__name__}(initialized=False)"
-        return (
-            f"{type(self).__name__}(storage={type(self._storage).__name__}(max_size="
-            f"{self._storage.max_size}), sampler={type(self._sampler).__name__}, writer="
-            f"{type(self._writer).__name__}, size={len(self._storage)}, "
-            f"batch_size={self._batch_size})"
-        )
+    def share(self, shared: bool = True) -> Any:
+        """Share the buffer with other processes (the buffer's :meth:`ReplayBuffer.share`)."""
+        raise NotImplementedError(f"{type(self).__name__} is no buffer to share.")

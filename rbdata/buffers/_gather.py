@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, is_tensor_collection
 from torch.utils._pytree import tree_map
 
 from rbdata.transforms import Compose
@@ -74,7 +74,9 @@ def _with_info(data: TensorDictBase, index: torch.Tensor, info: Mapping[str, Any
 
 
 def _pinned(data: Any) -> Any:
-    return data.pin_memory() if hasattr(data, "pin_memory") else tree_map(_pin, data)
+    if isinstance(data, torch.Tensor) or is_tensor_collection(data):  # TensorDict, tensorclass
+        return data.pin_memory()
+    return tree_map(_pin, data)
 
 
 def _pin(value: Any) -> Any:

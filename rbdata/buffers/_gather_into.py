@@ -25,7 +25,15 @@ from rbdata.storages import Storage
 
 __all__ = ["read_rows", "reading_into"]
 
-_targets = threading.local()  # .by_buffer: id(buffer) -> memory for its next read
+
+class _Targets(threading.local):
+    """Per thread: ``by_buffer``, id(buffer) -> the memory of its next read."""
+
+    def __init__(self) -> None:
+        self.by_buffer: dict[int, torch.Tensor] = {}
+
+
+_targets = _Targets()
 
 
 class reading_into:  # noqa: N801 - used as a function: ``with reading_into(buffer, memory):``
@@ -40,7 +48,7 @@ class reading_into:  # noqa: N801 - used as a function: ``with reading_into(buff
         self._memory = memory
 
     def __enter__(self) -> None:
-        targets: dict[int, torch.Tensor] = _targets.__dict__.setdefault("by_buffer", {})
+        targets = _targets.by_buffer
         if self._key in targets:
             raise RuntimeError("reading_into blocks of one buffer do not nest.")
         targets[self._key] = self._memory
@@ -63,7 +71,7 @@ def read_rows(buffer: object, storage: Storage, index: torch.Tensor) -> Any:
         >>> batch.tolist(), batch.untyped_storage().data_ptr() == memory.data_ptr()
         ([3.0, 1.0], True)
     """
-    targets: dict[int, torch.Tensor] | None = getattr(_targets, "by_buffer", None)
+    targets = _targets.by_buffer
     memory = targets.pop(id(buffer), None) if targets else None
     if memory is not None and type(index) is torch.Tensor:
         data = storage.read_into(index, memory)

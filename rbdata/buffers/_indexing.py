@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
 
 from rbdata._component.checks import NestedKey, check_indices, normalize_key
-from rbdata.buffers._components import _BufferBase
+from rbdata.buffers._components import _Components
 from rbdata.buffers._conditional_update import (
     ConditionalUpdateResult,
     Records,
@@ -18,11 +18,8 @@ from rbdata.buffers._conditional_update import (
 from rbdata.errors import IncompatibleValueError
 from rbdata.storages import TensorStorage
 
-#: the buffer class a method returns (``self``)
-_I = TypeVar("_I", bound="_Indexing")
 
-
-class _Indexing(_BufferBase):
+class _Indexing:
     """Reading and editing stored items by position or key, and querying trajectories.
 
     ``rb[index]`` reads items (transforms applied), ``rb["obs"]`` an entry of
@@ -41,29 +38,38 @@ class _Indexing(_BufferBase):
         [0.0, 5.0, 0.0, 0.0]
     """
 
-    def __getitem__(self, index: Any) -> Any:
+    def __init__(self, components: _Components) -> None:
+        self._components = components
+
+    def get(self, index: Any) -> Any:
+        """``rb[index]``: items (transforms applied), or an entry of every item (a key)."""
         if isinstance(index, str) or (
             isinstance(index, tuple) and index and all(isinstance(k, str) for k in index)
         ):  # an entry of every stored item (torchrl's ``rb["obs"]``)
             return self._entry(index)
-        storage = self.storage
-        if self._sync.shared:  # no row another process is writing (see _sync.read)
-            data = self._sync.read(lambda: storage.get(index))
-        else:
-            data = storage.get(index)
+        c = self._components
+        c.init()
+        storage = c.storage
+        sync = c.sync
+        # shared: no row another process is writing (see _sync.read)
+        data = sync.read(lambda: storage.get(index)) if sync.shared else storage.get(index)
         if not isinstance(index, int) and isinstance(data, list):
-            data = self._collate_fn(data)
-        return self._transform(data) if len(self._transform) else data
+            data = c.collate_fn(data)
+        return c.transform(data) if len(c.transform) else data
 
-    def __setitem__(self, index: Any, data: Any) -> None:
-        with self._sync.cond:
-            self.storage.set(index, data)
+    def set(self, index: Any, data: Any) -> None:
+        """``rb[index] = data``: overwrite items in place."""
+        c = self._components
+        with c.sync.cond:
+            c.init()
+            c.storage.set(index, data)
             self._mark_update(index)
-            self._sync.cond.notify_all()
+            c.sync.cond.notify_all()
 
     def _leaf(self, key: Any) -> torch.Tensor:
-        self._init()
-        storage = self._storage
+        c = self._components
+        c.init()
+        storage = c.storage
         if not isinstance(storage, TensorStorage):  # per-key leaves: tensor storages only
             raise RuntimeError(f"{type(storage).__name__} does not support per-key updates.")
         key = normalize_key(key, "key", dotted=False)
@@ -73,63 +79,42 @@ class _Indexing(_BufferBase):
 
     def _entry(self, key: Any) -> Any:
         """A copy of entry ``key`` of every stored item (``rb["obs"]``)."""
-        if isinstance(self.storage, TensorStorage):
-            return self._leaf(key)[: len(self._storage)].clone()
-        return self[:][key]
+        c = self._components
+        c.init()
+        if isinstance(c.storage, TensorStorage):
+            return self._leaf(key)[: len(c.storage)].clone()
+        return self.get(slice(None))[key]
 
     def _mark_update(self, index: Any) -> None:
         """Tell the sampler and sample unit that slots were edited in place."""
+        c = self._components
         if isinstance(index, slice):
-            index = torch.arange(*index.indices(len(self._storage)))
-        self._sampler.mark_edited(torch.as_tensor(index, dtype=torch.long).reshape(-1))
+            index = torch.arange(*index.indices(len(c.storage)))
+        c.sampler.mark_edited(torch.as_tensor(index, dtype=torch.long).reshape(-1))
 
-    def read_all_in_order(self, end: int | None = None) -> Any:
-        """Read storage contents in physical order (``rb[:end]``)."""
-        return self.storage[: len(self.storage) if end is None else end]
-
-    def write_all(self, data: Any, end: int | None = None) -> None:
-        """Write ``data`` back to storage in physical order (``rb[:end] = data``)."""
-        if end is None:
-            end = data.shape[0] if isinstance(data, torch.Tensor | TensorDictBase) else len(data)
-        self[:end] = data
-
-    def set_(self: _I, key: NestedKey, value: torch.Tensor) -> _I:
-        """Set the value of ``key`` across the whole buffer in place.
-
-        Raises:
-            KeyError: if ``key`` is not stored.
-            ValueError: if ``value`` does not broadcast to the stored entries
-                (nothing is written then).
-        """
-        with self._sync.lock:
-            leaf = self._leaf(key)[: len(self._storage)]
+    def set_(self, key: NestedKey, value: torch.Tensor) -> None:
+        """Set the value of ``key`` across the whole buffer in place."""
+        c = self._components
+        with c.sync.lock:
+            leaf = self._leaf(key)[: len(c.storage)]
             leaf.copy_(_fitting(value, leaf, key))
-            self._mark_update(slice(0, len(self._storage)))
-        return self
+            self._mark_update(slice(0, len(c.storage)))
 
-    def set_at_(self: _I, key: NestedKey, value: torch.Tensor, index: Any) -> _I:
-        """Set the value of ``key`` at ``index`` (ints or an integer tensor of written slots).
-
-        Raises:
-            KeyError: if ``key`` is not stored.
-            TypeError: for an index that does not hold integers.
-            ValueError: for a slot outside the written ones, or a ``value`` that
-                does not broadcast to the entries (nothing is written then).
-        """
-        with self._sync.lock:
+    def set_at_(self, key: NestedKey, value: torch.Tensor, index: Any) -> None:
+        """Set the value of ``key`` at ``index`` (ints or an integer tensor of written slots)."""
+        c = self._components
+        with c.sync.lock:
             leaf = self._leaf(key)
-            slots = check_indices(index, len(self._storage))
+            slots = check_indices(index, len(c.storage))
             leaf[slots] = _fitting(value, leaf[slots], key)
             self._mark_update(slots)
-        return self
 
     def update_(
-        self: _I,
+        self,
         input_dict_or_td: Mapping[Any, torch.Tensor] | TensorDictBase,
-        clone: bool = False,
-        *,
-        keys_to_update: Any = None,
-    ) -> _I:
+        clone: bool,
+        keys_to_update: Any,
+    ) -> None:
         """Update stored entries in place from a dict or TensorDict covering the buffer."""
         src = input_dict_or_td
         # leaves_only: the values are leaf tensors (tensordict types them Tensor | TensorCollection)
@@ -143,29 +128,23 @@ class _Indexing(_BufferBase):
         for key, value in items:
             if wanted is None or normalize_key(key) in wanted:
                 self.set_(key, value.clone() if clone else value)
-        return self
 
     def update_if_present(
         self,
-        *,
         index: torch.Tensor,
         generation: torch.Tensor,
         patch: Mapping[Any, torch.Tensor] | TensorDictBase,
-        version_key: Any = None,
-        version: int | torch.Tensor | None = None,
-        require_newer: bool = False,
+        version_key: Any,
+        version: int | torch.Tensor | None,
+        require_newer: bool,
     ) -> ConditionalUpdateResult:
-        """Patch the records whose ``(index, generation)`` is still live (see the reference doc).
-
-        On a storage with ``ndim > 1``, ``index`` holds coordinates (``[N, ndim]``
-        or a tuple, as ``extend`` returns them) or flat cells, one record per cell;
-        each patch entry holds one row per record (reshaped in index order, as torchrl's).
-        """
-        self._init()
-        with self._sync.lock:
+        """Patch the records whose ``(index, generation)`` is still live."""
+        c = self._components
+        c.init()
+        with c.sync.lock:
             result = conditional_update(
-                self._storage,
-                self._writer,
+                c.storage,
+                c.writer,
                 index=index,
                 generation=generation,
                 patch=patch,
@@ -173,21 +152,20 @@ class _Indexing(_BufferBase):
                 version=version,
                 require_newer=require_newer,
             )
-            self._mark_update(Records.of(index, self._storage).cells[result.updated])
+            self._mark_update(Records.of(index, c.storage).cells[result.updated])
             return result
 
-    def query(
-        self, predicate: Callable[..., bool] | None = None, *, trajectory_key: Any = None
-    ) -> list[Any]:
-        """Return the stored trajectories matching ``predicate``, oldest first."""
+    def query(self, predicate: Callable[..., bool] | None, trajectory_key: Any) -> list[Any]:
+        """The stored trajectories matching ``predicate``, oldest first."""
         from rbdata.query import run_query
 
-        with self._sync.lock:
-            self._init()
+        c = self._components
+        with c.sync.lock:
+            c.init()
             return run_query(
-                self._storage,
-                transform=self._transform,
-                cursor=self._writer.cursor,
+                c.storage,
+                transform=c.transform,
+                cursor=c.writer.cursor,
                 predicate=predicate,
                 trajectory_key=trajectory_key,
             )

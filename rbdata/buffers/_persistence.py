@@ -34,6 +34,9 @@ class _Persistable(Protocol):
     @property
     def writer(self) -> Writer: ...
 
+    @property
+    def generator(self) -> torch.Generator | None: ...
+
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
@@ -172,7 +175,7 @@ def _capacities(sd: dict[str, Any], ndim: Any, generator: Any) -> dict[str, Any]
     return {"capacities": rows, "generator": device}
 
 
-def _dumps(rb: _Persistable, path: str | os.PathLike[str]) -> None:
+def dumps(rb: _Persistable, path: str | os.PathLike[str]) -> None:
     """Write ``rb`` atomically to the directory ``path`` (see :mod:`rbdata.checkpoint`)."""
     sd = rb.state_dict()
     storage_sd = rb.storage.apply_save_hooks(sd.pop("_storage"), path)
@@ -189,7 +192,7 @@ def _dumps(rb: _Persistable, path: str | os.PathLike[str]) -> None:
         "cursor": writer.cursor,
         "write_count": writer.write_count,
         "spec": storage_sd.get("spec"),
-        **_capacities(sd, getattr(rb.storage, "ndim", None), getattr(rb, "generator", None)),
+        **_capacities(sd, rb.storage.ndim, rb.generator),
     }
     write_dump(path, manifest, sd, objects)
 
@@ -205,7 +208,7 @@ def _load_torchrl_dump(rb: _Persistable, path: str | os.PathLike[str], allow_pic
         raise CheckpointError(f"torchrl dump at {str(path)!r} does not load: {err}") from err
 
 
-def _loads(rb: _Persistable, path: str | os.PathLike[str], allow_pickle: bool) -> None:
+def loads(rb: _Persistable, path: str | os.PathLike[str], allow_pickle: bool) -> None:
     """Read and check a dump, then load it into ``rb``; on any error ``rb`` is unchanged.
 
     Pickled objects are unpickled only with ``allow_pickle`` and only into a list storage.

@@ -9,21 +9,18 @@ from typing import Any
 
 import torch
 
-from rbdata.buffers._components import _BufferBase
+from rbdata.buffers._components import _Components
 from rbdata.buffers._coordinates import items_of, to_coordinates
 from rbdata.buffers._gather import finish_batch
 from rbdata.buffers._gather_into import read_rows, reading_into
-from rbdata.buffers._init_args import (
-    resolve_batch_size,
-)
+from rbdata.buffers._init_args import resolve_batch_size
 from rbdata.buffers.protocol import Draw, aligned_info
-from rbdata.transforms import PolicyAgeFilter
 
 #: draws a reader makes again, at most, before waiting for rows still being copied
 _REDRAWS = 3
 
 
-class _ReadPath(_BufferBase):
+class _ReadPath:
     """The sampling half of :class:`~rbdata.ReplayBuffer`: drawing rows and reading them.
 
     A draw asks the sampler for anchors, the sample unit for the records they
@@ -32,6 +29,11 @@ class _ReadPath(_BufferBase):
     ``draw`` and ``gather`` are the :class:`~rbdata.buffers.protocol.ServableBuffer`
     halves the data loader uses; ``sample`` and iteration put them together,
     through the prefetcher when ``prefetch`` is set.
+
+    Args:
+        components: the buffer's components.
+        keeps_info: whether a TensorDict batch keeps its info entries
+            (``"index"``, ...) as entries (TensorDict buffers).
 
     Examples:
         >>> import torch
@@ -43,8 +45,13 @@ class _ReadPath(_BufferBase):
         True
     """
 
-    #: whether ``sample`` already warned about a batch size other than the constructor's
-    _warned_batch_size_conflict: bool = False
+    def __init__(self, components: _Components, keeps_info: bool) -> None:
+        self._components = components
+        self._keeps_info = keeps_info
+        self._pass_ended = False  # whether the last batch handed out ended a pass
+        self._iterator: Iterator[Any] | None = None
+        #: whether ``sample`` already warned about a batch size other than the constructor's
+        self._warned_batch_size_conflict = False
 
     def _draw(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """Draw one batch's rows (under the lock, writes followed); raises when none is left.
@@ -54,8 +61,9 @@ class _ReadPath(_BufferBase):
         ``redraws_freely`` draws again instead (at most :data:`_REDRAWS` times).
         """
         index, info = self._draw_once(batch_size)
-        in_flight = self._sync.in_flight
-        if in_flight is None or not self._sampler.redraws_freely:
+        c = self._components
+        in_flight = c.sync.in_flight
+        if in_flight is None or not c.sampler.redraws_freely:
             return index, info
         for _ in range(_REDRAWS):
             if not in_flight.holds(index.reshape(-1)):
@@ -64,18 +72,19 @@ class _ReadPath(_BufferBase):
         return index, info
 
     def _draw_once(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        index, info = self._sampler.sample(self._storage, batch_size)
-        index, info = self._sample_unit.expand(index, info, self._storage)
+        c = self._components
+        storage = c.storage
+        index, info = c.sampler.sample(storage, batch_size)
+        index, info = c.sample_unit.expand(index, info, storage)
         info = dict(info)
-        if self._writer.tracks_generations:
-            info["index_generation"] = self._writer.generations_of(
-                items_of(index, self._cells_per_item())
-            )
+        writer = c.writer
+        if writer.tracks_generations:
+            info["index_generation"] = writer.generations_of(items_of(index, c.cells_per_item()))
         # ndim > 1: the coordinates [..., ndim] (a TensorDict batch carries them as is)
-        if self._storage.ndim == 1:
+        if storage.ndim == 1:
             info["index"] = index
             return index, info
-        shape = self._storage_shape()
+        shape = c.storage_shape()
         info["index"] = to_coordinates(index, shape)
         anchor = info.get("anchor_index")
         if isinstance(anchor, torch.Tensor) and anchor.shape == index.shape:  # flat anchors
@@ -83,73 +92,66 @@ class _ReadPath(_BufferBase):
         return index, info
 
     def draw(self, batch_size: int) -> Draw:
-        """Draw the rows of one batch (indices and info, no data); empty when nothing is left.
-
-        Part of the :class:`~rbdata.buffers.protocol.ServableBuffer` protocol.
-        """
-        self._init()
-        with self._sync.draw_lock:
-            self._follow_writes()
-            if self._sampler.exhausted(self._storage):
+        """Draw the rows of one batch (indices and info, no data); empty when nothing is left."""
+        c = self._components
+        c.init()
+        with c.sync.draw_lock:
+            c.follow_writes()
+            if c.sampler.exhausted(c.storage):
                 return Draw.empty()
             index, info = self._draw(batch_size)
-            return Draw(index, info, bool(self._sampler.ran_out))
+            return Draw(index, info, bool(c.sampler.ran_out))
 
     def gather(self, draw: Draw) -> Any:
         """Read the rows of ``draw`` (a copy) with its info attached, transforms applied."""
         return self._fetch(draw.index, draw.info, keep_info=True)
 
     def reading_into(self, memory: torch.Tensor) -> AbstractContextManager[None]:
-        """A block whose first batch read (``sample``, ``gather``) lands in ``memory`` (uint8).
-
-        The batch's tensors then view ``memory`` where the read path keeps them
-        (see :mod:`rbdata.buffers._gather_into`); a Ray owner fills its slots so.
-        """
+        """A block whose first batch read lands in ``memory`` (see :mod:`._gather_into`)."""
         return reading_into(self, memory)
 
     def _fetch(self, index: torch.Tensor, info: Mapping[str, Any], *, keep_info: bool) -> Any:
+        c = self._components
+        storage = c.storage
         flat = index if index.ndim == 1 else index.reshape(-1)
         # a copy made while no write ran (a write must not tear the rows being gathered)
-        data = self._sync.read(lambda: read_rows(self, self._storage, flat), flat)
+        data = c.sync.read(lambda: read_rows(self, storage, flat), flat)
         return finish_batch(
             data,
             index,
             info,
-            collate_fn=self._collate_fn,
-            transform=self._transform,
+            collate_fn=c.collate_fn,
+            transform=c.transform,
             keep_info=keep_info,
-            pin=self._pin_memory and torch.cuda.is_available(),
+            pin=c.pin_memory and torch.cuda.is_available(),
         )
 
     def refilter(self, batch: Any) -> Any:
         """Re-apply the sample-path row filters to a batch gathered ahead of its hand-out."""
-        transform = self.transform
+        c = self._components
+        c.init()
+        transform = c.transform
         return transform.refilter(batch) if transform.filters_rows else batch
 
-    def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
-        """Sample a batch (``(batch, info)`` with ``return_info``).
-
-        Raises:
-            RuntimeError: if the buffer is empty or everything was consumed.
-            ValueError: for a bad ``batch_size``, or one that differs from the
-                constructor's with ``prefetch``.
-        """
-        self._init()
-        if self._prefetch:
-            if batch_size is not None and batch_size != self._batch_size:
+    def sample(self, batch_size: int | None, return_info: bool) -> Any:
+        """Sample a batch (``(batch, info)`` with ``return_info``)."""
+        c = self._components
+        c.init()
+        if c.prefetch:
+            if batch_size is not None and batch_size != c.batch_size:
                 raise ValueError(
-                    f"with prefetch={self._prefetch} the batch size is fixed at construction "
-                    f"({self._batch_size}); got batch_size={batch_size}."
+                    f"with prefetch={c.prefetch} the batch size is fixed at construction "
+                    f"({c.batch_size}); got batch_size={batch_size}."
                 )
             data, info = self._next_prefetched()
         else:
-            resolved = resolve_batch_size(batch_size, self._batch_size)
+            resolved = resolve_batch_size(batch_size, c.batch_size)
             self._warn_batch_size_conflict(batch_size)
             data, info = self._sample_once(resolved)
         if not return_info:
             return data
         info = aligned_info(data, info)
-        if self._storage.ndim > 1:  # torchrl's info holds one coordinate tensor per dim
+        if c.storage.ndim > 1:  # torchrl's info holds one coordinate tensor per dim
             info["index"] = tuple(info["index"].unbind(-1))
         return data, info
 
@@ -159,96 +161,90 @@ class _ReadPath(_BufferBase):
         The page calls the combination incompatible with a ``drop_last`` sampler (its
         passes are cut by the constructor's batch size): the warning then says so.
         """
-        if batch_size is None or self._batch_size is None or batch_size == self._batch_size:
+        c = self._components
+        if batch_size is None or c.batch_size is None or batch_size == c.batch_size:
             return
         if self._warned_batch_size_conflict:
             return
         self._warned_batch_size_conflict = True
         drop_last = (
-            f" With {type(self._sampler).__name__}(drop_last=True) a pass is cut by the "
+            f" With {type(c.sampler).__name__}(drop_last=True) a pass is cut by the "
             "constructor's batch size: sampling another size is not supported."
-            if self._sampler.drop_last
+            if c.sampler.drop_last
             else ""
         )
         warnings.warn(
-            f"Got conflicting batch_sizes in constructor ({self._batch_size}) and `sample` "
+            f"Got conflicting batch_sizes in constructor ({c.batch_size}) and `sample` "
             f"({batch_size}). Refer to the ReplayBuffer documentation for a proper usage of "
             f"the batch-size arguments. The batch-size provided to the sample method will "
             f"prevail.{drop_last}",
             UserWarning,
-            stacklevel=3,
+            stacklevel=4,  # the user's rb.sample(...)
         )
 
     def _sample_once(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
-        with self._sync.draw_lock:
-            self._follow_writes()
+        c = self._components
+        with c.sync.draw_lock:
+            c.follow_writes()
             index, info = self._draw(batch_size)
-            self._pass_ended = bool(self._sampler.ran_out)
+            self._pass_ended = bool(c.sampler.ran_out)
         return self._fetch(index, info, keep_info=self._keeps_info), info
 
     def _sample_ahead(self, batch_size: int) -> tuple[Any, dict[str, Any], bool] | None:
         """A batch sampled ahead, with whether it ended a pass; None when nothing is sampleable."""
-        with self._sync.draw_lock:
-            self._follow_writes()
-            if self._sampler.exhausted(self._storage) and len(self._storage):
+        c = self._components
+        with c.sync.draw_lock:
+            c.follow_writes()
+            if c.sampler.exhausted(c.storage) and len(c.storage):
                 return None
             index, info = self._draw(batch_size)
-            pass_ended = bool(self._sampler.ran_out)
+            pass_ended = bool(c.sampler.ran_out)
         return self._fetch(index, info, keep_info=self._keeps_info), info, pass_ended
 
     def _next_prefetched(self) -> tuple[Any, dict[str, Any]]:
-        batch_size = resolve_batch_size(None, self._batch_size)
-        result = self._prefetcher.next(lambda: self._sample_ahead(batch_size))
+        c = self._components
+        batch_size = resolve_batch_size(None, c.batch_size)
+        prefetcher = c.prefetcher
+        result = prefetcher.next(lambda: self._sample_ahead(batch_size))
         while result is None:  # sampled ahead after everything was consumed
-            if not len(self._prefetcher):
+            if not len(prefetcher):
                 raise RuntimeError(
                     "Cannot sample from an empty storage: every item was consumed "
-                    f"(consume_after_n_samples={self._consume_after_n}); write new items first."
+                    f"(consume_after_n_samples={c.consume_after_n}); write new items first."
                 )
-            result = self._prefetcher.pop()
+            result = prefetcher.pop()
         data, info, *ended = result  # a queue restored from torchrl's state has no flag
         self._pass_ended = bool(ended and ended[0])
         return self.refilter(data), info
 
-    def __iter__(self) -> Iterator[Any]:
-        if self._batch_size is None:
+    def batches(self, sample: Callable[[], Any]) -> Iterator[Any]:
+        """One pass of batches from ``sample()`` (the buffer's, which subclasses may extend)."""
+        c = self._components
+        if c.batch_size is None:
             raise RuntimeError(
                 "Cannot iterate over the replay buffer. Batch_size was not specified at "
                 "construction: pass batch_size=... to the constructor."
             )
-        while not self.sampler.exhausted(self.storage) or len(self._prefetcher):
+        c.init()
+        while not c.sampler.exhausted(c.storage) or len(c.prefetcher):
             try:
-                yield self.sample()
+                yield sample()
             except RuntimeError:
-                if self.sampler.exhausted(self.storage):  # the batches sampled ahead ran out
+                if c.sampler.exhausted(c.storage):  # the batches sampled ahead ran out
                     return
                 raise
             if self._pass_ended:  # the batch handed out (not the last one drawn) ended it
                 return
 
-    def next(self) -> Any:
-        """Return the next batch of the buffer's iterator (None when a pass ends)."""
+    def next(self, iterate: Callable[[], Iterator[Any]]) -> Any:
+        """The next batch of the iterator ``iterate()`` made (None when a pass ends)."""
         if self._iterator is None:
-            self._iterator = iter(self)
+            self._iterator = iterate()
         try:
             return next(self._iterator)
         except StopIteration:
             self._iterator = None
             return None
 
-    def policy_age_filters(self) -> list[PolicyAgeFilter]:
-        """The :class:`PolicyAgeFilter` instances of the transform chain."""
-        return [t for t in self.transform.row_filters() if isinstance(t, PolicyAgeFilter)]
-
-    def publish_policy_version(self, version: int) -> None:
-        """Make ``version`` the live policy version of every PolicyAgeFilter of the buffer."""
-        for age_filter in self.policy_age_filters():
-            age_filter.set_current_version(version)
-
-    def wait_for_data(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
-        """Sleep until ``predicate()`` holds (re-checked on every write) or ``timeout`` passes."""
-        return self._sync.wait_for(predicate, timeout)
-
-    def notify_waiters(self) -> None:
-        """Wake the threads inside :meth:`wait_for_data` so they re-check their predicate."""
-        self._sync.notify()
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_iterator": None}

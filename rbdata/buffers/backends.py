@@ -2,8 +2,9 @@
 
 A buffer built with ``service_backend="direct"`` (the default) holds its data
 in this process. Any other name is looked up here: a service package
-registers the function that hosts a buffer elsewhere and makes the local
-object forward to it, with the keys its ``service_backend_options`` accept
+registers the factory that hosts a buffer elsewhere and returns the object
+that forwards to it (``ReplayBuffer.__new__`` returns it), with the keys its
+``service_backend_options`` accept
 (``rbdata.service`` registers ``"ray"`` when it is imported, which ``import
 rbdata`` does). The buffers never import a service: the service depends on
 the buffers, not the other way round.
@@ -32,16 +33,19 @@ __all__ = [
 
 
 class ServiceBackend(Protocol):
-    """Hosts ``hosted`` elsewhere and makes ``buffer`` forward to it; returns the remote handle.
+    """Hosts ``hosted`` elsewhere and returns the buffer that forwards to it: a factory.
 
-    ``buffer`` is the buffer being constructed (the backend may give it a subclass of
-    its class whose members forward; it stays an instance of its class); ``hosted``
-    is a direct copy of it (same class and components) for the service to host.
+    ``ReplayBuffer.__new__`` calls it for ``cls(..., service_backend=name)``:
+    ``cls`` is the buffer class asked for, ``hosted`` a direct buffer of that
+    class built with the same arguments (no prefetch, components not built
+    yet) for the service to host. It returns an instance of a subclass of
+    ``cls`` whose members forward to the service; Python then calls that
+    instance's ``__init__`` with the caller's arguments, which must change nothing.
     """
 
     def __call__(
         self,
-        buffer: Any,
+        cls: type,
         hosted: Any,
         options: dict[str, Any] | None,
         transport: str,
@@ -50,7 +54,7 @@ class ServiceBackend(Protocol):
         prefetch: int = 0,
         delayed_init: bool = False,
     ) -> Any:
-        """Start the service and return the handle the buffer forwards to."""
+        """Start the service and return the buffer forwarding to it."""
 
 
 class _Backend(NamedTuple):
@@ -70,7 +74,8 @@ def register_service_backend(
 
     Args:
         name: the ``service_backend`` value.
-        attach: what a buffer built with it calls (see :class:`ServiceBackend`).
+        attach: the factory ``ReplayBuffer(..., service_backend=name)`` calls
+            (see :class:`ServiceBackend`).
         option_keys: the keys its ``service_backend_options`` accept: a buffer
             refuses any other before ``attach`` is called (None: ``attach``
             checks them alone).

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import torch
 
 from rbdata.buffers.replay import ReplayBuffer
-from rbdata.samplers import PrioritizedSampler, RandomSampler
+from rbdata.samplers import PrioritizedSampler
 from rbdata.storages import ListStorage, Storage
-from rbdata.storages._counters import spawning
 
 __all__ = ["PrioritizedReplayBuffer"]
 
@@ -33,54 +32,42 @@ def with_prioritized_sampler(
     return storage, kwargs
 
 
-class _PrioritySync:
-    """torchrl's ``sync=``: with ``sync=False`` writer processes sample uniformly.
+def check_sync(owner: str, sync: Any, storage: Storage) -> bool:
+    """Torchrl's ``sync=`` of a prioritized buffer, checked (see :class:`PrioritizedReplayBuffer`).
 
-    The priority tree stays in the process that built the buffer (the
-    learner). A child process started with the buffer (``Process(args=...)``)
-    receives a :class:`RandomSampler` in its place, writes without priorities,
-    and the learner gives the items it wrote the default priority when it
-    next samples (it follows the shared write count). With ``sync=True`` the
-    prioritized sampler cannot be sent to a child process.
+    With ``sync=False`` writer processes sample uniformly: the priority tree
+    stays in the process that built the buffer (the learner); a child process
+    started with the buffer (``Process(args=...)``) receives a
+    :class:`RandomSampler` in its place, writes without priorities, and the
+    learner gives the items it wrote the default priority when it next samples
+    (it follows the shared write count). With ``sync=True`` the prioritized
+    sampler cannot be sent to a child process.
+
+    Raises:
+        TypeError: if ``sync`` is not a bool.
+        ValueError: for ``sync=False`` with a storage of ``ndim > 1``.
     """
-
-    _sync_priorities = True
-
-    def _check_sync(self, sync: bool, storage: Storage) -> None:
-        if not isinstance(sync, bool):
-            raise TypeError(f"sync must be a bool, got {type(sync).__name__}.")
-        if not sync and storage.ndim != 1:
-            raise ValueError(
-                f"{type(self).__name__} only supports 1-D storages when sync=False, got "
-                f"storage.ndim={storage.ndim}."
-            )
-        self._sync_priorities = sync
-
-    @property
-    def prioritized_sampler(self) -> PrioritizedSampler:
-        """The sampler that owns the priority tree (RuntimeError in a ``sync=False`` writer)."""
-        sampler = cast(ReplayBuffer, self).sampler
-        if not isinstance(sampler, PrioritizedSampler):
-            raise RuntimeError(
-                f"{type(self).__name__} cannot sample with prioritized replay in a writer "
-                "process of a sync=False buffer: its priorities live in the learner."
-            )
-        return sampler
-
-    @property
-    def _prioritized_sampler_write_count(self) -> int:
-        """The writes (by any process) the priority tree was told about."""
-        return int(cast(Any, self)._follower.seen)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state: dict[str, Any] = cast(Any, super()).__getstate__()
-        if not self._sync_priorities and spawning():
-            state["_sampler"] = RandomSampler()
-            state["_args"] = {**state["_args"], "sampler": state["_sampler"]}
-        return state
+    if not isinstance(sync, bool):
+        raise TypeError(f"sync must be a bool, got {type(sync).__name__}.")
+    if not sync and storage.ndim != 1:
+        raise ValueError(
+            f"{owner} only supports 1-D storages when sync=False, got storage.ndim={storage.ndim}."
+        )
+    return sync
 
 
-class PrioritizedReplayBuffer(_PrioritySync, ReplayBuffer):
+def prioritized_sampler_of(buffer: ReplayBuffer) -> PrioritizedSampler:
+    """The sampler owning ``buffer``'s priority tree (RuntimeError in a ``sync=False`` writer)."""
+    sampler = buffer.sampler
+    if not isinstance(sampler, PrioritizedSampler):
+        raise RuntimeError(
+            f"{type(buffer).__name__} cannot sample with prioritized replay in a writer "
+            "process of a sync=False buffer: its priorities live in the learner."
+        )
+    return sampler
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
     """A replay buffer with proportional prioritized sampling.
 
     Keyword Args:
@@ -125,5 +112,16 @@ class PrioritizedReplayBuffer(_PrioritySync, ReplayBuffer):
             eps=eps,
             dtype=dtype,
         )
-        self._check_sync(sync, storage)
+        sync = check_sync(type(self).__name__, sync, storage)
         super().__init__(storage=storage, **kwargs)
+        self._components.sync_priorities = sync
+
+    @property
+    def prioritized_sampler(self) -> PrioritizedSampler:
+        """The sampler that owns the priority tree (RuntimeError in a ``sync=False`` writer)."""
+        return prioritized_sampler_of(self)
+
+    @property
+    def _prioritized_sampler_write_count(self) -> int:
+        """The writes (by any process) the priority tree was told about."""
+        return self._components.follower.seen

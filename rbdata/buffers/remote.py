@@ -69,51 +69,55 @@ class RayReplayBuffer(ReplayBuffer):
 
     #: RayReplayBuffer over each hosted class (one subclass per class, built once)
     _over: ClassVar[dict[type, type]] = {}
+    #: the class of the buffer the actor hosts
+    _hosted_cls: ClassVar[type] = ReplayBuffer
 
-    def __new__(cls, replay_buffer_cls: type = ReplayBuffer, **kwargs: Any) -> Any:
-        """An instance of this class over ``replay_buffer_cls`` (a subclass of both)."""
+    def __new__(
+        cls,
+        replay_buffer_cls: type = ReplayBuffer,
+        *,
+        ray_init_config: dict[str, Any] | None = None,
+        remote_config: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """The Ray-backed buffer: an instance of this class and of ``replay_buffer_cls``.
+
+        ``ReplayBuffer.__new__`` builds it through the Ray backend's factory; the
+        buffer the actor hosts is a plain ``replay_buffer_cls`` (built here too, when
+        the factory asks for it with ``service_backend=None``).
+        """
+        if "_service" in kwargs:  # the Ray backend builds its forwarding object
+            return ReplayBuffer.__new__(cls, **kwargs)
+        if "service_backend" in kwargs:  # the factory builds the hosted, direct buffer
+            return cls._hosted_cls(**kwargs)
         if not (
             isinstance(replay_buffer_cls, type) and issubclass(replay_buffer_cls, ReplayBuffer)
         ):
             raise TypeError(
                 f"replay_buffer_cls must be a ReplayBuffer subclass, got {replay_buffer_cls!r}."
             )
-        if replay_buffer_cls is ReplayBuffer or issubclass(cls, replay_buffer_cls):
-            return super().__new__(cls)
-        over = RayReplayBuffer._over.get(replay_buffer_cls)
-        if over is None:
-            over = type(cls.__name__, (cls, replay_buffer_cls), {"__doc__": cls.__doc__})
-            RayReplayBuffer._over[replay_buffer_cls] = over
-        return super().__new__(over)
-
-    def __init__(
-        self,
-        *,
-        replay_buffer_cls: type = ReplayBuffer,
-        ray_init_config: dict[str, Any] | None = None,
-        remote_config: dict[str, Any] | None = None,
-        transport: str = "auto",
-        transport_options: dict[str, Any] | None = None,
-        delayed_init: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        self._hosted_cls = replay_buffer_cls
+        over = cls._over_class(replay_buffer_cls)
         options: dict[str, Any] = {}
         if ray_init_config is not None:
             options["ray_init_config"] = ray_init_config
         if remote_config is not None:
             options["remote_config"] = remote_config
-        super().__init__(
-            service_backend="ray",
-            service_backend_options=options or None,
-            transport=transport,
-            transport_options=transport_options,
-            delayed_init=delayed_init,
-            **kwargs,
+        kwargs.setdefault("delayed_init", False)
+        return ReplayBuffer.__new__(
+            over, service_backend="ray", service_backend_options=options or None, **kwargs
         )
 
-    def _hosted(self) -> Any:
-        """The buffer the actor hosts: a plain ``replay_buffer_cls`` (no Ray wrapper in it)."""
-        hosted = super()._hosted()
-        hosted.__class__ = self._hosted_cls
-        return hosted
+    @classmethod
+    def _over_class(cls, replay_buffer_cls: type) -> type:
+        """This class over ``replay_buffer_cls`` (itself for a plain ReplayBuffer)."""
+        if replay_buffer_cls is ReplayBuffer:
+            return cls
+        over = RayReplayBuffer._over.get(replay_buffer_cls)
+        if over is None:
+            over = type(
+                cls.__name__,
+                (cls, replay_buffer_cls),
+                {"__doc__": cls.__doc__, "_hosted_cls": replay_buffer_cls},
+            )
+            RayReplayBuffer._over[replay_buffer_cls] = over
+        return over

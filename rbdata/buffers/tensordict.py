@@ -10,7 +10,8 @@ import torch
 from tensordict import TensorDictBase
 
 from rbdata.buffers._priority import check_priorities
-from rbdata.buffers.prioritized import _PrioritySync, with_prioritized_sampler
+from rbdata.buffers._write_path import WriteHooks
+from rbdata.buffers.prioritized import check_sync, prioritized_sampler_of, with_prioritized_sampler
 from rbdata.buffers.protocol import INFO_KEYS
 from rbdata.buffers.replay import ReplayBuffer
 from rbdata.samplers import PrioritizedSampler
@@ -46,14 +47,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
         self.priority_key = priority_key
         super().__init__(**kwargs)
 
-    def _prepare(self, data: Any) -> Any:
-        """A sampled batch written back loses its sampling info (``index`` & co.)."""
-        if isinstance(data, TensorDictBase):
-            keys = data.keys()
-            stale = [k for k in INFO_KEYS if k in keys]
-            if stale:
-                data = data.exclude(*stale)
-        return data
+    def _write_hooks(self) -> WriteHooks:
+        return _WithoutInfo()
 
     def sample(
         self,
@@ -129,17 +124,22 @@ class TensorDictReplayBuffer(ReplayBuffer):
         A batch without ``priority_key`` gives its rows the sampler's
         ``default_priority`` (torchrl's behaviour).
         """
-        index = self._flat_index(data.get("index"), 'data["index"]')
+        components = self._components
+        components.init()
+        index = components.flat_index(data.get("index"), 'data["index"]')
         priority = data.get(self.priority_key, None)
-        if priority is None:
-            default = getattr(self.sampler, "default_priority", 1.0)  # unprioritized: a warning
+        if priority is None:  # an unprioritized sampler warns and ignores the update
+            sampler = components.sampler
+            default = sampler.default_priority if isinstance(sampler, PrioritizedSampler) else 1.0
             priority = torch.full(index.shape, float(default), dtype=torch.float)
         if priority.ndim > index.ndim:
             priority = priority.reshape(*index.shape, -1).amax(-1)
-        self._update_record_priority(data, index, priority, data.get("index_generation", None))
+        self._priorities.update_record_priority(
+            data, index, priority, data.get("index_generation", None)
+        )
 
 
-class TensorDictPrioritizedReplayBuffer(_PrioritySync, TensorDictReplayBuffer):
+class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
     """A prioritized buffer of TensorDicts; samples carry ``index`` and ``priority_weight``.
 
     Keyword Args:
@@ -192,27 +192,61 @@ class TensorDictPrioritizedReplayBuffer(_PrioritySync, TensorDictReplayBuffer):
             dtype=dtype,
             reduction=reduction,
         )
-        self._check_sync(sync, storage)
+        sync = check_sync(type(self).__name__, sync, storage)
         super().__init__(priority_key=priority_key, storage=storage, **kwargs)
+        self._components.sync_priorities = sync
+
+    @property
+    def prioritized_sampler(self) -> PrioritizedSampler:
+        """The sampler that owns the priority tree (RuntimeError in a ``sync=False`` writer)."""
+        return prioritized_sampler_of(self)
+
+    @property
+    def _prioritized_sampler_write_count(self) -> int:
+        """The writes (by any process) the priority tree was told about."""
+        return self._components.follower.seen
+
+    def _write_hooks(self) -> WriteHooks:
+        return _PriorityEntry(self)
+
+
+class _WithoutInfo(WriteHooks):
+    """A sampled batch written back loses its sampling info (``index`` & co.)."""
+
+    def prepare(self, data: Any) -> Any:
+        if isinstance(data, TensorDictBase):
+            keys = data.keys()
+            stale = [k for k in INFO_KEYS if k in keys]
+            if stale:
+                data = data.exclude(*stale)
+        return data
+
+
+class _PriorityEntry(_WithoutInfo):
+    """Priorities read from the written data's ``priority_key`` entry (checked before the write)."""
+
+    def __init__(self, buffer: TensorDictPrioritizedReplayBuffer) -> None:
+        self.buffer = buffer
 
     def _data_priority(self, data: Any, update_priority: bool | None) -> torch.Tensor | None:
         """One priority per written item, read from ``priority_key`` (None: none given)."""
         if update_priority is False or not isinstance(data, TensorDictBase):
             return None
-        priority = data.get(self.priority_key, None)
+        key = self.buffer.priority_key
+        priority = data.get(key, None)
         if priority is None:
             return None
         # one per written cell: the storage dims lead (``extend`` moved dim_extend first)
-        n = math.prod(data.shape[: self.storage.ndim]) if data.batch_dims else 1
-        return check_priorities(priority.reshape(n, -1).amax(-1), self.priority_key)
+        n = math.prod(data.shape[: self.buffer.storage.ndim]) if data.batch_dims else 1
+        return check_priorities(priority.reshape(n, -1).amax(-1), key)
 
-    def _validate_extend(self, data: Any, update_priority: bool | None) -> None:
+    def validate(self, data: Any, update_priority: bool | None) -> None:
         """Refuse NaN, infinite or negative priorities before anything is written."""
         self._data_priority(data, update_priority)
 
-    def _after_extend(self, data: Any, index: torch.Tensor, update_priority: bool | None) -> None:
+    def after(self, data: Any, index: torch.Tensor, update_priority: bool | None) -> None:
         priority = self._data_priority(data, update_priority)
-        if priority is None or not isinstance(self._sampler, PrioritizedSampler):
+        if priority is None or not isinstance(self.buffer.sampler, PrioritizedSampler):
             return  # a sync=False writer process: the learner sets the priorities
         keep = index >= 0
-        self.update_priority(index[keep], priority[keep])
+        self.buffer.update_priority(index[keep], priority[keep])

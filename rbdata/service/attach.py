@@ -2,10 +2,12 @@
 
 It reads ``service_backend_options``, starts the service (one owner actor, a
 :class:`~rbdata.service.lifecycle.RayService`, or N shard actors, a
-:class:`~rbdata.service.sharding.service.ShardedService`) and gives the calling
-buffer the Ray-backed variant of its class
+:class:`~rbdata.service.sharding.service.ShardedService`) and returns the
+Ray-backed buffer: an instance of the Ray-backed variant of the class asked for
 (:func:`~rbdata.service.client.proxy.proxy_class`, a subclass generated from the
 surface's declaration), whose members go to the service's ``driver``.
+``ReplayBuffer.__new__`` returns it, so ``ReplayBuffer(..., service_backend="ray")``
+builds it directly.
 
 The options:
 
@@ -41,7 +43,7 @@ _RATE_LIMITER_TIMEOUT_S = 60.0
 
 
 def attach_ray_service(
-    buffer: Any,
+    cls: type,
     hosted: Any,
     options: dict[str, Any] | None,
     transport: str,
@@ -49,12 +51,13 @@ def attach_ray_service(
     *,
     prefetch: int = 0,
     delayed_init: bool = False,
-) -> RayService | ShardedService:
-    """Host ``hosted`` in Ray actors and make ``buffer`` forward to them.
+) -> Any:
+    """Host ``hosted`` in Ray actors and return the buffer of class ``cls`` forwarding to them.
 
     Args:
-        buffer: the buffer being constructed (it takes the Ray-backed subclass of its class).
-        hosted: a direct copy of it (same class and components) for the actors to host.
+        cls: the buffer class asked for (the result is an instance of its Ray-backed subclass).
+        hosted: a direct buffer of that class, built with the same arguments, for the
+            actors to host.
         options: ``service_backend_options`` (see the module docstring).
         transport: ``"auto"``, ``"ray"`` or ``"distributed"``.
         transport_options: the transport's options (``{"backend": "gloo"}``).
@@ -62,7 +65,7 @@ def attach_ray_service(
         delayed_init: build the hosted buffer's components on first use, not now.
 
     Returns:
-        The service (the buffer's ``_remote``).
+        The Ray-backed buffer (its ``_remote`` is the service).
 
     Raises:
         TypeError: for an unknown key of ``options``, or an option of the wrong type.
@@ -114,5 +117,4 @@ def attach_ray_service(
             transport=transport,
             transport_options=transport_options,
         )
-    buffer.__class__ = proxy_class(type(buffer))
-    return service
+    return proxy_class(cls)(_service=service)

@@ -362,8 +362,8 @@ def test_a_sampler_without_replacement_waits_for_rows_in_flight(monkeypatch):
     draws = _count_draws(monkeypatch, SamplerWithoutReplacement)
     in_flight = rb.lock.shared.in_flight
     slot = in_flight.claim((40, 42, 0, 0))
-    threading.Timer(0.05, in_flight.release, (slot,)).start()  # the copy ends in 50 ms
     start = time.monotonic()
+    threading.Timer(0.05, in_flight.release, (slot,)).start()  # the copy ends in 50 ms
     batch, info = rb.sample(return_info=True)
     # drawing again would skip items of its pass: it waited for the copy instead
     assert time.monotonic() - start >= 0.05 and draws[0] == 1

@@ -1,7 +1,8 @@
 """The class a Ray-backed buffer takes: one dispatch, generated from the surface's declaration.
 
-``ReplayBuffer(..., service_backend="ray")`` builds a plain buffer, then the
-service gives it :func:`proxy_class` of its class: a subclass (so
+``ReplayBuffer(..., service_backend="ray")`` returns an instance of
+:func:`proxy_class` of the class asked for (``ReplayBuffer.__new__`` calls the
+backend's factory, :func:`~rbdata.service.attach.attach_ray_service`): a subclass (so
 ``isinstance(rb, TensorDictReplayBuffer)`` still holds) generated once per
 buffer class from :func:`~rbdata.service.client.surface.routes`, that
 overrides every declared member:
@@ -67,6 +68,7 @@ def proxy_class(cls: type) -> type:
             if hasattr(cls, name)
         }
         namespace.update(
+            __init__=_init,
             __module__=cls.__module__,
             __qualname__=cls.__qualname__,
             __doc__=cls.__doc__,
@@ -120,6 +122,17 @@ def _raising(name: str, message: str) -> Callable[..., Any]:
 
 
 # ------------------------------------------------------------- local members
+def _init(self: Any, *args: Any, _service: Any = None, **kwargs: Any) -> None:
+    """Forward to ``_service``; the caller's buffer arguments change nothing.
+
+    The backend's factory builds the buffer with ``_service`` (the service it
+    started); Python then calls ``__init__`` again with the arguments given to
+    ``ReplayBuffer(...)``, which the hosted buffer took already.
+    """
+    if _service is not None:
+        self._remote, self._service_backend = _service, "ray"
+
+
 def _start(self: Any) -> Any:
     """Check that the service is running; return this buffer."""
     self._remote.start()
