@@ -223,7 +223,20 @@ def test_a_recovery_directory_another_user_planted_in_is_refused(
     (planted / "hosted.pkl").write_bytes(_planted_pickle(marker))
     (planted / "owner.json").write_text('{"built": true}')
     _give_to_nobody(planted, planted / "hosted.pkl", planted / "owner.json")
-    config = recovery.RecoveryConfig(str(planted), every_writes=2)
+    with pytest.raises(UntrustedPathError, match="owned by another user"):
+        recovery.RecoveryConfig(str(planted), every_writes=2)  # on the driver, before Ray
+    with pytest.raises(UntrustedPathError, match="owned by another user"):
+        ReplayBuffer(
+            storage=LazyTensorStorage(10),
+            service_backend="ray",
+            service_backend_options={"recovery": {"directory": str(planted), "every_writes": 2}},
+        )
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    config = recovery.RecoveryConfig(str(mine), every_writes=2)
+    os.chown(mine, NOBODY, NOBODY)  # given away after the config was made: the owner refuses
+    (mine / "hosted.pkl").write_bytes(_planted_pickle(marker))
+    (mine / "owner.json").write_text('{"built": true}')
     hosted = pickle.dumps(ReplayBuffer(storage=LazyTensorStorage(10)))
     with pytest.raises(UntrustedPathError, match="owned by another user"):
         recovery.RecoveringOwner(config)
