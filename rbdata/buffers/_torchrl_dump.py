@@ -218,7 +218,10 @@ def read_torchrl_dump(path: str | os.PathLike[str], allow_pickle: bool) -> dict[
     if sampler.is_dir() and any(sampler.iterdir()):
         state["_sampler"] = _memmap_dict(sampler, allow_pickle)
     if (root / "rng_state").is_dir():
-        state["_rng"] = _memmap_dict(root / "rng_state", allow_pickle).get("rng_state")
+        rng = _memmap_dict(root / "rng_state", allow_pickle)
+        if "rng_state" not in rng:
+            raise CheckpointError(f"{root / 'rng_state'}: holds no 'rng_state' entry.")
+        state["_rng"] = rng["rng_state"]
     if (root / "transform.t").is_file():
         try:
             state["_transforms"] = torch.load(root / "transform.t", weights_only=True)
