@@ -427,6 +427,31 @@ def test_an_offline_memmap_directory_is_opened_without_unpickling(
         load_offline_data(root)
 
 
+def test_an_offline_memmap_directory_leading_out_of_itself_is_refused(tmp_path: Path) -> None:
+    from rbdata import load_offline_data
+
+    root = tmp_path / "data"
+    _rows(4).memmap(root)
+    (tmp_path / "elsewhere").mkdir()
+    (root / "ev").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UntrustedPathError, match="leads out"):
+        load_offline_data(root)
+
+
+@as_root
+def test_a_component_state_folder_another_user_owns_is_refused(tmp_path: Path) -> None:
+    storage = LazyTensorStorage(10)
+    storage.set(slice(0, 2), torch.arange(2))
+    folder = tmp_path / "storage"
+    storage.dumps(folder)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    _give_to_nobody(folder)
+    with pytest.raises(UntrustedPathError, match="owned by another user"):
+        LazyTensorStorage(10).loads(folder)
+    with pytest.raises(UntrustedPathError):
+        storage.dumps(folder)
+
+
 @as_root
 def test_a_torchrl_dump_another_user_owns_is_refused(tmp_path: Path) -> None:
     root = _torchrl_dump(tmp_path / "dump")
