@@ -163,6 +163,13 @@ def test_a_scratch_dir_another_user_planted_a_layout_in_is_refused(
         _fill(storage)
 
 
+def test_an_unshared_scratch_file_is_private(tmp_path: Path) -> None:
+    scratch = tmp_path / "new"
+    _fill(LazyMemmapStorage(10, scratch_dir=scratch))
+    assert stat.S_IMODE(scratch.stat().st_mode) == 0o700
+    assert stat.S_IMODE((scratch / "packed.memmap").stat().st_mode) == 0o600
+
+
 def test_a_world_writable_scratch_dir_is_refused(tmp_path: Path, marker: Path) -> None:
     planted = tmp_path / "scratch"
     planted.mkdir()
