@@ -23,7 +23,12 @@ from rbdata.buffers import (
 )
 from rbdata.buffers._conditional_update import ConditionalUpdateResult
 from rbdata.buffers.ensemble import ReplayBufferEnsemble
-from rbdata.errors import CheckpointError, RateLimitTimeoutError, ServiceUnavailableError
+from rbdata.errors import (
+    CheckpointError,
+    RateLimitTimeoutError,
+    ServiceUnavailableError,
+    UntrustedPathError,
+)
 from rbdata.policy_version import PolicyVersion
 from rbdata.query import TrajectoryPredicate, filter_trajectories, iter_trajectories, traj
 from rbdata.sample_units import SampleUnit, Sequence, Transition
@@ -195,6 +200,7 @@ __all__ = [
     "TrajectoryPredicate",
     "Transform",
     "Transition",
+    "UntrustedPathError",
     "Writer",
     "WriterEnsemble",
 ]

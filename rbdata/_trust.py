@@ -16,7 +16,8 @@ nobody but the user and root can create, replace or rename entries in it
 A path is checked where its symlinks lead (and a symlink given as the path
 itself must be the user's or root's). Directories rbdata creates are made
 with mode 0700. :func:`check_contained` refuses a symlink inside a directory
-tree that leads out of it (a dump that reads another user's files).
+tree that leads out of it (a dump that would read another user's files; the
+dump readers raise their ``CheckpointError`` for it).
 
 This module imports nothing from rbdata but its errors.
 
@@ -147,7 +148,9 @@ def private_dir(path: str | os.PathLike[str], what: str) -> str:
     return given
 
 
-def check_contained(root: str | os.PathLike[str], what: str) -> None:
+def check_contained(
+    root: str | os.PathLike[str], what: str, error: type[Exception] = UntrustedPathError
+) -> None:
     """Raise if a symlink in the tree under ``root`` leads out of it.
 
     Every entry is looked at without following symlinks; each symlink is
@@ -156,9 +159,10 @@ def check_contained(root: str | os.PathLike[str], what: str) -> None:
     Args:
         root: the directory tree (a dump).
         what: how the tree is named in the message.
+        error: the exception class raised (a dump reader raises its own).
 
     Raises:
-        UntrustedPathError: naming the symlink and where it leads.
+        UntrustedPathError: (or ``error``) naming the symlink and where it leads.
     """
     top = os.path.realpath(root)
     for folder, dirs, files in os.walk(top, followlinks=False):
@@ -168,7 +172,7 @@ def check_contained(root: str | os.PathLike[str], what: str) -> None:
                 continue
             target = os.path.realpath(entry)
             if os.path.commonpath([top, target]) != top:
-                raise UntrustedPathError(
+                raise error(
                     f"{what} {os.fspath(root)!r}: refused: the symlink {entry} leads out of it, "
                     f"to {target}; rbdata reads only files inside the directory."
                 )

@@ -152,8 +152,7 @@ class UntrustedPathError(PermissionError):
     files (OpenSSH's rule for key files): the directory and each of its parents
     owned by the user or root, and none writable by others (a parent may be if
     it has the sticky bit, as ``/tmp`` has). The message names the path, its
-    owner and its mode. A symlink in a torchrl-format dump that leads out of
-    the dump is refused with it too.
+    owner and its mode.
 
     Examples:
         >>> issubclass(UntrustedPathError, PermissionError)

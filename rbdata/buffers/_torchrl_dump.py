@@ -194,16 +194,16 @@ def read_torchrl_dump(path: str | os.PathLike[str], allow_pickle: bool) -> dict[
     """The buffer state dumped at ``path``, in torchrl's ``state_dict`` layout (module docstring).
 
     Raises:
-        CheckpointError: naming the file that cannot be read.
-        UntrustedPathError: if another user could have planted files in ``path``, or a
-            symlink in it leads out of it.
+        CheckpointError: naming the file that cannot be read, or a symlink leading out of
+            the dump.
+        UntrustedPathError: if another user could have planted files in ``path``.
     """
     root = Path(path)
     check_trusted_dir(root, "the torchrl dump")
     unknown = sorted(p.name for p in root.iterdir() if p.name not in _KNOWN)
     if unknown:
         raise CheckpointError(f"{root / unknown[0]}: not part of a torchrl dump; not read.")
-    check_contained(root, "the torchrl dump")
+    check_contained(root, "the torchrl dump", CheckpointError)
     if not allow_pickle:
         refuse_pickles(root, allowed=("prefetch.pkl",))  # read below, plain values only
     meta = _json(root / "buffer_metadata.json")
@@ -218,7 +218,10 @@ def read_torchrl_dump(path: str | os.PathLike[str], allow_pickle: bool) -> dict[
     if sampler.is_dir() and any(sampler.iterdir()):
         state["_sampler"] = _memmap_dict(sampler, allow_pickle)
     if (root / "rng_state").is_dir():
-        state["_rng"] = _memmap_dict(root / "rng_state", allow_pickle).get("rng_state")
+        rng = _memmap_dict(root / "rng_state", allow_pickle)
+        if "rng_state" not in rng:
+            raise CheckpointError(f"{root / 'rng_state'}: holds no 'rng_state' entry.")
+        state["_rng"] = rng["rng_state"]
     if (root / "transform.t").is_file():
         try:
             state["_transforms"] = torch.load(root / "transform.t", weights_only=True)

@@ -58,9 +58,8 @@ def load_tensordict_dir(
             files: only for a directory you trust).
 
     Raises:
-        UntrustedPathError: if a symlink in it leads out of it.
-        CheckpointError: naming a pickle in it (without ``allow_pickle``), or when
-            tensordict cannot read it.
+        CheckpointError: naming a symlink in it that leads out of it, a pickle in it
+            (without ``allow_pickle``), or when tensordict cannot read it.
 
     Examples:
         >>> import tempfile, torch
@@ -71,7 +70,7 @@ def load_tensordict_dir(
         ...     print(load_tensordict_dir(tmp)["a"].tolist())
         [0, 1, 2]
     """
-    check_contained(path, "the memory-mapped TensorDict directory")
+    check_contained(path, "the memory-mapped TensorDict directory", CheckpointError)
     if not allow_pickle:
         refuse_pickles(path)
     try:

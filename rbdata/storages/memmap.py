@@ -119,6 +119,7 @@ class LazyMemmapStorage(LazyTensorStorage):
         self._mmap = MemoryMappedTensor.empty(
             (rows, row_bytes), dtype=torch.uint8, filename=path, existsok=True
         )
+        os.chmod(path, 0o600)  # the rows are the user's alone, as a shared segment's are
         self.scratch_dir, self._cleanup = directory, cleanup
         return self._mmap.as_subclass(torch.Tensor)
 

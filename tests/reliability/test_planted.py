@@ -163,6 +163,13 @@ def test_a_scratch_dir_another_user_planted_a_layout_in_is_refused(
         _fill(storage)
 
 
+def test_an_unshared_scratch_file_is_private(tmp_path: Path) -> None:
+    scratch = tmp_path / "new"
+    _fill(LazyMemmapStorage(10, scratch_dir=scratch))
+    assert stat.S_IMODE(scratch.stat().st_mode) == 0o700
+    assert stat.S_IMODE((scratch / "packed.memmap").stat().st_mode) == 0o600
+
+
 def test_a_world_writable_scratch_dir_is_refused(tmp_path: Path, marker: Path) -> None:
     planted = tmp_path / "scratch"
     planted.mkdir()
@@ -223,7 +230,20 @@ def test_a_recovery_directory_another_user_planted_in_is_refused(
     (planted / "hosted.pkl").write_bytes(_planted_pickle(marker))
     (planted / "owner.json").write_text('{"built": true}')
     _give_to_nobody(planted, planted / "hosted.pkl", planted / "owner.json")
-    config = recovery.RecoveryConfig(str(planted), every_writes=2)
+    with pytest.raises(UntrustedPathError, match="owned by another user"):
+        recovery.RecoveryConfig(str(planted), every_writes=2)  # on the driver, before Ray
+    with pytest.raises(UntrustedPathError, match="owned by another user"):
+        ReplayBuffer(
+            storage=LazyTensorStorage(10),
+            service_backend="ray",
+            service_backend_options={"recovery": {"directory": str(planted), "every_writes": 2}},
+        )
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    config = recovery.RecoveryConfig(str(mine), every_writes=2)
+    os.chown(mine, NOBODY, NOBODY)  # given away after the config was made: the owner refuses
+    (mine / "hosted.pkl").write_bytes(_planted_pickle(marker))
+    (mine / "owner.json").write_text('{"built": true}')
     hosted = pickle.dumps(ReplayBuffer(storage=LazyTensorStorage(10)))
     with pytest.raises(UntrustedPathError, match="owned by another user"):
         recovery.RecoveringOwner(config)
@@ -378,7 +398,7 @@ def test_a_symlink_leading_out_of_a_torchrl_dump_is_refused(tmp_path: Path, mark
     (outside / "other.pickle").rename(outside / "other.data")  # no pickle suffix in reach
     (root / "storage" / "ev").symlink_to(outside)
     rb = _buffer()
-    with pytest.raises(UntrustedPathError, match="leads out"):
+    with pytest.raises(CheckpointError, match="leads out"):
         rb.loads(root)
     _assert_unchanged(rb)
 
@@ -412,6 +432,31 @@ def test_an_offline_memmap_directory_is_opened_without_unpickling(
     (root / "ev" / "other.pickle").write_bytes(_planted_pickle(marker))
     with pytest.raises(CheckpointError, match="other.pickle"):
         load_offline_data(root)
+
+
+def test_an_offline_memmap_directory_leading_out_of_itself_is_refused(tmp_path: Path) -> None:
+    from rbdata import load_offline_data
+
+    root = tmp_path / "data"
+    _rows(4).memmap(root)
+    (tmp_path / "elsewhere").mkdir()
+    (root / "ev").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(CheckpointError, match="leads out"):
+        load_offline_data(root)
+
+
+@as_root
+def test_a_component_state_folder_another_user_owns_is_refused(tmp_path: Path) -> None:
+    storage = LazyTensorStorage(10)
+    storage.set(slice(0, 2), torch.arange(2))
+    folder = tmp_path / "storage"
+    storage.dumps(folder)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    _give_to_nobody(folder)
+    with pytest.raises(UntrustedPathError, match="owned by another user"):
+        LazyTensorStorage(10).loads(folder)
+    with pytest.raises(UntrustedPathError):
+        storage.dumps(folder)
 
 
 @as_root

@@ -65,7 +65,7 @@ class RecoveringClient(RayBufferClient):
         >>> from rbdata.service.client.retry import RecoveringClient
         >>> from rbdata.service.server.recovery import RecoveryConfig
         >>> address = OwnerAddress("rbdata-buffer-0", "127.0.0.1:6379", "node", batch_size=32)
-        >>> client = RecoveringClient(address, recovery=RecoveryConfig("/tmp/c", every_writes=10))
+        >>> client = RecoveringClient(address, recovery=RecoveryConfig("/srv/c", every_writes=10))
         >>> pickle.loads(pickle.dumps(client)).pending
         0
     """

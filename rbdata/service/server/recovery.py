@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rbdata._trust import private_dir
+from rbdata._trust import check_trusted_dir, private_dir
 from rbdata.service.sharding.owner import ShardOwner
 from rbdata.service.transport.codec import Payload, encode
 
@@ -69,12 +69,14 @@ class RecoveryConfig:
 
     Raises:
         ValueError: for a non-positive period or deadline, or no period at all.
+        UntrustedPathError: for an existing ``directory`` another user owns or can write
+            (or under such a parent).
 
     Examples:
         >>> from rbdata.service.server.recovery import RecoveryConfig
-        >>> RecoveryConfig("/tmp/ckpt", every_writes=100).deadline_s
+        >>> RecoveryConfig("/srv/replay/ckpt", every_writes=100).deadline_s
         30.0
-        >>> RecoveryConfig("/tmp/ckpt")
+        >>> RecoveryConfig("/srv/replay/ckpt")
         Traceback (most recent call last):
         ...
         ValueError: every_writes or every_seconds must be given (when to checkpoint), got neither.
@@ -95,6 +97,8 @@ class RecoveryConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be positive, got {value!r}.")
+        if os.path.isdir(self.directory):  # refused here, before an actor starts, too
+            check_trusted_dir(self.directory, "RecoveryConfig.directory")
 
     @classmethod
     def from_options(cls, options: Any) -> RecoveryConfig:
