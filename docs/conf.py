@@ -11,8 +11,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from sphinx.pycode import ModuleAnalyzer
 from sphinx.util import logging
@@ -35,11 +37,28 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.doctest",
+    "sphinx.ext.intersphinx",
     "sphinx.ext.viewcode",
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
 exclude_patterns = ["_build", "_generated", ".gitignore"]  # _generated: included by pages
+
+# Links to the projects rbdata builds on. The build runs offline, so each project's
+# inventory is a small file in docs/_inventories (written by make_inventories.py there,
+# which lists the names it links) instead of the project's objects.inv on the web.
+INVENTORIES = DOCS / "_inventories"
+intersphinx_mapping = {
+    "torch": ("https://docs.pytorch.org/docs/stable/", str(INVENTORIES / "torch.inv")),
+    "tensordict": (
+        "https://docs.pytorch.org/tensordict/stable/",
+        str(INVENTORIES / "tensordict.inv"),
+    ),
+    "lightning": ("https://lightning.ai/docs/pytorch/stable/", str(INVENTORIES / "lightning.inv")),
+    "torchdata": ("https://meta-pytorch.org/data/main/", str(INVENTORIES / "torchdata.inv")),
+    "ray": ("https://docs.ray.io/en/latest/", str(INVENTORIES / "ray.inv")),
+}
+intersphinx_timeout = 1  # never wait for the network (the inventories are local files)
 
 # Markdown
 myst_enable_extensions = ["colon_fence", "deflist"]
@@ -141,7 +160,7 @@ def _generate_benchmark_page_parts(app: Any) -> None:
     _load_benchmark("plot").plot(
         run,
         GENERATED / "benchmark-ratios.png",
-        title="rbdata and torchrl throughput / plain-torch limit",
+        title="rbdata and torchrl: buffer throughput and training-loop speed",
     )
     table = _benchmark_table(run, _load_benchmark("run").ROWS)
     (GENERATED / "benchmark-table.md").write_text(table)
@@ -225,6 +244,50 @@ def _check_api_coverage(app: Any, env: Any) -> None:
         logger.warning("the API reference does not document rbdata.%s", ", rbdata.".join(missing))
 
 
+class _Anchors(HTMLParser):
+    """The ids a page defines and the links it makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if name in ("id", "name") and value:
+                self.ids.add(value)
+            elif name == "href" and tag == "a" and value:
+                self.links.append(value)
+
+
+def _check_internal_links(app: Any, exception: BaseException | None) -> None:
+    """Warn (an error under ``-W``) for a link inside the site to a missing page or anchor."""
+    if exception is not None or app.builder.format != "html":
+        return
+    out = Path(app.outdir)
+    pages: dict[Path, _Anchors] = {}
+    for page in out.rglob("*.html"):
+        if "_static" in page.parts or "_sources" in page.parts:
+            continue
+        parser = _Anchors()
+        parser.feed(page.read_text(encoding="utf-8"))
+        pages[page.resolve()] = parser
+    for page, parsed in sorted(pages.items()):
+        for link in parsed.links:
+            target = urlsplit(link)
+            if target.scheme or target.netloc or link.startswith(("mailto:", "javascript:")):
+                continue  # leaves the site
+            path = (page.parent / unquote(target.path)).resolve() if target.path else page
+            if path.suffix != ".html":
+                if not path.exists():
+                    logger.warning("%s: dead link %r (no such file)", page.relative_to(out), link)
+                continue
+            if path not in pages:
+                logger.warning("%s: dead link %r (no such page)", page.relative_to(out), link)
+            elif target.fragment and unquote(target.fragment) not in pages[path].ids:
+                logger.warning("%s: dead anchor %r", page.relative_to(out), link)
+
+
 def setup(app: Any) -> dict[str, Any]:
     app.connect("builder-inited", _generate_benchmark_page_parts)
     app.connect("missing-reference", _resolve_public_alias)
@@ -232,4 +295,5 @@ def setup(app: Any) -> dict[str, Any]:
     app.connect("autodoc-process-docstring", _sentence_as_written, priority=600)  # after napoleon
     app.connect("autodoc-process-signature", _protocol_without_signature)
     app.connect("env-check-consistency", _check_api_coverage)
+    app.connect("build-finished", _check_internal_links)
     return {"parallel_read_safe": True}

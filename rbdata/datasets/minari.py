@@ -133,7 +133,7 @@ class MinariReader:
     them (see :func:`load_minari` for the layout).
 
     Args:
-        dataset_id_or_path: see :func:`minari_data_dir`.
+        dataset_id_or_path: see :func:`~rbdata.datasets.minari_data_dir`.
 
     Raises:
         ImportError: if h5py is not installed.

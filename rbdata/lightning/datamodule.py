@@ -248,7 +248,11 @@ class ReplayDataModule(pl.LightningDataModule):
             limit = self._limit_given[0]  # the value before a previous train_dataloader()
         if isinstance(limit, float):
             given = limit
-            limit = self.batches_per_epoch if limit == 1.0 else int(limit * self.batches_per_epoch)
+            limit = (
+                self.batches_per_epoch
+                if limit == 1.0
+                else max(1 if limit > 0 else 0, int(limit * self.batches_per_epoch))
+            )
             self._limit_given = (given, limit)
             trainer.limit_train_batches = limit
 

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
-from torch.utils.data._utils.fetch import _BaseDatasetFetcher
 from torch.utils.hooks import RemovableHandle
 
 from rbdata._component.checks import check_bool, check_int, check_number, check_optional_int
@@ -471,6 +470,21 @@ def buffer_capacity(buffer: ServableBuffer) -> int | None:
     return None
 
 
+def _fetcher_class() -> type[Any]:
+    """The base class of the DataLoader's per-pass fetchers (torch's, private).
+
+    Should a torch release move it, a class no object is of: the check never fires then.
+    """
+    try:
+        from torch.utils.data._utils.fetch import _BaseDatasetFetcher
+    except ImportError:  # pragma: no cover - depends on the torch release
+        return type("_NoFetcher", (), {})
+    return _BaseDatasetFetcher
+
+
+_FETCHER = _fetcher_class()
+
+
 def _refuse_auto_batching(ds: ReplayDataset, caller: Any) -> None:
     """Raise if a DataLoader that batches items (``batch_size`` not None) calls ``iter(ds)``.
 
@@ -482,7 +496,7 @@ def _refuse_auto_batching(ds: ReplayDataset, caller: Any) -> None:
     ``__iter__``.
     """
     fetcher = caller.f_locals.get("self") if caller is not None else None
-    if isinstance(fetcher, _BaseDatasetFetcher) and fetcher.auto_collation:
+    if isinstance(fetcher, _FETCHER) and fetcher.auto_collation:
         raise ValueError(
             f"DataLoader(ReplayDataset) got a batch_size (DataLoader's default is 1): "
             f"ReplayDataset already yields whole batches of {ds.batch_size} items, which the "

@@ -26,19 +26,25 @@ RUN = {
         "nolimit": {"unit": "steps/s", "lib": 5.0},
     },
     "torchrl": {"sample": {"lib": 40.0}},
-    "loader": [{"name": "loader prefetch=2 (vs raw)", "steps_per_s": 900.0, "ratio": 0.9}],
+    "loader": [
+        {"name": "loader: raw: rb.sample() + step", "steps_per_s": 1000.0, "ratio": 1.0},
+        {"name": "loader prefetch=2 (vs raw)", "steps_per_s": 900.0, "ratio": 0.9},
+        {"name": "loader prefetch=2 vs raw, again", "steps_per_s": 900.0, "ratio": 0.9},
+    ],
 }
 
 
 def test_ratios_divide_by_the_limit_and_skip_failed_rows():
     bars = load_plot().ratios(RUN)
-    assert bars == [
-        ("sample", 0.8, 0.4),
-        ("per (vs cpprb)", 1.5, None),
-        ("loader prefetch=2 (vs raw)", 0.9, None),
-    ]
+    assert bars == [("sample", 0.8, 0.4), ("per (vs cpprb)", 1.5, None)]
     rows_only = load_plot().ratios(RUN["rows"])  # run.py --json's one line: no torchrl, loader
     assert rows_only == [("sample", 0.8, None), ("per (vs cpprb)", 1.5, None)]
+
+
+def test_loader_rows_are_steps_per_second_once_each():
+    steps = load_plot().loader_steps(RUN)
+    assert steps == [("raw: rb.sample() + step", 1000.0), ("loader prefetch=2", 900.0)]
+    assert load_plot().loader_steps(RUN["rows"]) == []
 
 
 def test_main_writes_the_chart(tmp_path, capsys):
