@@ -20,6 +20,7 @@ from rbdata.buffers import (
 )
 from rbdata.buffers._conditional_update import ConditionalUpdateResult
 from rbdata.buffers.ensemble import ReplayBufferEnsemble
+from rbdata.buffers.her import HERReplayBuffer, HindsightStrategy
 from rbdata.errors import CheckpointError, RateLimitTimeoutError, ServiceUnavailableError
 from rbdata.policy_version import PolicyVersion
 from rbdata.query import TrajectoryPredicate, filter_trajectories, iter_trajectories, traj
@@ -127,6 +128,8 @@ __all__ = [
     "FrameDedupStorage",
     "filter_trajectories",
     "find_start_stop_traj",
+    "HERReplayBuffer",
+    "HindsightStrategy",
     "ImmutableDatasetWriter",
     "iter_trajectories",
     "LambdaScheduler",
