@@ -191,15 +191,17 @@ class HERReplayBuffer(TensorDictReplayBuffer):
         position = torch.searchsorted(episode_ends, index).clamp(max=len(episode_ends) - 1)
         end = episode_ends[position]
         start = torch.where(position == 0, torch.zeros_like(end), episode_ends[position - 1] + 1)
-        draws = torch.rand(index.shape[0], generator=self.generator)
+        count = index.shape[0]
         if self.strategy is HindsightStrategy.FUTURE:
             span = (end - index).clamp(min=0)
+            draws = torch.rand(count, generator=self.generator)
             return index + (draws * (span + 1)).long().clamp(max=span)
         if self.strategy is HindsightStrategy.FINAL:
             return end.clone()
         if self.strategy is HindsightStrategy.EPISODE:
+            draws = torch.rand(count, generator=self.generator)
             return start + (draws * (end - start + 1)).long()
-        return torch.randint(len(self._storage), (index.shape[0],), generator=self.generator)
+        return torch.randint(len(self._storage), (count,), generator=self.generator)
 
     # ------------------------------------------------------------- sampling
     def _fetch(self, index: torch.Tensor, info: Mapping[str, Any], *, keep_info: bool) -> Any:
