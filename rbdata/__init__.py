@@ -23,12 +23,17 @@ from rbdata.buffers import (
 )
 from rbdata.buffers._conditional_update import ConditionalUpdateResult
 from rbdata.buffers.ensemble import ReplayBufferEnsemble
+<<<<<<< HEAD
 from rbdata.errors import (
     CheckpointError,
     RateLimitTimeoutError,
     ServiceUnavailableError,
     UntrustedPathError,
 )
+=======
+from rbdata.buffers.her import HERReplayBuffer, HindsightStrategy
+from rbdata.errors import CheckpointError, RateLimitTimeoutError, ServiceUnavailableError
+>>>>>>> wip/parity-a
 from rbdata.policy_version import PolicyVersion
 from rbdata.query import TrajectoryPredicate, filter_trajectories, iter_trajectories, traj
 from rbdata.sample_units import SampleUnit, Sequence, Transition
@@ -137,7 +142,12 @@ __all__ = [
     "DEFAULT_DONE_KEYS",
     "filter_trajectories",
     "find_start_stop_traj",
+<<<<<<< HEAD
     "FrameDedupStorage",
+=======
+    "HERReplayBuffer",
+    "HindsightStrategy",
+>>>>>>> wip/parity-a
     "ImmutableDatasetWriter",
     "iter_trajectories",
     "LambdaScheduler",

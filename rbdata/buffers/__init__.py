@@ -1,7 +1,11 @@
 """Replay buffers: thin orchestrators of storage, sampler, writer, sample unit and transforms."""
 
 from rbdata.buffers.ensemble import ReplayBufferEnsemble
+<<<<<<< HEAD
 from rbdata.buffers.prefill import prefill_replay_buffer
+=======
+from rbdata.buffers.her import HERReplayBuffer, HindsightStrategy
+>>>>>>> wip/parity-a
 from rbdata.buffers.prioritized import PrioritizedReplayBuffer
 from rbdata.buffers.protocol import INFO_KEYS
 from rbdata.buffers.remote import RayReplayBuffer, RemoteTensorDictReplayBuffer
@@ -9,6 +13,8 @@ from rbdata.buffers.replay import ReplayBuffer
 from rbdata.buffers.tensordict import TensorDictPrioritizedReplayBuffer, TensorDictReplayBuffer
 
 __all__ = [
+    "HERReplayBuffer",
+    "HindsightStrategy",
     "PrioritizedReplayBuffer",
     "RayReplayBuffer",
     "RemoteTensorDictReplayBuffer",

@@ -205,3 +205,11 @@ def test_storage_ensemble_checkpointer(tmp_path):
     assert (tmp_path / "metadata.json").read_text() == '{"empty_members": [1]}'
     copy.loads(tmp_path)
     assert len(copy[0]) == 2 and len(copy[1]) == 0
+
+
+def test_storage_ensemble_checkpointer_saves_member_transforms(tmp_path):
+    rb, _, _ = _dual(False)  # members built from buffers: their (empty) Compose transforms
+    rb.storage.dumps(tmp_path)
+    assert (tmp_path / "0_transform.pt").is_file() and (tmp_path / "1" / "storage_state.pt").exists()
+    rb.storage.loads(tmp_path)
+    assert len(rb[0]) == 10

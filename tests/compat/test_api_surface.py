@@ -19,9 +19,6 @@ from ._surface import init_params, public_members
 
 #: constructor parameters of torchrl that rbdata lacks (class -> parameters)
 MISSING_PARAMS = {
-    "ReplayBuffer": {"checkpointer"},
-    "TensorDictReplayBuffer": {"checkpointer"},
-    "Storage": {"checkpointer"},
     "ConditionalUpdateResult": {"batch_size", "device", "names"},
     "Transform": {"in_keys_inv", "out_keys_inv"},
     "Compose": {"in_keys", "out_keys", "in_keys_inv", "out_keys_inv"},
@@ -29,10 +26,7 @@ MISSING_PARAMS = {
 }
 
 _BUFFER = {"can_sample", "mark_update", "submit_update_if_present", "synchronize"}
-_STORAGE = {
-    "attach", "checkpointer", "contains", "dump", "flatten", "load", "save",
-    "supports_conditional_update",
-}  # fmt: skip
+_STORAGE = {"attach", "contains", "flatten", "supports_conditional_update"}
 _SAMPLER = {"can_sample", "default_priority"}
 _SLICE = _SAMPLER
 

@@ -180,3 +180,131 @@ def test_a_load_that_does_not_fit_changes_nothing(tmp_path):
     with pytest.raises((TypeError, ValueError)):
         other.loads(tmp_path)
     assert len(other) == 3 and other.get(torch.arange(3)).shape == torch.Size([3, 5])
+
+
+# ------------------------------------------------------------------ TED layouts
+from rbdata import (  # noqa: E402
+    Flat2TED,
+    FlatStorageCheckpointer,
+    H5Combine,
+    H5Split,
+    H5StorageCheckpointer,
+    Nested2TED,
+    NestedStorageCheckpointer,
+    TED2Flat,
+    TED2Nested,
+)
+
+
+def _steps(start: int, n: int, ends: set[int]) -> TensorDict:
+    obs = torch.arange(start, start + n, dtype=torch.float32)
+    done = torch.tensor([int(o) in ends for o in obs])[:, None]
+    return TensorDict(
+        {
+            "obs": obs[:, None].expand(n, 2).clone(),
+            "action": obs.long(),
+            "done": torch.zeros(n, 1, dtype=torch.bool),
+            "next": {
+                "obs": (obs + 1)[:, None].expand(n, 2).clone(),
+                "done": done,
+                "reward": obs[:, None],
+            },
+        },
+        batch_size=[n],
+    )
+
+
+CHECKPOINTERS = [FlatStorageCheckpointer, NestedStorageCheckpointer, H5StorageCheckpointer]
+FILLS = [[(0, 4, {2})], [(0, 12, {3, 7})], [(0, 7, {6}), (7, 9, {9, 12})], [(0, 8, {7})]]
+
+
+@pytest.mark.parametrize("checkpointer", CHECKPOINTERS)
+@pytest.mark.parametrize("fills", FILLS)
+@pytest.mark.parametrize("storage_cls", [LazyTensorStorage, LazyMemmapStorage])
+def test_ted_checkpointers_round_trip(tmp_path, checkpointer, fills, storage_cls):
+    size = 8 if fills == FILLS[-1] else 10
+    rb = ReplayBuffer(storage=storage_cls(size), checkpointer=checkpointer())
+    for start, n, ends in fills:
+        rb.extend(_steps(start, n, ends))
+    rb.storage.dumps(tmp_path)
+    copy = storage_cls(size)
+    copy.checkpointer = checkpointer()
+    copy.loads(tmp_path)
+    n = len(rb.storage)
+    assert len(copy) == n
+    assert (copy.get(torch.arange(n)) == rb.storage.get(torch.arange(n))).all()
+    # loading into the same storage again (initialized): same rows
+    copy.loads(tmp_path)
+    assert (copy.get(torch.arange(n)) == rb.storage.get(torch.arange(n))).all()
+
+
+def test_flat_form_stores_each_observation_once():
+    to_flat = TED2Flat()
+    to_flat.shift, to_flat.is_full = 2, True
+    # a full ring of 4 whose oldest slot is 2: obs 0, 1 | 2 | 3 in write order
+    steps = _steps(0, 4, {0})
+    steps = steps[torch.tensor([2, 3, 0, 1])]  # slot order of a ring written from step 2
+    steps["next", "done"][:] = torch.tensor([[True], [False], [False], [True]])
+    flat = to_flat(steps)
+    assert flat["obs"][:, 0].tolist() == [0, 1, 2, 2, 3, 3, 4]  # each ends with its next obs
+    assert flat.get_non_tensor("shift") == 2 and flat.get_non_tensor("is_full") is True
+    assert flat["reward"].shape == torch.Size([4, 1]) and "next" not in flat.keys()
+    back = Flat2TED()(flat)
+    for key in (("next", "obs"), "obs", "action", ("next", "done"), ("next", "reward")):
+        assert torch.equal(back[key], steps[key]), key
+    assert not back["done"].any()  # root done flags are rebuilt as False
+
+
+def test_nested_and_h5_forms():
+    to_nested = TED2Nested()
+    to_nested.shift, to_nested.is_full = 5, False
+    written = _steps(0, 5, {1})
+    nested = to_nested(torch.cat([written, torch.zeros_like(written)]))  # 5 of 10 slots written
+    lengths = [t.shape[0] for t in nested["action"].unbind(0)]
+    obs_lengths = [t.shape[0] for t in nested["obs"].unbind(0)]
+    assert lengths == [2, 3, 5] and obs_lengths == [3, 4, 5]  # the unwritten tail: no next
+    groups = H5Split()(nested)
+    assert sorted(k for k in groups.keys() if k.startswith("traj")) == [
+        "traj_0",
+        "traj_1",
+        "traj_2",
+    ]
+    again = H5Combine()(groups)
+    assert [t.shape[0] for t in again["obs"].unbind(0)] == obs_lengths
+    assert torch.equal(Nested2TED()(again)["obs"], Nested2TED()(nested)["obs"])
+
+
+def test_converters_refuse_what_they_cannot_convert():
+    with pytest.raises(RuntimeError, match="shift"):
+        TED2Flat()(_steps(0, 3, {2}))  # no checkpointer set shift / is_full
+    to_flat = TED2Flat()
+    to_flat.shift, to_flat.is_full = 1, False
+    with pytest.raises(TypeError):
+        to_flat(torch.zeros(3))
+    with pytest.raises(TypeError):
+        TED2Flat(done_keys="done")
+
+
+def test_pickled_entries_are_refused(tmp_path):
+    storage = LazyTensorStorage(4)
+    storage.checkpointer = TensorStorageCheckpointer()
+    storage.set(torch.arange(2), _steps(0, 2, {1}))
+    storage.dumps(tmp_path)
+    (tmp_path / "obs_extra").mkdir()
+    (tmp_path / "obs_extra" / "pickle.pkl").write_bytes(b"not read")
+    with pytest.raises(ValueError, match="unpickle"):
+        storage.loads(tmp_path)
+    assert len(storage) == 2
+
+
+def test_h5_checkpointer_file_name(tmp_path):
+    storage = LazyTensorStorage(4)
+    storage.checkpointer = H5StorageCheckpointer(checkpoint_file="rows.h5")
+    storage.set(torch.arange(3), _steps(0, 3, {1}))
+    storage.dumps(tmp_path / "dir")
+    assert (tmp_path / "dir" / "rows.h5").is_file()
+    storage.dumps(tmp_path / "direct.h5")
+    copy = LazyTensorStorage(4)
+    copy.checkpointer = H5StorageCheckpointer()
+    copy.loads(tmp_path / "direct.h5")
+    assert len(copy) == 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -186,8 +187,8 @@ class H5StorageCheckpointer(NestedStorageCheckpointer):
                 f"{type(self).__name__} saves a non-empty storage with ndim=1; got ndim="
                 f"{storage.ndim} and {len(storage)} items."
             )
-        file = self._file(path, create=True)
         self._prepare_save_hooks(storage)
+        file = self._file(path, create=True)
         rows = all_rows(storage, len(storage))
         for hook in self._save_hooks:
             rows = hook(rows)
@@ -224,6 +225,10 @@ class H5StorageCheckpointer(NestedStorageCheckpointer):
                 storage.set(torch.arange(length), rows[:length].to_tensordict())
 
     def _file(self, path: str | os.PathLike[str], *, create: bool) -> str:
+        if importlib.util.find_spec("h5py") is None:
+            raise ImportError(
+                "H5StorageCheckpointer needs the 'hdf5' extra: pip install 'rbdata[hdf5]'."
+            )
         target = Path(path)
         if target.suffix == ".h5":
             return str(target.absolute())

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from rbdata._component.state_file import read_state, write_state
+import torch
 
 from .base import StorageCheckpointerBase, _CheckpointedStorage
 
@@ -35,10 +35,9 @@ class StorageEnsembleCheckpointer(StorageCheckpointerBase):
 
     ``dumps`` writes ``metadata.json`` (``{"empty_members": [...]}``), each
     non-empty member's own ``dumps`` in the sub-folder ``<i>``, and the state
-    of each member transform that has one as ``<i>_transform_state.pt``
-    (torchrl: ``<i>_transform.pt``); ``loads`` reads them back, emptying the
-    members saved empty. Nothing is unpickled (states load with
-    ``weights_only=True``).
+    of each member transform that has one as ``<i>_transform.pt``; ``loads``
+    reads them back, emptying the members saved empty. Nothing is unpickled
+    (states load with ``weights_only=True``).
 
     Examples:
         >>> import tempfile, torch
@@ -65,7 +64,7 @@ class StorageEnsembleCheckpointer(StorageCheckpointerBase):
                 member.dumps(root / str(i))
         for i, transform in enumerate(ensemble.transforms or ()):
             if isinstance(transform, _Stateful):
-                write_state(transform.state_dict(), root, f"{i}_transform")
+                torch.save(transform.state_dict(), root / f"{i}_transform.pt")
 
     def loads(self, storage: _CheckpointedStorage, path: str | os.PathLike[str]) -> None:
         """Read what :meth:`dumps` wrote under ``path`` into the members of ``storage``."""
@@ -84,8 +83,10 @@ class StorageEnsembleCheckpointer(StorageCheckpointerBase):
             else:
                 member.loads(root / str(i))
         for i, transform in enumerate(ensemble.transforms or ()):
-            if isinstance(transform, _Stateful) and (root / f"{i}_transform_state.pt").exists():
-                transform.load_state_dict(read_state(root, f"{i}_transform"))
+            state_file = root / f"{i}_transform.pt"
+            if isinstance(transform, _Stateful) and state_file.exists():
+                state = torch.load(state_file, weights_only=True, map_location="cpu")
+                transform.load_state_dict(state)
 
 
 def _as_ensemble(storage: object) -> _Ensemble:
