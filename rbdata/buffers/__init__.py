@@ -1,5 +1,6 @@
 """Replay buffers: thin orchestrators of storage, sampler, writer, sample unit and transforms."""
 
+from rbdata.buffers.config import ReplayBufferConfig
 from rbdata.buffers.prefill import prefill_replay_buffer
 from rbdata.buffers.prioritized import PrioritizedReplayBuffer
 from rbdata.buffers.protocol import INFO_KEYS
@@ -12,6 +13,7 @@ __all__ = [
     "RayReplayBuffer",
     "RemoteTensorDictReplayBuffer",
     "ReplayBuffer",
+    "ReplayBufferConfig",
     "TensorDictPrioritizedReplayBuffer",
     "TensorDictReplayBuffer",
     "prefill_replay_buffer",
