@@ -52,6 +52,7 @@ from rbdata.storages import (
     LazyTensorStorage,
     ListStorage,
     Storage,
+    StoreStorage,
     TensorStorage,
 )
 from rbdata.trajectories import DEFAULT_DONE_KEYS, Trajectory, find_start_stop_traj
@@ -152,6 +153,7 @@ __all__ = [
     "SliceSamplerWithoutReplacement",
     "StepScheduler",
     "Storage",
+    "StoreStorage",
     "TensorDictMaxValueWriter",
     "TensorDictPrioritizedReplayBuffer",
     "TensorDictReplayBuffer",

@@ -6,6 +6,7 @@ from .frames import FrameDedupStorage
 from .lazy_tensor import LazyTensorStorage
 from .list import LazyStackStorage, ListStorage
 from .memmap import LazyMemmapStorage
+from .store import StoreStorage
 from .tensor import TensorStorage
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "LazyTensorStorage",
     "ListStorage",
     "Storage",
+    "StoreStorage",
     "TensorStorage",
     "shape_of",
 ]
