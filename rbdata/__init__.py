@@ -36,6 +36,7 @@ from rbdata.samplers import (
     SamplerWithoutReplacement,
     SliceSampler,
     SliceSamplerWithoutReplacement,
+    StalenessAwareSampler,
 )
 from rbdata.samplers.schedulers import (
     LambdaScheduler,
@@ -151,6 +152,7 @@ __all__ = [
     "ServiceUnavailableError",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
+    "StalenessAwareSampler",
     "StepScheduler",
     "Storage",
     "StoreStorage",

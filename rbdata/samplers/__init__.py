@@ -7,6 +7,7 @@ from rbdata.samplers.prioritized_slice import PrioritizedSliceSampler
 from rbdata.samplers.random import RandomSampler
 from rbdata.samplers.slice import SliceSampler
 from rbdata.samplers.slice_without_replacement import SliceSamplerWithoutReplacement
+from rbdata.samplers.staleness import StalenessAwareSampler
 from rbdata.samplers.without_replacement import SamplerWithoutReplacement
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "SamplerWithoutReplacement",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
+    "StalenessAwareSampler",
 ]
