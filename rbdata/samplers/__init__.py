@@ -4,6 +4,7 @@ from rbdata.samplers._base import Sampler
 from rbdata.samplers.consuming import ConsumingSampler
 from rbdata.samplers.prioritized import PrioritizedSampler
 from rbdata.samplers.prioritized_slice import PrioritizedSliceSampler
+from rbdata.samplers.prompt_group import PromptGroupSampler
 from rbdata.samplers.random import RandomSampler
 from rbdata.samplers.slice import SliceSampler
 from rbdata.samplers.slice_without_replacement import SliceSamplerWithoutReplacement
@@ -14,6 +15,7 @@ __all__ = [
     "ConsumingSampler",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
+    "PromptGroupSampler",
     "RandomSampler",
     "Sampler",
     "SamplerWithoutReplacement",
