@@ -38,6 +38,7 @@ from rbdata.samplers import (
     SliceSampler,
     SliceSamplerWithoutReplacement,
     StalenessAwareSampler,
+    StreamingSliceSampler,
 )
 from rbdata.samplers.schedulers import (
     LambdaScheduler,
@@ -158,6 +159,7 @@ __all__ = [
     "StepScheduler",
     "Storage",
     "StoreStorage",
+    "StreamingSliceSampler",
     "TensorDictMaxValueWriter",
     "TensorDictPrioritizedReplayBuffer",
     "TensorDictReplayBuffer",

@@ -9,6 +9,7 @@ from rbdata.samplers.random import RandomSampler
 from rbdata.samplers.slice import SliceSampler
 from rbdata.samplers.slice_without_replacement import SliceSamplerWithoutReplacement
 from rbdata.samplers.staleness import StalenessAwareSampler
+from rbdata.samplers.streaming_slice import StreamingSliceSampler
 from rbdata.samplers.without_replacement import SamplerWithoutReplacement
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
     "StalenessAwareSampler",
+    "StreamingSliceSampler",
 ]
