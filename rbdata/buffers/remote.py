@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from rbdata._component.checks import check_int
 from rbdata.buffers.replay import ReplayBuffer
 from rbdata.buffers.tensordict import TensorDictReplayBuffer
 
@@ -98,6 +99,7 @@ class RayReplayBuffer(ReplayBuffer):
         **kwargs: Any,
     ) -> None:
         self._hosted_cls = replay_buffer_cls
+        self._transport_kind = "distributed" if transport == "distributed" else "ray"
         options: dict[str, Any] = {}
         if ray_init_config is not None:
             options["ray_init_config"] = ray_init_config
@@ -111,6 +113,21 @@ class RayReplayBuffer(ReplayBuffer):
             delayed_init=delayed_init,
             **kwargs,
         )
+
+    @property
+    def transport_kind(self) -> str:
+        """The transport of the payloads: ``"ray"`` or ``"distributed"``."""
+        return self._transport_kind
+
+    def clients(self, num_clients: int) -> list[Any]:
+        """``num_clients`` picklable clients, one per concurrent consumer (torchrl's).
+
+        Raises:
+            TypeError: if ``num_clients`` is not an int.
+            ValueError: if it is below 1.
+        """
+        count = check_int(num_clients, "num_clients", minimum=1)
+        return [self.client() for _ in range(count)]
 
     def _hosted(self) -> Any:
         """The buffer the actor hosts: a plain ``replay_buffer_cls`` (no Ray wrapper in it)."""
