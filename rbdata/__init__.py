@@ -17,23 +17,20 @@ from rbdata.buffers import (
     RayReplayBuffer,
     RemoteTensorDictReplayBuffer,
     ReplayBuffer,
+    ReplayBufferConfig,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
     prefill_replay_buffer,
 )
 from rbdata.buffers._conditional_update import ConditionalUpdateResult
 from rbdata.buffers.ensemble import ReplayBufferEnsemble
-<<<<<<< HEAD
+from rbdata.buffers.her import HERReplayBuffer, HindsightStrategy
 from rbdata.errors import (
     CheckpointError,
     RateLimitTimeoutError,
     ServiceUnavailableError,
     UntrustedPathError,
 )
-=======
-from rbdata.buffers.her import HERReplayBuffer, HindsightStrategy
-from rbdata.errors import CheckpointError, RateLimitTimeoutError, ServiceUnavailableError
->>>>>>> wip/parity-a
 from rbdata.policy_version import PolicyVersion
 from rbdata.query import TrajectoryPredicate, filter_trajectories, iter_trajectories, traj
 from rbdata.sample_units import SampleUnit, Sequence, Transition
@@ -41,12 +38,15 @@ from rbdata.samplers import (
     ConsumingSampler,
     PrioritizedSampler,
     PrioritizedSliceSampler,
+    PromptGroupSampler,
     RandomSampler,
     Sampler,
     SamplerEnsemble,
     SamplerWithoutReplacement,
     SliceSampler,
     SliceSamplerWithoutReplacement,
+    StalenessAwareSampler,
+    StreamingSliceSampler,
 )
 from rbdata.samplers.schedulers import (
     LambdaScheduler,
@@ -75,6 +75,7 @@ from rbdata.storages import (
     StorageCheckpointerBase,
     StorageEnsemble,
     StorageEnsembleCheckpointer,
+    StoreStorage,
     TED2Flat,
     TED2Nested,
     TensorStorage,
@@ -142,12 +143,9 @@ __all__ = [
     "DEFAULT_DONE_KEYS",
     "filter_trajectories",
     "find_start_stop_traj",
-<<<<<<< HEAD
     "FrameDedupStorage",
-=======
     "HERReplayBuffer",
     "HindsightStrategy",
->>>>>>> wip/parity-a
     "ImmutableDatasetWriter",
     "iter_trajectories",
     "LambdaScheduler",
@@ -169,6 +167,7 @@ __all__ = [
     "PrioritizedReplayBuffer",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
+    "PromptGroupSampler",
     "RandomSampler",
     "RateLimitTimeoutError",
     "RayBufferClient",
@@ -176,6 +175,7 @@ __all__ = [
     "RemoteTensorDictReplayBuffer",
     "ReplayBuffer",
     "ReplayBufferEnsemble",
+    "ReplayBufferConfig",
     "ReplayCallback",
     "ReplayDataModule",
     "ReplayDataset",
@@ -190,6 +190,7 @@ __all__ = [
     "ServiceUnavailableError",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
+    "StalenessAwareSampler",
     "StepScheduler",
     "Storage",
     "StorageCheckpointerBase",
@@ -199,6 +200,8 @@ __all__ = [
     "NestedStorageCheckpointer",
     "TED2Flat",
     "TED2Nested",
+    "StoreStorage",
+    "StreamingSliceSampler",
     "TensorDictMaxValueWriter",
     "TensorDictPrioritizedReplayBuffer",
     "TensorDictReplayBuffer",

@@ -6,6 +6,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 bash scripts/setup.sh
+bash scripts/services.sh
 
 set +e
 "$ROOT/.venv/bin/python" -m pytest "$@"

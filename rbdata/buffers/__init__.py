@@ -1,11 +1,9 @@
 """Replay buffers: thin orchestrators of storage, sampler, writer, sample unit and transforms."""
 
+from rbdata.buffers.config import ReplayBufferConfig
 from rbdata.buffers.ensemble import ReplayBufferEnsemble
-<<<<<<< HEAD
-from rbdata.buffers.prefill import prefill_replay_buffer
-=======
 from rbdata.buffers.her import HERReplayBuffer, HindsightStrategy
->>>>>>> wip/parity-a
+from rbdata.buffers.prefill import prefill_replay_buffer
 from rbdata.buffers.prioritized import PrioritizedReplayBuffer
 from rbdata.buffers.protocol import INFO_KEYS
 from rbdata.buffers.remote import RayReplayBuffer, RemoteTensorDictReplayBuffer
@@ -20,6 +18,7 @@ __all__ = [
     "RemoteTensorDictReplayBuffer",
     "ReplayBuffer",
     "ReplayBufferEnsemble",
+    "ReplayBufferConfig",
     "TensorDictPrioritizedReplayBuffer",
     "TensorDictReplayBuffer",
     "prefill_replay_buffer",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from rbdata._component.checks import check_int
 from rbdata.buffers.replay import ReplayBuffer
 from rbdata.buffers.tensordict import TensorDictReplayBuffer
 
@@ -71,6 +72,7 @@ class RayReplayBuffer(ReplayBuffer):
     _over: ClassVar[dict[type, type]] = {}
     #: the class of the buffer the actor hosts
     _hosted_cls: ClassVar[type] = ReplayBuffer
+    _transport_kind: str
 
     def __new__(
         cls,
@@ -103,9 +105,13 @@ class RayReplayBuffer(ReplayBuffer):
         if remote_config is not None:
             options["remote_config"] = remote_config
         kwargs.setdefault("delayed_init", False)
-        return ReplayBuffer.__new__(
+        buffer = ReplayBuffer.__new__(
             over, service_backend="ray", service_backend_options=options or None, **kwargs
         )
+        buffer._transport_kind = (
+            "distributed" if kwargs.get("transport") == "distributed" else "ray"
+        )
+        return buffer
 
     @classmethod
     def _over_class(cls, replay_buffer_cls: type) -> type:
@@ -121,3 +127,18 @@ class RayReplayBuffer(ReplayBuffer):
             )
             RayReplayBuffer._over[replay_buffer_cls] = over
         return over
+
+    @property
+    def transport_kind(self) -> str:
+        """The transport of the payloads: ``"ray"`` or ``"distributed"``."""
+        return self._transport_kind
+
+    def clients(self, num_clients: int) -> list[Any]:
+        """``num_clients`` picklable clients, one per concurrent consumer (torchrl's).
+
+        Raises:
+            TypeError: if ``num_clients`` is not an int.
+            ValueError: if it is below 1.
+        """
+        count = check_int(num_clients, "num_clients", minimum=1)
+        return [self.client() for _ in range(count)]

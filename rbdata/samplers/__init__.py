@@ -5,19 +5,25 @@ from rbdata.samplers.consuming import ConsumingSampler
 from rbdata.samplers.ensemble import SamplerEnsemble
 from rbdata.samplers.prioritized import PrioritizedSampler
 from rbdata.samplers.prioritized_slice import PrioritizedSliceSampler
+from rbdata.samplers.prompt_group import PromptGroupSampler
 from rbdata.samplers.random import RandomSampler
 from rbdata.samplers.slice import SliceSampler
 from rbdata.samplers.slice_without_replacement import SliceSamplerWithoutReplacement
+from rbdata.samplers.staleness import StalenessAwareSampler
+from rbdata.samplers.streaming_slice import StreamingSliceSampler
 from rbdata.samplers.without_replacement import SamplerWithoutReplacement
 
 __all__ = [
     "ConsumingSampler",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
+    "PromptGroupSampler",
     "RandomSampler",
     "Sampler",
     "SamplerEnsemble",
     "SamplerWithoutReplacement",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
+    "StalenessAwareSampler",
+    "StreamingSliceSampler",
 ]

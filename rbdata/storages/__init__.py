@@ -23,6 +23,7 @@ from .frames import FrameDedupStorage
 from .lazy_tensor import LazyTensorStorage
 from .list import LazyStackStorage, ListStorage
 from .memmap import LazyMemmapStorage
+from .store import StoreStorage
 from .tensor import TensorStorage
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "NestedStorageCheckpointer",
     "TED2Flat",
     "TED2Nested",
+    "StoreStorage",
     "TensorStorage",
     "TensorStorageCheckpointer",
     "shape_of",

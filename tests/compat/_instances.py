@@ -59,6 +59,12 @@ def example(ns: Any, name: str, scratch: Any) -> Any:
         "ConditionalUpdateResult": lambda: _conditional_update(ns),
         "Compose": lambda: ns.Compose(),
         "PolicyAgeFilter": lambda: ns.PolicyAgeFilter(0, 1),
+        "ConsumingSampler": lambda: ns.ConsumingSampler(),
+        "StalenessAwareSampler": lambda: ns.StalenessAwareSampler(),
+        "StreamingSliceSampler": lambda: ns.StreamingSliceSampler(slice_len=2),
+        "PromptGroupSampler": lambda: ns.PromptGroupSampler(num_groups=1),
+        "RemoteTensorDictReplayBuffer": lambda: ns.RemoteTensorDictReplayBuffer(),
+        # StoreStorage (a Redis server) and RayReplayBuffer (a Ray actor): their classes
         "OfflineToOnlineReplayBuffer": lambda: ns.OfflineToOnlineReplayBuffer(
             _buffer_of_episodes(ns), online_capacity=10, batch_size=4
         ),

@@ -45,10 +45,21 @@ NAMES = (
     "Compose",
     "PolicyAgeFilter",
     "OfflineToOnlineReplayBuffer",
+    # issue 36: the rest of torchrl.data.replay_buffers (parity-b's part)
+    "ConsumingSampler",
+    "StalenessAwareSampler",
+    "StreamingSliceSampler",
+    "PromptGroupSampler",
+    "StoreStorage",
+    "RayReplayBuffer",
+    "RemoteTensorDictReplayBuffer",
+    "DEFAULT_DONE_KEYS",
+    "prefill_replay_buffer",
 )
 
 _TORCHRL_MODULES = (
     "torchrl.data",
+    "torchrl.data.replay_buffers",
     "torchrl.envs.transforms",
     "torchrl.data.replay_buffers.samplers",
 )

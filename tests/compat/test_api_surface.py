@@ -23,6 +23,9 @@ MISSING_PARAMS = {
     "Transform": {"in_keys_inv", "out_keys_inv"},
     "Compose": {"in_keys", "out_keys", "in_keys_inv", "out_keys_inv"},
     "OfflineToOnlineReplayBuffer": {"offline_dataset", "transform"},
+    "StoreStorage": {"checkpointer"},
+    "RayReplayBuffer": {"checkpointer"},
+    "RemoteTensorDictReplayBuffer": {"checkpointer"},
 }
 
 _BUFFER = {"can_sample", "mark_update", "submit_update_if_present", "synchronize"}
@@ -55,6 +58,15 @@ MISSING_MEMBERS = {
     "Transform": {"in_keys_inv", "out_keys_inv", "clone"},
     "Compose": {"pop", "clone"},
     "OfflineToOnlineReplayBuffer": {"anneal", "offline_buffer", "online_buffer"},
+    "ConsumingSampler": _SAMPLER,
+    "StalenessAwareSampler": _SAMPLER,
+    "StreamingSliceSampler": _SLICE,
+    "PromptGroupSampler": _SAMPLER,
+    "StoreStorage": _STORAGE | {"shape"},
+    # a Ray-hosted buffer forwards what its hosted class has (update_tensordict_priority:
+    # a TensorDict prioritized class hosted; torchrl's Ray buffer always has the name)
+    "RayReplayBuffer": _BUFFER | {"update_tensordict_priority"},
+    "RemoteTensorDictReplayBuffer": _BUFFER,
 }
 
 
