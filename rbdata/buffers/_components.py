@@ -16,12 +16,13 @@ from rbdata.buffers._init_args import (
     check_buffer_args,
 )
 from rbdata.buffers._prefetch import _BatchPrefetcher
-from rbdata.buffers._sharing import _WriteFollower, check_shared_prefetch, share_transform
 from rbdata.buffers._stats import _BufferStats
-from rbdata.buffers._sync import _BufferSync
 from rbdata.buffers.backends import get_service_backend, ray_actor_class
 from rbdata.sample_units import SampleUnit, Transition
 from rbdata.samplers import RandomSampler, Sampler
+from rbdata.sharing.feed import WriteFeed
+from rbdata.sharing.parts import check_shared_prefetch, share_transform
+from rbdata.sharing.sync import _BufferSync
 from rbdata.storages import ListStorage, Storage, shape_of
 from rbdata.transforms import Compose, Transform, as_transform
 from rbdata.writers import RoundRobinWriter, Writer
@@ -175,7 +176,7 @@ class _BufferBase:
                 f"reuse the slots of consumed ones); {type(self._writer).__name__} has none."
             )
         self._writer.register_storage(self._storage)
-        self._follower = _WriteFollower(self._writer.write_count)
+        self._feed = WriteFeed(self._writer.write_count)
         self._sampler.set_rng(self._generator)
         self._sampler.set_consume_after_n(self._consume_after_n)
         factory = args["transform_factory"]
@@ -241,16 +242,13 @@ class _BufferBase:
         self._shared = True
         return self
 
-    def _follow_writes(self) -> None:
+    def _catch_up(self) -> None:
         """Tell the sampler and sample unit of the writes other buffers or processes made."""
         writer = self._writer
-        count = writer.write_count
-        if count == self._follower.seen:
-            return
         ring = writer.writes_in_ring_order and self._consume_after_n is None
-        missed = self._follower.missed(count, writer._capacity(), ring)
-        if missed is not None:
-            self._note_written(missed)
+        self._feed.catch_up(
+            writer.write_count, self._storage.max_size_along_dim0, ring, self._note_written
+        )
 
     @property
     def initialized(self) -> bool:
@@ -352,7 +350,7 @@ class _BufferBase:
             self._init()
             prev, self._storage = self._storage, storage
             self._writer.register_storage(storage)
-            self._follower.seen = self._writer.write_count
+            self._feed.skip_to(self._writer.write_count)
             self._collate_arg = collate_fn
             self._collate_fn = collate_fn or storage.default_collate_fn()
             return prev
@@ -362,7 +360,7 @@ class _BufferBase:
         with self._sync.lock:
             self._init()
             prev, self._sampler = self._sampler, sampler
-            self._follower.seen = self._writer.write_count
+            self._feed.skip_to(self._writer.write_count)
             sampler.set_rng(self._generator)
             sampler.set_consume_after_n(self._consume_after_n)
             return prev
@@ -373,7 +371,7 @@ class _BufferBase:
             self._init()
             prev, self._writer = self._writer, writer
             writer.register_storage(self._storage)
-            self._follower.seen = writer.write_count
+            self._feed.skip_to(writer.write_count)
             return prev
 
     def set_rng(self, generator: torch.Generator | None) -> None:

@@ -18,9 +18,6 @@ from rbdata.buffers._init_args import (
 from rbdata.buffers.protocol import Draw, aligned_info
 from rbdata.transforms import PolicyAgeFilter
 
-#: draws a reader makes again, at most, before waiting for rows still being copied
-_REDRAWS = 3
-
 
 class _ReadPath(_BufferBase):
     """The sampling half of :class:`~rbdata.ReplayBuffer`: drawing rows and reading them.
@@ -46,18 +43,9 @@ class _ReadPath(_BufferBase):
         """Draw one batch's rows (under the lock, writes followed); raises when none is left.
 
         In a shared buffer, a batch holding rows another process is still
-        copying would wait for that copy when read: a sampler that
-        ``redraws_freely`` draws again instead (at most :data:`_REDRAWS` times).
+        copying may be drawn again instead (:meth:`_BufferSync.draw_clear`).
         """
-        index, info = self._draw_once(batch_size)
-        in_flight = self._sync.in_flight
-        if in_flight is None or not self._sampler.redraws_freely:
-            return index, info
-        for _ in range(_REDRAWS):
-            if not in_flight.holds(index.reshape(-1)):
-                break
-            index, info = self._draw_once(batch_size)
-        return index, info
+        return self._sync.draw_clear(lambda: self._draw_once(batch_size), self._sampler)
 
     def _draw_once(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         index, info = self._sampler.sample(self._storage, batch_size)
@@ -85,7 +73,7 @@ class _ReadPath(_BufferBase):
         """
         self._init()
         with self._sync.draw_lock:
-            self._follow_writes()
+            self._catch_up()
             if self._sampler.exhausted(self._storage):
                 return Draw.empty()
             index, info = self._draw(batch_size)
@@ -149,7 +137,7 @@ class _ReadPath(_BufferBase):
 
     def _sample_once(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
         with self._sync.draw_lock:
-            self._follow_writes()
+            self._catch_up()
             index, info = self._draw(batch_size)
             self._pass_ended = bool(self._sampler.ran_out)
         return self._fetch(index, info, keep_info=self._keeps_info), info
@@ -157,7 +145,7 @@ class _ReadPath(_BufferBase):
     def _sample_ahead(self, batch_size: int) -> tuple[Any, dict[str, Any], bool] | None:
         """A batch sampled ahead, with whether it ended a pass; None when nothing is sampleable."""
         with self._sync.draw_lock:
-            self._follow_writes()
+            self._catch_up()
             if self._sampler.exhausted(self._storage) and len(self._storage):
                 return None
             index, info = self._draw(batch_size)

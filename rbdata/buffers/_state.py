@@ -61,7 +61,7 @@ class _BufferState(_BufferBase):
         self._prefetcher.settle()
         with self._sync.cond:
             _persistence.load_buffer_state(state_dict, self._parts())
-            self._follower.seen = self._writer.write_count
+            self._feed.skip_to(self._writer.write_count)
             self._prefetcher.restore(() if prefetched is None else prefetched["queue"])
             self._sync.cond.notify_all()
 

@@ -51,14 +51,14 @@ class _WritePath(_DeferredWrites):
         with self._sync.cond:
             if len(self._transform):
                 data = self._transform.inv(data)
-            self._follow_writes()
+            self._catch_up()
             free = self._sampler.reusable_slots(1) if self._consume_after_n is not None else None
             if free is not None and free.numel():
                 slot = int(self._writer.write_at(free, [data])[0])
             else:
                 slot = self._writer.add(data)
             self._note_written(torch.tensor([slot]))
-            self._follower.seen = self._writer.write_count
+            self._feed.skip_to(self._writer.write_count)
             self._sync.cond.notify_all()
         return slot
 
@@ -92,10 +92,10 @@ class _WritePath(_DeferredWrites):
                 return torch.empty((0, ndim) if ndim > 1 else 0, dtype=torch.long)
             self._validate_extend(data, update_priority)
             self._check_sampler_fits(data)
-            self._follow_writes()
+            self._catch_up()
             index = self._write(data)
             self._note_written(index[index >= 0] if self._writer.drops_items else index)
-            self._follower.seen = self._writer.write_count
+            self._feed.skip_to(self._writer.write_count)
             if self._storage.ndim == 1:
                 self._after_extend(data, index, update_priority)
                 self._sync.cond.notify_all()
@@ -176,7 +176,7 @@ class _WritePath(_DeferredWrites):
             self._writer._empty(empty_write_count)
             self._sampler._empty()
             self._sample_unit._empty()
-            self._follower.seen = self._writer.write_count
+            self._feed.skip_to(self._writer.write_count)
             self._sync.cond.notify_all()
 
 

@@ -8,8 +8,8 @@ import torch
 
 from rbdata.buffers.replay import ReplayBuffer
 from rbdata.samplers import PrioritizedSampler, RandomSampler
+from rbdata.sharing.counters import spawning
 from rbdata.storages import ListStorage, Storage
-from rbdata.storages._counters import spawning
 
 __all__ = ["PrioritizedReplayBuffer"]
 
@@ -70,7 +70,7 @@ class _PrioritySync:
     @property
     def _prioritized_sampler_write_count(self) -> int:
         """The writes (by any process) the priority tree was told about."""
-        return int(cast(Any, self)._follower.seen)
+        return int(cast(Any, self)._feed.seen)
 
     def __getstate__(self) -> dict[str, Any]:
         state: dict[str, Any] = cast(Any, super()).__getstate__()

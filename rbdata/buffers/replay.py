@@ -13,12 +13,11 @@ from rbdata.buffers._indexing import _Indexing
 from rbdata.buffers._prefetch import _BatchPrefetcher
 from rbdata.buffers._priority_updates import _PriorityUpdates
 from rbdata.buffers._read_path import _ReadPath
-from rbdata.buffers._sharing import _WriteFollower
 from rbdata.buffers._state import _BufferState
-from rbdata.buffers._sync import _BufferSync
 from rbdata.buffers._write_path import _WritePath
 from rbdata.buffers.shared_handle import _SharedHandle
 from rbdata.samplers import Sampler
+from rbdata.sharing.sync import _BufferSync
 
 __all__ = ["ReplayBuffer"]
 
@@ -86,7 +85,7 @@ class ReplayBuffer(_WritePath, _ReadPath, _Indexing, _PriorityUpdates, _BufferSt
         copy = object.__new__(type(self))
         copy.__dict__.update(self.__dict__)
         copy._sync = self._sync if self._sync.shared else _BufferSync()
-        copy._follower = _WriteFollower(self._follower.seen)
+        copy._feed = self._feed.copy()
         copy._prefetcher = _BatchPrefetcher(0)
         copy._iterator = None
         copy._sampler = sampler

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.multiprocessing as mp
 
-from rbdata.buffers._in_flight import InFlightRows
-from rbdata.buffers._shared_lock import LocalThenShared, SharedCondition, SharedLock
-from rbdata.storages._counters import SharedCounters
+from rbdata.samplers import Sampler
+from rbdata.sharing.counters import SharedCounters
+from rbdata.sharing.eligibility import redraws_freely
+from rbdata.sharing.in_flight import InFlightRows
+from rbdata.sharing.lock import LocalThenShared, SharedCondition, SharedLock
+
+_REDRAWS = 3  # a reader draws again at most this often to avoid rows being copied
+Drawn = TypeVar("Drawn", bound=tuple[torch.Tensor, Any])
 
 
 class _BufferSync:
@@ -74,7 +79,7 @@ class _BufferSync:
         return None if self._cross is None else self._cross.in_flight
 
     def acquire_to_reserve(self) -> None:
-        """Take the locks to reserve rows (shared buffers only; see :mod:`._in_flight`)."""
+        """Take the locks to reserve rows (shared buffers only; see :mod:`.in_flight`)."""
         self.lock.acquire_to_reserve()
 
     def release_reserved(self) -> None:
@@ -90,6 +95,24 @@ class _BufferSync:
             with self.lock:
                 return copy()
         return self._cross.read(copy, rows)
+
+    def draw_clear(self, draw: Callable[[], Drawn], sampler: Sampler) -> Drawn:
+        """``draw()``'s batch ``(index, info)``, drawn again while it holds rows being copied.
+
+        A batch holding rows another process is still copying would wait for
+        that copy when read: where a draw again is as likely as the first
+        (:func:`~rbdata.sharing.eligibility.redraws_freely`), the batch is drawn
+        again instead, at most :data:`_REDRAWS` times.
+        """
+        drawn = draw()
+        in_flight = self.in_flight
+        if in_flight is None or not redraws_freely(sampler):
+            return drawn
+        for _ in range(_REDRAWS):
+            if not in_flight.holds(drawn[0].reshape(-1)):
+                break
+            drawn = draw()
+        return drawn
 
     def peek(self, value: Callable[[], Any]) -> Any:
         """``value()`` of counters (a length), lock-free across processes (:meth:`SharedLock.peek`).
@@ -120,7 +143,7 @@ class _BufferSync:
         """Bound every wait for the shared lock by ``alive()`` (a process on the same machine).
 
         A process that maps a buffer another process owns (see
-        :mod:`rbdata.buffers.shared_handle`) would wait forever for a lock its
+        :mod:`rbdata.sharing.handle`) would wait forever for a lock its
         owner died holding: guarded, it checks ``alive()`` every
         quarter second of waiting and raises ``dead()`` once it fails.
         """

@@ -17,7 +17,7 @@ small table in shared memory, one slot per copy, with the writer's pid.
   reserved since (:meth:`InFlightRows.touched`), which the log of the last
   :data:`LOG` reservations tells, in order of a sequence number.
 
-The order of the stores (x86-64's, see :mod:`._shared_lock`): a reservation
+The order of the stores (x86-64's, see :mod:`.lock`): a reservation
 writes its slot, then its log entry, then the sequence number, then copies;
 the copy done, it frees its slot. A reader reads the sequence number, then
 the slots, copies, then reads the sequence number and the log again.
@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from rbdata.storages._counters import SharedCounters
+from rbdata.sharing.counters import SharedCounters
 
 __all__ = ["LOG", "SLOTS", "InFlightRows", "Ranges", "RowProbe", "Snapshot", "ring_ranges"]
 
@@ -130,7 +130,7 @@ class RowProbe:
 class InFlightRows:
     """The in-flight table and the reservation log of a shared buffer (see the module docstring).
 
-    Its cells are :class:`~rbdata.storages._counters.SharedCounters`, shared:
+    Its cells are :class:`~rbdata.sharing.counters.SharedCounters`, shared:
     pickled for another process, it travels as their shared tensor, and every
     process sees the same table.
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from ._pytree import _Structure
-from ._row_layout import _PackedLayout
+from rbdata.storages._pytree import _Structure
+from rbdata.storages._row_layout import _PackedLayout
 
 try:
     import fcntl

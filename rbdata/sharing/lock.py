@@ -33,8 +33,8 @@ from typing import Any, TypeVar
 
 import torch
 
-from rbdata.buffers._in_flight import InFlightRows, RowProbe, Snapshot
-from rbdata.storages._counters import SharedCounters
+from rbdata.sharing.counters import SharedCounters
+from rbdata.sharing.in_flight import InFlightRows, RowProbe, Snapshot
 
 __all__ = ["LocalThenShared", "SharedCondition", "SharedLock"]
 
@@ -60,7 +60,7 @@ class SharedLock:
 
     Examples:
         >>> import multiprocessing
-        >>> from rbdata.storages._counters import SharedCounters
+        >>> from rbdata.sharing.counters import SharedCounters
         >>> lock = SharedLock(multiprocessing.get_context("spawn").RLock(), SharedCounters([0]))
         >>> with lock:
         ...     with lock:  # reentrant: the version moves on the outermost hold only
@@ -74,7 +74,7 @@ class SharedLock:
         self, inner: Any, version: SharedCounters, in_flight: InFlightRows | None = None
     ) -> None:
         self.inner, self.version = inner, version
-        #: rows reserved writers copy without the lock (see :mod:`._in_flight`)
+        #: rows reserved writers copy without the lock (see :mod:`.in_flight`)
         self.in_flight = in_flight
         self._depth = 0  # holds by this process (only the holder changes it)
         self._alive: Callable[[], bool] | None = None
