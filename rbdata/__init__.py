@@ -19,7 +19,12 @@ from rbdata.buffers import (
     TensorDictReplayBuffer,
 )
 from rbdata.buffers._conditional_update import ConditionalUpdateResult
-from rbdata.errors import CheckpointError, RateLimitTimeoutError, ServiceUnavailableError
+from rbdata.errors import (
+    CheckpointError,
+    RateLimitTimeoutError,
+    ServiceUnavailableError,
+    SharedMemoryFull,
+)
 from rbdata.policy_version import PolicyVersion
 from rbdata.query import TrajectoryPredicate, filter_trajectories, iter_trajectories, traj
 from rbdata.sample_units import SampleUnit, Sequence, Transition
@@ -137,6 +142,7 @@ __all__ = [
     "SchedulerList",
     "Sequence",
     "ServiceUnavailableError",
+    "SharedMemoryFull",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
     "StepScheduler",

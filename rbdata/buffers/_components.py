@@ -200,6 +200,7 @@ class _BufferBase:
         self._storage.share_memory_()  # a list storage is refused when sent to a child
         self._writer.share_memory_()
         self._sync.share()
+        self._sync.bind(self._rows_and_cursor)
         share_transform(self._transform)
 
     def share(self: _B, shared: bool = True) -> _B:
@@ -241,6 +242,10 @@ class _BufferBase:
             self._share()
         self._shared = True
         return self
+
+    def _rows_and_cursor(self) -> tuple[Storage, Writer]:
+        """The storage and writer a dead writer's reservation is reclaimed from (``_sync``)."""
+        return self._storage, self._writer
 
     def _catch_up(self) -> None:
         """Tell the sampler and sample unit of the writes other buffers or processes made."""
@@ -299,7 +304,8 @@ class _BufferBase:
     @property
     def write_count(self) -> int:
         """The total number of items written so far through add and extend."""
-        return self.writer.write_count
+        writer = self.writer
+        return int(self._sync.settled(lambda: writer.write_count))
 
     @property
     def service_backend(self) -> str:
@@ -480,6 +486,7 @@ class _BufferBase:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._iterator = None
+        self._sync.bind(self._rows_and_cursor)
         if "_prefetcher" not in state:
             self._prefetcher = _BatchPrefetcher(self._prefetch)
 

@@ -22,6 +22,9 @@ from typing import Any
 
 import torch
 
+from rbdata.sharing.cleanup import creator_prefix, sweep
+from rbdata.sharing.file_lock import shared_dir
+from rbdata.sharing.segments import check_space
 from rbdata.storages._pytree import _Structure
 from rbdata.storages._row_layout import _PackedLayout
 
@@ -45,6 +48,10 @@ class _Rendezvous:
 
     Examples:
         >>> import torch
+
+    from rbdata.sharing.cleanup import creator_prefix, sweep
+    from rbdata.sharing.file_lock import shared_dir
+    from rbdata.sharing.segments import check_space
         >>> meeting = _Rendezvous.temporary()
         >>> mapper = lambda path, rows, width: torch.from_file(
         ...     path, shared=True, size=rows * width, dtype=torch.uint8).view(rows, width)
@@ -64,9 +71,15 @@ class _Rendezvous:
 
     @classmethod
     def temporary(cls, owner: Any = None) -> _Rendezvous:
-        """A fresh directory in shared memory (``/dev/shm`` where there is one)."""
-        base = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        return cls(tempfile.mkdtemp(prefix="rbdata-shared-", dir=base), "rows.bin", owner)
+        """A fresh directory in shared memory (``/dev/shm`` where there is one).
+
+        Named after this process (:func:`~.cleanup.creator_prefix`): once it is
+        gone, a later rbdata process removes what a crash left (:func:`~.cleanup.sweep`).
+        """
+        sweep()
+        return cls(
+            tempfile.mkdtemp(prefix=creator_prefix("shared"), dir=shared_dir()), "rows.bin", owner
+        )
 
     @property
     def rows_path(self) -> str:
@@ -95,6 +108,7 @@ class _Rendezvous:
                 found = self.attach(mapper)
                 if found is not None:
                     return found
+                check_space(self.directory, rows * width)  # an error now, not a SIGBUS later
                 with open(self.rows_path, "wb") as f:
                     f.truncate(rows * width)  # sparse
                 meta = {"layout": layout, "rows": rows, "width": width}

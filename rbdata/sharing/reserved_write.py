@@ -27,6 +27,7 @@ from rbdata.sample_units import SampleUnit
 from rbdata.samplers import Sampler
 from rbdata.sharing.counters import count_written
 from rbdata.sharing.eligibility import can_reserve
+from rbdata.sharing.faults import armed, fault_point
 from rbdata.sharing.in_flight import ring_ranges
 from rbdata.sharing.sync import _BufferSync
 from rbdata.storages import Storage
@@ -101,21 +102,29 @@ def extend_reserved(
     try:
         if parts()[0] is not storage:  # swapped by another thread meanwhile
             return None
-        ranges = ring_ranges(writer.cursor, n, capacity)
-        slot = in_flight.claim(ranges)
+        counters = writer.counters.cells
+        ranges = ring_ranges(counters[0], n, capacity)
+        journal = (counters[0], counters[1], storage.counters.cells[0])
+        slot = in_flight.claim(ranges, journal)
         if slot is None:  # no free slot, or those rows still in flight: under the lock
             return None
         start = reserve(writer, storage, n)
+        in_flight.reserved(slot)
         sync.cond.notify_all()  # a waiter checks under the lock: after the copy
     finally:
         sync.release_reserved()
+    fault_point("after-reserve")
     try:
-        head = ranges[1] - ranges[0]
-        if ranges[3]:
-            storage.write_leaves(start, [t[:head] for t in leaves])
-            storage.write_leaves(0, [t[head:] for t in leaves])
-        else:
-            storage.write_leaves(start, leaves)
+        # the rows up to the ring's end, then the rest (a fault test: two halves,
+        # with the "mid-copy" point between them)
+        head = ranges[1] - ranges[0] if ranges[3] else n
+        if head == n and armed("mid-copy"):
+            head = (n + 1) // 2
+        storage.write_leaves(start, [t[:head] for t in leaves] if head < n else leaves)
+        fault_point("mid-copy")
+        if head < n:
+            storage.write_leaves((start + head) % capacity, [t[head:] for t in leaves])
+        fault_point("before-commit")
     finally:
         in_flight.release(slot)
     return ring_slots(start, n, capacity)

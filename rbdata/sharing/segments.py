@@ -20,7 +20,9 @@ import sys
 
 import torch
 
-__all__ = ["reserve", "reserve_shared"]
+from rbdata.errors import SharedMemoryFull
+
+__all__ = ["SharedMemoryFull", "check_space", "reserve", "reserve_shared"]
 
 # Python 3.13 names it; the value is Linux's (other systems overcommit by default).
 _MAP_NORESERVE: int = getattr(
@@ -42,6 +44,50 @@ def reserve(nbytes: int) -> torch.Tensor:
         return torch.zeros(nbytes, dtype=torch.uint8)
     region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | _MAP_NORESERVE)
     return torch.frombuffer(region, dtype=torch.uint8)  # the tensor keeps the mapping alive
+
+
+def check_space(directory: str, nbytes: int) -> None:
+    """Raise :class:`SharedMemoryFull` unless ``directory``'s file system has ``nbytes`` free.
+
+    Rows in a file of shared memory (``/dev/shm``, a tmpfs) are committed as
+    they are first written; a tmpfs that runs out then kills the writer with
+    ``SIGBUS``. Checked before anything is written, the shortage is a Python
+    error naming the bytes, the mount and the fix instead.
+
+    Examples:
+        >>> import tempfile
+        >>> check_space(tempfile.gettempdir(), 1)
+        >>> check_space(tempfile.gettempdir(), 1 << 62)
+        Traceback (most recent call last):
+        ...
+        rbdata.errors.SharedMemoryFull: ...
+    """
+    try:
+        stats = os.statvfs(directory)
+    except (AttributeError, OSError):  # no statvfs (Windows): nothing to check
+        return
+    free = stats.f_bavail * stats.f_frsize
+    if nbytes <= free:
+        return
+    mount = _mount_of(directory)
+    raise SharedMemoryFull(
+        f"a shared buffer needs {nbytes:,} bytes for its rows in {directory}, but the file "
+        f"system mounted at {mount} has {free:,} bytes free (of "
+        f"{stats.f_blocks * stats.f_frsize:,}). Make it larger (docker run --shm-size=..., "
+        f"or mount -o remount,size=... {mount}), pass a smaller max_size, or give a "
+        "LazyMemmapStorage a scratch_dir on a disk with room."
+    )
+
+
+def _mount_of(path: str) -> str:
+    """The mount point holding ``path``."""
+    path = os.path.realpath(path)
+    while not os.path.ismount(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
 
 
 def reserve_shared(nbytes: int) -> torch.Tensor:

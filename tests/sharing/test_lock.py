@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 import time
 
@@ -11,15 +10,14 @@ import torch
 
 from rbdata import LazyTensorStorage, ReplayBuffer
 from rbdata.sharing.counters import SharedCounters
+from rbdata.sharing.file_lock import FileLock
 from rbdata.sharing.lock import LocalThenShared, SharedCondition, SharedLock
 
 
 def make() -> tuple[SharedLock, LocalThenShared, SharedCondition]:
-    context = multiprocessing.get_context("spawn")
-    inner = context.RLock()
-    shared = SharedLock(inner, SharedCounters([0]))
+    shared = SharedLock(FileLock(), SharedCounters([0, 0]))
     both = LocalThenShared(threading.RLock(), shared)
-    return shared, both, SharedCondition(context.Condition(inner), both)
+    return shared, both, SharedCondition(both)
 
 
 def test_the_version_is_odd_exactly_while_the_lock_is_held() -> None:
