@@ -47,11 +47,7 @@ class _Rendezvous:
         owner: remove the directory when ``owner`` is garbage collected (None: never).
 
     Examples:
-        >>> import torch
-
-    from rbdata.sharing.cleanup import creator_prefix, sweep
-    from rbdata.sharing.file_lock import shared_dir
-    from rbdata.sharing.segments import check_space
+        >>> import shutil, torch
         >>> meeting = _Rendezvous.temporary()
         >>> mapper = lambda path, rows, width: torch.from_file(
         ...     path, shared=True, size=rows * width, dtype=torch.uint8).view(rows, width)
@@ -60,6 +56,7 @@ class _Rendezvous:
         >>> again = meeting.attach(mapper)
         >>> again[0], int(again[1][2, 0])
         ({'width': 4}, 7)
+        >>> shutil.rmtree(meeting.directory)  # no owner given: the caller removes it
     """
 
     def __init__(self, directory: str, rows_file: str, owner: Any = None) -> None:
