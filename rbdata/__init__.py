@@ -29,6 +29,7 @@ from rbdata.errors import (
     CheckpointError,
     RateLimitTimeoutError,
     ServiceUnavailableError,
+    SharedMemoryFull,
     UntrustedPathError,
 )
 from rbdata.policy_version import PolicyVersion
@@ -188,6 +189,7 @@ __all__ = [
     "SchedulerList",
     "Sequence",
     "ServiceUnavailableError",
+    "SharedMemoryFull",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
     "StalenessAwareSampler",

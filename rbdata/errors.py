@@ -25,6 +25,7 @@ __all__ = [
     "MarkerShapeError",
     "RateLimitTimeoutError",
     "ServiceUnavailableError",
+    "SharedMemoryFull",
     "SliceSizeError",
     "Unencodable",
     "UnsupportedDataError",
@@ -162,6 +163,19 @@ class UntrustedPathError(PermissionError):
 
 class Unencodable(TypeError):
     """A value the JSON state tree of a checkpoint cannot describe (``where`` names its place)."""
+
+
+# ------------------------------------------------------------------ shared buffers
+class SharedMemoryFull(OSError):
+    """The file system that would hold a shared buffer's rows has too little room for them.
+
+    Raised before anything is written (a full tmpfs would kill the writer with
+    SIGBUS later); the message names the bytes needed, the mount and the fix.
+
+    Examples:
+        >>> issubclass(SharedMemoryFull, OSError)
+        True
+    """
 
 
 # ------------------------------------------------------------------ the Ray service

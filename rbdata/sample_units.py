@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar, overload
+from typing import Any, overload
 
 import torch
 from tensordict import TensorDictBase
@@ -37,9 +37,6 @@ class SampleUnit:
         >>> index
         tensor([3, 1])
     """
-
-    #: whether :meth:`extend` keeps state (the unit must hear of every write at once)
-    tracks_writes: ClassVar[bool] = False
 
     def expand(
         self, anchors: torch.Tensor, info: dict[str, Any], storage: Storage
@@ -214,8 +211,6 @@ class Sequence(SampleUnit):
     def window(self) -> int:
         """Records per anchor: ``burn_in + length + bootstrap``."""
         return self.burn_in + self.length + self.bootstrap
-
-    tracks_writes = True
 
     # ------------------------------------------------------------ writes
     def extend(self, index: torch.Tensor) -> None:

@@ -5,7 +5,7 @@
 path, indexing, priority updates, state): the storage, sampler, writer,
 sample unit and transforms, built lazily, with the buffer's settings, its
 lock (``sync``) and its bookkeeping (``stats``, ``prefetcher``,
-``follower``). :class:`_BufferBase` shows them under the names the sharing
+``feed``). :class:`_BufferBase` shows them under the names the sharing
 mixins (``_DeferredWrites``, ``_SharedHandle``) are written against.
 """
 
@@ -20,13 +20,14 @@ import torch
 from rbdata.buffers._coordinates import cells_of_rows, to_flat
 from rbdata.buffers._init_args import build_component
 from rbdata.buffers._prefetch import _BatchPrefetcher
-from rbdata.buffers._sharing import _WriteFollower, check_shared_prefetch, share_transform
 from rbdata.buffers._stats import _BufferStats
-from rbdata.buffers._sync import _BufferSync
 from rbdata.sample_units import SampleUnit
 from rbdata.samplers import RandomSampler, Sampler
+from rbdata.sharing.counters import spawning
+from rbdata.sharing.feed import WriteFeed
+from rbdata.sharing.parts import check_shared_prefetch, share_transform
+from rbdata.sharing.sync import _BufferSync
 from rbdata.storages import ListStorage, Storage, StorageCheckpointerBase, shape_of
-from rbdata.storages._counters import spawning
 from rbdata.transforms import Compose, Transform
 from rbdata.writers import Writer
 
@@ -93,7 +94,7 @@ class _Components:
         self.writer: Writer
         self.transform: Compose
         self.collate_fn: Callable[[Any], Any]
-        self.follower: _WriteFollower
+        self.feed: WriteFeed
 
     # ------------------------------------------------------------ building
     def init(self) -> None:
@@ -131,7 +132,7 @@ class _Components:
             storage.checkpointer = checkpointer
         self.storage, self.sampler, self.writer = storage, sampler, writer
         writer.register_storage(storage)
-        self.follower = _WriteFollower(writer.write_count)
+        self.feed = WriteFeed(writer.write_count)
         sampler.set_rng(self.generator)
         sampler.set_consume_after_n(self.consume_after_n)
         factory = args["transform_factory"]
@@ -155,6 +156,7 @@ class _Components:
         self.storage.share_memory_()  # a list storage is refused when sent to a child
         self.writer.share_memory_()
         self.sync.share()
+        self.sync.bind(self.rows_and_cursor)
         share_transform(self.transform)
 
     def share(self, shared: bool) -> None:
@@ -198,7 +200,7 @@ class _Components:
             copy.sync = self.sync
         copy.storage, copy.writer, copy.transform = self.storage, self.writer, self.transform
         copy.collate_fn = self.collate_fn
-        copy.follower = _WriteFollower(self.follower.seen)
+        copy.feed = self.feed.copy()
         copy.sampler = sampler
         sampler.set_consume_after_n(None)
         copy.initialized = True
@@ -217,7 +219,7 @@ class _Components:
             prev, self.storage = self.storage, storage
             self.writer.register_storage(storage)
             self.writer.load_state_dict({"_cursor": len(storage) % storage.max_size_along_dim0})
-            self.follower.seen = self.writer.write_count
+            self.feed.skip_to(self.writer.write_count)
             self.sampler._empty()
             if storage.ndim == 1 and len(storage):
                 self.note_written(torch.arange(len(storage)))
@@ -234,7 +236,7 @@ class _Components:
             elif self.sampler.consumes:
                 self.consume_after_n = None
             prev, self.sampler = self.sampler, sampler
-            self.follower.seen = self.writer.write_count
+            self.feed.skip_to(self.writer.write_count)
             sampler.set_rng(self.generator)
             sampler.set_consume_after_n(self.consume_after_n)
             return prev
@@ -245,7 +247,7 @@ class _Components:
             self.init()
             prev, self.writer = self.writer, writer
             writer.register_storage(self.storage)
-            self.follower.seen = writer.write_count
+            self.feed.skip_to(writer.write_count)
             return prev
 
     def set_rng(self, generator: torch.Generator | None) -> None:
@@ -270,16 +272,17 @@ class _Components:
             self.transform.insert(index, transform)
 
     # ------------------------------------------------------------ writes seen
-    def follow_writes(self) -> None:
+    def catch_up(self) -> None:
         """Tell the sampler and sample unit of the writes other buffers or processes made."""
         writer = self.writer
-        count = writer.write_count
-        if count == self.follower.seen:
-            return
         ring = writer.writes_in_ring_order and self.consume_after_n is None
-        missed = self.follower.missed(count, self.storage.max_size_along_dim0, ring)
-        if missed is not None:
-            self.note_written(missed)
+        self.feed.catch_up(
+            writer.write_count, self.storage.max_size_along_dim0, ring, self.note_written
+        )
+
+    def rows_and_cursor(self) -> tuple[Storage, Writer]:
+        """The storage and writer a dead writer's reservation is reclaimed from (``sync``)."""
+        return self.storage, self.writer
 
     def note_written(self, index: torch.Tensor) -> None:
         """Tell the sampler and sample unit which items were written (their cells when asked)."""
@@ -331,6 +334,10 @@ class _Components:
             state["sampler"] = RandomSampler()
             state["args"] = {**state["args"], "sampler": state["sampler"]}
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.sync.bind(self.rows_and_cursor)
 
 
 class _BufferBase:

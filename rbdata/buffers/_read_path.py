@@ -16,9 +16,6 @@ from rbdata.buffers._gather_into import read_rows, reading_into
 from rbdata.buffers._init_args import resolve_batch_size
 from rbdata.buffers.protocol import Draw, aligned_info
 
-#: draws a reader makes again, at most, before waiting for rows still being copied
-_REDRAWS = 3
-
 
 class _ReadPath:
     """The sampling half of :class:`~rbdata.ReplayBuffer`: drawing rows and reading them.
@@ -57,19 +54,10 @@ class _ReadPath:
         """Draw one batch's rows (under the lock, writes followed); raises when none is left.
 
         In a shared buffer, a batch holding rows another process is still
-        copying would wait for that copy when read: a sampler that
-        ``redraws_freely`` draws again instead (at most :data:`_REDRAWS` times).
+        copying may be drawn again instead (:meth:`_BufferSync.draw_clear`).
         """
-        index, info = self._draw_once(batch_size)
         c = self._components
-        in_flight = c.sync.in_flight
-        if in_flight is None or not c.sampler.redraws_freely:
-            return index, info
-        for _ in range(_REDRAWS):
-            if not in_flight.holds(index.reshape(-1)):
-                break
-            index, info = self._draw_once(batch_size)
-        return index, info
+        return c.sync.draw_clear(lambda: self._draw_once(batch_size), c.sampler)
 
     def _draw_once(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         c = self._components
@@ -96,7 +84,7 @@ class _ReadPath:
         c = self._components
         c.init()
         with c.sync.draw_lock:
-            c.follow_writes()
+            c.catch_up()
             if c.sampler.exhausted(c.storage):
                 return Draw.empty()
             index, info = self._draw(batch_size)
@@ -185,7 +173,7 @@ class _ReadPath:
     def _sample_once(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
         c = self._components
         with c.sync.draw_lock:
-            c.follow_writes()
+            c.catch_up()
             index, info = self._draw(batch_size)
             self._pass_ended = bool(c.sampler.ran_out)
         return self._fetch(index, info, keep_info=self._keeps_info), info
@@ -194,7 +182,7 @@ class _ReadPath:
         """A batch sampled ahead, with whether it ended a pass; None when nothing is sampleable."""
         c = self._components
         with c.sync.draw_lock:
-            c.follow_writes()
+            c.catch_up()
             if c.sampler.exhausted(c.storage) and len(c.storage):
                 return None
             index, info = self._draw(batch_size)

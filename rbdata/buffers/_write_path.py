@@ -75,14 +75,14 @@ class _WritePath(_DeferredWrites):
         with sync.cond:
             if len(c.transform):
                 data = c.transform.inv(data)
-            c.follow_writes()
+            c.catch_up()
             free = c.sampler.reusable_slots(1) if c.consume_after_n is not None else None
             if free is not None and free.numel():
                 slot = int(c.writer.write_at(free, [data])[0])
             else:
                 slot = c.writer.add(data)
             c.note_written(torch.tensor([slot]))
-            c.follower.seen = c.writer.write_count
+            c.feed.skip_to(c.writer.write_count)
             sync.cond.notify_all()
         return slot
 
@@ -109,11 +109,11 @@ class _WritePath(_DeferredWrites):
                 return torch.empty((0, ndim) if ndim > 1 else 0, dtype=torch.long)
             self.hooks.validate(data, update_priority)
             self._check_sampler_fits(data)
-            c.follow_writes()
+            c.catch_up()
             index = self._write(data)
             writer = c.writer
             c.note_written(index[index >= 0] if writer.drops_items else index)
-            c.follower.seen = writer.write_count
+            c.feed.skip_to(writer.write_count)
             if storage.ndim == 1:
                 self.hooks.after(data, index, update_priority)
                 c.sync.cond.notify_all()
@@ -206,7 +206,7 @@ class _WritePath(_DeferredWrites):
             c.writer._empty(empty_write_count)
             c.sampler._empty()
             c.sample_unit._empty()
-            c.follower.seen = c.writer.write_count
+            c.feed.skip_to(c.writer.write_count)
             c.sync.cond.notify_all()
 
 

@@ -124,4 +124,4 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     @property
     def _prioritized_sampler_write_count(self) -> int:
         """The writes (by any process) the priority tree was told about."""
-        return self._components.follower.seen
+        return self._components.feed.seen

@@ -31,7 +31,6 @@ from rbdata.buffers._indexing import _Indexing
 from rbdata.buffers._init_args import check_backend, check_buffer_args
 from rbdata.buffers._priority_updates import _PriorityUpdates
 from rbdata.buffers._read_path import _ReadPath
-from rbdata.buffers._sharing import check_shared_prefetch
 from rbdata.buffers._state import _BufferState
 from rbdata.buffers._write_path import WriteHooks, _WritePath
 from rbdata.buffers.backends import get_service_backend, ray_actor_class
@@ -39,6 +38,7 @@ from rbdata.buffers.protocol import Draw, StatsSource
 from rbdata.buffers.shared_handle import _SharedHandle
 from rbdata.sample_units import SampleUnit, Transition
 from rbdata.samplers import Sampler
+from rbdata.sharing.parts import check_shared_prefetch
 from rbdata.storages import Storage, StorageCheckpointerBase
 from rbdata.transforms import Compose, PolicyAgeFilter, Transform, as_transform
 from rbdata.writers import RoundRobinWriter, Writer
@@ -274,7 +274,8 @@ class ReplayBuffer(_SharedHandle):
     @property
     def write_count(self) -> int:
         """The total number of items written so far through add and extend."""
-        return self.writer.write_count
+        writer = self.writer
+        return int(self._components.sync.settled(lambda: writer.write_count))
 
     @property
     def service_backend(self) -> str:

@@ -204,7 +204,7 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
     @property
     def _prioritized_sampler_write_count(self) -> int:
         """The writes (by any process) the priority tree was told about."""
-        return self._components.follower.seen
+        return self._components.feed.seen
 
     def _write_hooks(self) -> WriteHooks:
         return _PriorityEntry(self)

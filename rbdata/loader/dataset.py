@@ -21,7 +21,7 @@ from rbdata.loader._pass import _PassEngine, _Record
 from rbdata.loader._prefetch import _PrefetchThread
 from rbdata.loader._worker_position import WorkerPosition
 from rbdata.loader.rate_limit import SampleToInsertRatio
-from rbdata.storages._counters import spawning
+from rbdata.sharing.counters import spawning
 
 if TYPE_CHECKING:
     from torchdata.stateful_dataloader import StatefulDataLoader

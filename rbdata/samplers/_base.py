@@ -69,15 +69,6 @@ class Sampler:
     #: whether a pass leaves out a last, short batch (samplers without replacement)
     drop_last: bool = False
 
-    #: whether draws read nothing but slot numbers and the storage's length (no row, no
-    #: priority): a shared buffer's writers then copy their rows outside its lock
-    draws_from_slots_only: ClassVar[bool] = False
-
-    #: whether a draw changes nothing but the sampler's random state, so a batch drawn
-    #: again is as likely as the first: a shared buffer's reader then draws again rather
-    #: than wait for rows that other processes are still copying
-    redraws_freely: ClassVar[bool] = False
-
     @property
     def prioritized(self) -> bool:
         """Whether priority updates change what this sampler draws (False here)."""

@@ -26,8 +26,8 @@ from rbdata.samplers._priority_store import (
     index_top,
     priority_store,
 )
+from rbdata.sharing.counters import spawning
 from rbdata.storages import Storage
-from rbdata.storages._counters import spawning
 
 
 def _check_exponent(value: Any, name: str) -> float:

@@ -34,9 +34,6 @@ class RandomSampler(Sampler):
         tensor([4, 9, 3, 0, 3])
     """
 
-    draws_from_slots_only = True
-    redraws_freely = True
-
     def _sample(
         self, storage: Storage, batch_size: int, live: _LiveSet | None
     ) -> tuple[torch.Tensor, dict[str, Any]]:

@@ -43,8 +43,6 @@ class SamplerWithoutReplacement(Sampler):
         (tensor([3, 4]), True)
     """
 
-    draws_from_slots_only = True
-
     def __init__(self, drop_last: bool = False, shuffle: bool = True) -> None:
         super().__init__()
         self.drop_last = bool(drop_last)

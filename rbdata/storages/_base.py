@@ -12,9 +12,9 @@ import torch
 
 from rbdata._component.checks import check_bool, check_int
 from rbdata._component.state_file import read_state, write_state
+from rbdata.sharing.counters import Counters, component_counters, count_written
 
 from ._compile_hooks import _CompileHooks
-from ._counters import LocalCounters, SharedCounters
 from .checkpointers.base import StorageCheckpointerBase
 
 Index = int | slice | torch.Tensor
@@ -58,10 +58,9 @@ class Storage(_CompileHooks, abc.ABC):
     """
 
     ndim: int = 1
-    #: whether the items live in this process's memory only (Python objects in a
-    #: list): the length then counts in this process too, so that what a forked
-    #: child writes into its copy never moves the length of this one
-    _items_process_local: bool = False
+    #: the writer's per-slot generation stamps (``track_generations``), kept with the
+    #: rows so that every writer of this storage advances the same stamps (None: none)
+    slot_generations: torch.Tensor | None = None
 
     #: the checkpointer torchrl gives this kind of storage (what ``checkpointer`` reads unset)
     _default_checkpointer: type[StorageCheckpointerBase] = StorageCheckpointerBase
@@ -79,12 +78,9 @@ class Storage(_CompileHooks, abc.ABC):
         self._compilable = check_bool(compilable, "compilable")
         # [filled items, mutation revision, last slot written]: seen by child processes;
         # compilable: a plain list torch.compile traces (as torchrl's plain attributes)
-        self._counters = (
-            LocalCounters([0, 0, -1], tensors=(1,))  # the revision: bumped without a guard
-            if self._compilable
-            else LocalCounters([0, 0, -1])
-            if self._items_process_local
-            else SharedCounters([0, 0, -1])
+        # the revision of compiled counters is a 0-d tensor: bumped without a guard
+        self._counters: Counters = component_counters(
+            [0, 0, -1], compilable=self._compilable, tensors=(1,)
         )
         self._save_hooks: list[Callable[..., Any]] = []
         self._load_hooks: list[Callable[..., Any]] = []
@@ -208,42 +204,34 @@ class Storage(_CompileHooks, abc.ABC):
         else:
             self._counters.cells[1] += 1  # the mutation revision only
 
-    def mark_written(self, stop: int) -> None:
-        """Count the items up to ``stop - 1`` written, as :meth:`set` of a slice ending there does.
-
-        A writer that reserves rows (see :meth:`defer_rows`) counts them before
-        it copies them.
-        """
-        self._count_written(stop, stop - 1)
-
     def _count_written(self, stop: int, last: int | None) -> None:
         """A write ending at ``stop`` (its last slot ``last``): revision, length, last slot."""
-        cells = self._counters.cells
-        cells[1] += 1
-        if stop > cells[0]:
-            cells[0] = stop
-        if last is not None:
-            cells[2] = last
+        count_written(self._counters.cells, stop, last)
 
-    def defer_rows(self, data: Any) -> list[torch.Tensor] | None:
-        """The checked leaves of the batch ``data``, for :meth:`copy_rows` later (None: use set).
+    @property
+    def counters(self) -> Counters:
+        """The cells ``[filled items, mutation revision, last slot]`` (:mod:`rbdata.sharing`)."""
+        return self._counters
+
+    def batch_leaves(self, data: Any) -> list[torch.Tensor] | None:
+        """The checked leaves of the batch ``data``, one per row field (None: not laid out so).
 
         Tensor storages laid out in rows (1-D, initialized) give them for a
         batch of at most ``max_size`` items that reads none of their own
-        memory; this base never does.
+        memory (:meth:`write_leaves` copies them); this base never does.
 
         Raises:
             KeyError, TypeError, ValueError: if ``data`` does not fit the storage.
         """
         return None
 
-    def copy_rows(self, start: int, leaves: list[torch.Tensor]) -> None:
-        """Copy :meth:`defer_rows`' ``leaves`` into rows ``start ..`` (counters unchanged).
+    def write_leaves(self, start: int, leaves: list[torch.Tensor]) -> None:
+        """Copy :meth:`batch_leaves`' ``leaves`` into rows ``start ..`` (counters unchanged).
 
         Raises:
-            NotImplementedError: for a storage that defers no rows.
+            NotImplementedError: for a storage not laid out in rows.
         """
-        raise NotImplementedError(f"{type(self).__name__} defers no rows")
+        raise NotImplementedError(f"{type(self).__name__} is not laid out in rows")
 
     def get(self, index: Index) -> Any:
         """Read the items at ``index`` (an int, a slice or an integer tensor).

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rbdata._component.compiling import not_traced
-
-from ._counters import SharedCounters
+from rbdata.sharing.counters import Counters
 
 
 class _CompileHooks:
@@ -24,7 +23,7 @@ class _CompileHooks:
         True
     """
 
-    _counters: SharedCounters
+    _counters: Counters
 
     if TYPE_CHECKING:
 

@@ -2,7 +2,7 @@
 
 On the CPU the rows are reserved, not committed (``_pages``): memory is used
 page by page as rows are written. Shared before its first write, a storage
-meets the other processes at a rendezvous (``_rendezvous``); shared after,
+meets the other processes at a rendezvous (:mod:`rbdata.sharing.rendezvous`); shared after,
 its filled rows are copied into sparse shared memory. :class:`TensorStorage`
 (``tensor.py``) reads and writes the rows; this base owns where they live.
 """
@@ -15,18 +15,20 @@ from typing import Any, TypeVar
 
 import torch
 
-from ._base import Storage
-from ._counters import spawning
-from ._packed import _PackedRows
-from ._pages import compact, expand, reserve, reserve_shared, row_memory
-from ._pytree import PathKey, _Structure
-from ._rendezvous import (
+from rbdata.sharing.counters import spawning
+from rbdata.sharing.rendezvous import (
     _Rendezvous,
     describe_record,
     layout_from_record,
     layout_record,
     map_shared_file,
 )
+from rbdata.sharing.segments import reserve, reserve_shared
+
+from ._base import Storage
+from ._packed import _PackedRows
+from ._pages import compact, expand, row_memory
+from ._pytree import PathKey, _Structure
 from ._row_layout import _PackedLayout
 from ._validate import _check_ndim, _tails
 
@@ -55,8 +57,8 @@ class _TensorRows(Storage):
         self._structure: _Structure | None = None
         self._layout: _PackedLayout | None = None
         self._rows_value: _PackedRows | None = None
-        # set when the storage is shared before its first write (see _rendezvous)
-        self._rendezvous: _Rendezvous | None = None
+        # set when the storage is shared before its first write (see rbdata.sharing.rendezvous)
+        self._meeting: _Rendezvous | None = None
         self._lead: tuple[int, ...] = ()
         self._cells = 1
         self._capacity = max_size
@@ -69,8 +71,8 @@ class _TensorRows(Storage):
     def _rows(self) -> _PackedRows | None:
         """The packed rows; a shared storage another process initialized is mapped here."""
         rows = self._rows_value
-        if rows is None and self._rendezvous is not None:
-            found = self._rendezvous.attach(self._map_rows)
+        if rows is None and self._meeting is not None:
+            found = self._meeting.attach(self._map_rows)
             if found is not None:
                 self._adopt(*found)
                 rows = self._rows_value
@@ -91,14 +93,14 @@ class _TensorRows(Storage):
     ) -> None:
         cells = math.prod(lead)
         capacity = -(-self.max_size // cells)  # ceil: the last item along dim 0 may overshoot
-        if self._rendezvous is None:
+        if self._meeting is None:
             packed = self._new_packed(capacity * cells, layout.row_bytes)
             self._install(structure, layout, lead, packed)
             return
-        # shared before any write: meet the other processes (see _rendezvous)
+        # shared before any write: meet the other processes (see rbdata.sharing.rendezvous)
         self._on_cpu_for_sharing()
         wanted = layout_record(structure, layout, lead)
-        found, packed = self._rendezvous.claim(
+        found, packed = self._meeting.claim(
             wanted, capacity * cells, layout.row_bytes, self._map_rows
         )
         if found != wanted:
@@ -139,7 +141,7 @@ class _TensorRows(Storage):
             )
             self._device = self._out_device = torch.device("cpu")
 
-    def _new_rendezvous(self) -> _Rendezvous:
+    def _new_meeting(self) -> _Rendezvous:
         """Where processes sharing this storage before its first write meet."""
         return _Rendezvous.temporary(owner=self)
 
@@ -186,8 +188,8 @@ class _TensorRows(Storage):
         self._counters.share()
         if self._rows is not None:
             self._share_rows()
-        elif self._rendezvous is None:
-            self._rendezvous = self._new_rendezvous()
+        elif self._meeting is None:
+            self._meeting = self._new_meeting()
         return self
 
     def _share_rows(self) -> None:
@@ -218,7 +220,7 @@ class _TensorRows(Storage):
 
     def __getstate__(self) -> dict[str, Any]:
         if spawning():  # a child being started gets the rows by handle
-            if self._rows is None and self._rendezvous is None:
+            if self._rows is None and self._meeting is None:
                 raise RuntimeError(
                     f"Cowardly refusing to share a storage of type {type(self).__name__} between "
                     "processes if it has not been initialized yet: write some data in this "
@@ -228,7 +230,7 @@ class _TensorRows(Storage):
                 self._share_rows()  # sparse, rather than torch's copy of every page
         state = self.__dict__.copy()
         rows = state.pop("_rows_value")
-        if self._rendezvous is not None:  # the receiver maps the rows file itself
+        if self._meeting is not None:  # the receiver maps the rows file itself
             rows = None
         state["_packed"] = None if rows is None else self._packed_to_pickle(rows.packed)
         if self._structure is not None:

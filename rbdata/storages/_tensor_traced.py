@@ -40,7 +40,7 @@ class _TracedRows(_TensorRows):
         not bounds-checked here (the check would depend on its values).
         """
         rows = self._rows_value
-        if rows is None or self._rendezvous is not None:
+        if rows is None or self._meeting is not None:
             return None
         start: int | None = None
         if isinstance(index, torch.Tensor):

@@ -18,9 +18,9 @@ import torch
 from tensordict import TensorDictBase
 
 from rbdata._component.checks import key_path
+from rbdata.sharing.counters import spawning
 
 from ._base import Index, Storage, _get_index, _set_index
-from ._counters import spawning
 from ._frame_chain import _FrameChain
 from .lazy_tensor import LazyTensorStorage
 

@@ -10,9 +10,9 @@ from tensordict import LazyStackedTensorDict, TensorDictBase, is_tensor_collecti
 from torch.utils.data._utils.collate import default_collate
 
 from rbdata._component.checks import check_int
+from rbdata.sharing.counters import component_counters, spawning
 
 from ._base import Index, Storage, _as_index, _get_index, _identity, _set_index
-from ._counters import spawning
 from ._torchrl import is_torchrl_layout, list_storage_state
 from .checkpointers import ListStorageCheckpointer
 
@@ -70,8 +70,6 @@ class ListStorage(Storage):
 
     _default_checkpointer = ListStorageCheckpointer
 
-    _items_process_local = True
-
     def __init__(
         self,
         max_size: int | None = 1000,
@@ -80,6 +78,10 @@ class ListStorage(Storage):
         device: torch.device | str | int | None = None,
     ) -> None:
         super().__init__(_UNBOUNDED if max_size is None else max_size, compilable=compilable)
+        if not compilable:
+            # the items live in this process only: so does the length, so that what a
+            # forked child writes into its copy never moves the length of this one
+            self._counters = component_counters([0, 0, -1], process_local=True)
         self.device = None if device is None else torch.device(device)
         self._items: list[Any] = []
 

@@ -13,8 +13,8 @@ import torch
 from tensordict import MemoryMappedTensor
 
 from rbdata._trust import private_dir
+from rbdata.sharing.rendezvous import _Rendezvous
 
-from ._rendezvous import _Rendezvous
 from .lazy_tensor import LazyTensorStorage
 
 _PACKED_FILE = "packed.memmap"
@@ -92,7 +92,7 @@ class LazyMemmapStorage(LazyTensorStorage):
         self._mmap: MemoryMappedTensor | None = None
         self._cleanup: weakref.finalize[..., LazyMemmapStorage] | None = None
         if self.shared_init:  # any process it is sent to may write first
-            self._rendezvous = self._new_rendezvous()
+            self._meeting = self._new_meeting()
 
     @property
     def filename(self) -> str | None:
@@ -123,7 +123,7 @@ class LazyMemmapStorage(LazyTensorStorage):
         self.scratch_dir, self._cleanup = directory, cleanup
         return self._mmap.as_subclass(torch.Tensor)
 
-    def _new_rendezvous(self) -> _Rendezvous:
+    def _new_meeting(self) -> _Rendezvous:
         """The scratch directory, fixed now (a fresh temporary one if none was given)."""
         if self.scratch_dir is None:
             self.scratch_dir = tempfile.mkdtemp(prefix="rbdata-memmap-")

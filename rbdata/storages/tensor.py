@@ -296,8 +296,8 @@ class TensorStorage(_TracedRows):
             return False  # the write itself reports what is wrong
         return self._rows.aliases(leaves)
 
-    def defer_rows(self, data: Any) -> list[torch.Tensor] | None:
-        """The checked leaves of the batch ``data``, for :meth:`copy_rows` (see ``Storage``)."""
+    def batch_leaves(self, data: Any) -> list[torch.Tensor] | None:
+        """The checked leaves of the batch ``data``, for :meth:`write_leaves` (see ``Storage``)."""
         if self._rows is None or self._cells != 1 or self.ndim != 1 or self._compilable:
             return None
         leaves, n = self._leaves(data, True)
@@ -305,8 +305,8 @@ class TensorStorage(_TracedRows):
             return None
         return leaves
 
-    def copy_rows(self, start: int, leaves: list[torch.Tensor]) -> None:
-        """Copy ``leaves`` (of :meth:`defer_rows`) into rows ``start ..`` (counters unchanged)."""
+    def write_leaves(self, start: int, leaves: list[torch.Tensor]) -> None:
+        """Copy ``leaves`` (of :meth:`batch_leaves`) into rows ``start ..`` (counters unchanged)."""
         self._allocated()[2].write_range(start, leaves)
 
     def _set(self, index: Index, data: Any) -> int:

@@ -12,8 +12,8 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from rbdata._component.checks import check_bool
 from rbdata._component.state_file import read_state, write_state
+from rbdata.sharing.counters import Counters, beside, component_counters, share_beside
 from rbdata.storages import Storage
-from rbdata.storages._counters import LocalCounters, SharedCounters
 
 __all__ = ["Writer", "batch_len", "slice_batch"]
 
@@ -91,7 +91,7 @@ class Writer(abc.ABC):
         self._storage: Storage | None = None
         # [cursor, write_count], seen by child processes (as torchrl's mp.Value cells);
         # compilable: a plain list torch.compile traces (as torchrl's plain ints)
-        self._counters = (LocalCounters if self._compilable else SharedCounters)([0, 0])
+        self._counters: Counters = component_counters([0, 0], compilable=self._compilable)
         # the stamps live on the storage (every writer of it advances them); kept here
         # until a storage is registered
         self._unattached_generation: torch.Tensor | None = None
@@ -115,19 +115,18 @@ class Writer(abc.ABC):
 
     @property
     def _generation(self) -> torch.Tensor | None:
-        """The per-slot stamps: the storage's ``_slot_generations`` once one is registered."""
+        """The per-slot stamps: the storage's ``slot_generations`` once one is registered."""
         storage = self._storage
         if storage is None:
             return self._unattached_generation
-        stamps: torch.Tensor | None = getattr(storage, "_slot_generations", None)
-        return stamps
+        return storage.slot_generations
 
     @_generation.setter
     def _generation(self, value: torch.Tensor | None) -> None:
         if self._storage is None:
             self._unattached_generation = value
         else:
-            self._storage._slot_generations = value  # type: ignore[attr-defined]
+            self._storage.slot_generations = value
 
     @property
     def cursor(self) -> int:
@@ -149,10 +148,7 @@ class Writer(abc.ABC):
         """Attach the storage this writer writes into."""
         pending, self._unattached_generation = self._generation, None
         self._storage = storage
-        if storage._items_process_local and not isinstance(self._counters, LocalCounters):
-            # the items stay in this process: so do the cursor and the count, or a forked
-            # child's writes would move them past this process's items
-            self._counters = LocalCounters(self._counters.values())
+        self._counters = beside(self._counters, storage.counters)
         if self.writes_in_ring_order:
             storage.follow_writes(self._newest_slot)
         if self._track_generations:
@@ -190,8 +186,7 @@ class Writer(abc.ABC):
         this process (a list storage) stay with them.
         """
         storage = self._storage
-        if storage is None or not storage._items_process_local:
-            self._counters.share()
+        share_beside(self._counters, None if storage is None else storage.counters)
         if self._generation is not None:
             self._generation.share_memory_()
         return self
@@ -259,21 +254,9 @@ class Writer(abc.ABC):
         return index
 
     @property
-    def reserves_rows(self) -> bool:
-        """Whether :meth:`reserve` can place a batch that is copied later (ring writers)."""
-        return False
-
-    def reserve(self, n: int) -> int:
-        """Place ``n`` items as :meth:`extend` would, stamped and counted, without writing them.
-
-        Returns the first of their slots (they follow it in ring order); the
-        caller copies them there (a shared buffer's writers copy outside its
-        lock, see ``Storage.defer_rows``).
-
-        Raises:
-            NotImplementedError: for a writer that does not reserve (see :attr:`reserves_rows`).
-        """
-        raise NotImplementedError(f"{type(self).__name__} does not reserve slots")
+    def counters(self) -> Counters:
+        """The cells ``[cursor, write count]`` (:mod:`rbdata.sharing` reserves rows on them)."""
+        return self._counters
 
     def write_at(self, index: torch.Tensor, data: Any) -> torch.Tensor:
         """Write a batch at the explicit slots ``index`` without moving the cursor.

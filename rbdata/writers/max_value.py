@@ -9,8 +9,8 @@ from tensordict import TensorDictBase
 
 from rbdata._component.checks import normalize_key
 from rbdata.errors import UnsupportedDataError
+from rbdata.sharing.counters import spawning
 from rbdata.storages import Storage
-from rbdata.storages._counters import spawning
 from rbdata.writers._base import Writer
 
 __all__ = ["TensorDictMaxValueWriter"]

@@ -87,27 +87,6 @@ class RoundRobinWriter(Writer):
         self._cursor = (start + n) % self._capacity()
         return index
 
-    @property
-    def reserves_rows(self) -> bool:
-        """True unless ``compilable`` (see :meth:`Writer.reserve`)."""
-        return not self._compilable
-
-    def reserve(self, n: int) -> int:
-        """The first of the next ``n`` slots from the cursor (``1 <= n <= capacity``), counted.
-
-        Raises:
-            ValueError: if ``n`` is not in ``[1, capacity]``.
-        """
-        capacity = self._capacity()
-        if not 1 <= n <= capacity:
-            raise ValueError(f"n must be in [1, {capacity}] (the capacity), got {n}.")
-        start = self._cursor
-        self._cursor = (start + n) % capacity
-        if self._generation is not None:
-            self._stamp(ring_slots(start, n, capacity))
-        self._write_count += n
-        return start
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}(cursor={self._cursor}, write_count={self._write_count})"
 

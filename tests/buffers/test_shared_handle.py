@@ -20,7 +20,7 @@ from rbdata import (
     TensorDictMaxValueWriter,
     TensorDictReplayBuffer,
 )
-from rbdata.buffers.shared_handle import import_shared
+from rbdata.sharing.handle import import_shared
 
 
 def rows(n: int, start: int = 0) -> TensorDict:
@@ -74,7 +74,7 @@ def test_an_unrelated_process_writes_where_the_owner_samples(tmp_path: Path) -> 
         f"""
         import pickle, sys, torch
         from tensordict import TensorDict
-        from rbdata.buffers.shared_handle import import_shared
+        from rbdata.sharing.handle import import_shared
         data = open({str(tmp_path / "handle")!r}, "rb").read()
         rb = import_shared(data, lambda: True, RuntimeError)
         ids = torch.arange(8, 40)

@@ -28,7 +28,7 @@ from rbdata import (
 )
 from rbdata.service import RayBufferClient, ServiceUnavailableError
 from rbdata.service.client.surface import FORWARDED_METHODS, REFUSED_MEMBERS, UNSERVED_MEMBERS
-from rbdata.service.transport.slots import SHM_DIR
+from rbdata.sharing.slot_ring import SHM_DIR
 
 OPTIONS = {"remote_config": {"num_cpus": 0}}  # actors reserve no CPU of the 2-CPU cluster
 

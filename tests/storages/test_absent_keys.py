@@ -189,13 +189,13 @@ def test_a_shared_buffer_copies_a_lacking_batch_outside_its_lock() -> None:
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20), shared=True)
     rb.extend(transitions(5))
     copies = []
-    copy_rows = rb.storage.copy_rows
+    write_leaves = rb.storage.write_leaves
 
     def counted(start: int, leaves: list[torch.Tensor]) -> None:
         copies.append(start)
-        copy_rows(start, leaves)
+        write_leaves(start, leaves)
 
-    rb.storage.copy_rows = counted  # type: ignore[method-assign]
+    rb.storage.write_leaves = counted  # type: ignore[method-assign]
     with pytest.warns(UserWarning, match=r"\['obs'\]"):
         rb.extend(without(transitions(5, offset=10), ["obs"]))
     assert copies == [5] and len(rb) == 10 and rb.write_count == 10

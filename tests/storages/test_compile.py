@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rbdata import LazyTensorStorage, RandomSampler, ReplayBuffer, RoundRobinWriter
-from rbdata.storages._counters import LocalCounters
+from rbdata.sharing.counters import LocalCounters
 
 pytestmark = pytest.mark.skipif(
     sys.platform == "win32" or sys.version_info >= (3, 14), reason="torch.compile unsupported"

@@ -9,9 +9,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rbdata.sharing.segments import reserve_shared
 from rbdata.storages._assemble import _RowAssembler
 from rbdata.storages._packed import _GRAIN_SIZE, _PackedRows
-from rbdata.storages._pages import reserve_shared
 from rbdata.storages._row_layout import _PackedLayout
 
 # an Atari transition: a frame stack, a reward, an action (28,240 bytes a row)

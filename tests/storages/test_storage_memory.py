@@ -19,8 +19,9 @@ from rbdata import (
     ReplayBuffer,
     TensorDictReplayBuffer,
 )
+from rbdata.sharing.segments import reserve, reserve_shared
 from rbdata.storages import CompressedListStorage
-from rbdata.storages._pages import reserve, reserve_shared, resident_bytes
+from rbdata.storages._pages import resident_bytes
 
 FRAME = (4, 84, 84)  # an Atari frame stack: 28,224 bytes a row
 

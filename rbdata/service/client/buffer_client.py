@@ -14,7 +14,7 @@ Where the time goes, and what the client does about it:
 - ``prefetch`` requests stay in flight, so the actor gathers the next
   batches while the caller works on this one (``sample`` and ``draw``);
 - on the actor's node, batches arrive in shared-memory slots
-  (:mod:`rbdata.service.transport.slots`): the reply is a slot number, the batch's
+  (:mod:`rbdata.sharing.slot_ring`): the reply is a slot number, the batch's
   tensors view the slot, and the slot is free again when they are freed.
 
 A client pickles as the actor's name and the cluster's address: unpickled in
@@ -62,7 +62,7 @@ from rbdata.service.transport.messages import (
     Raised,
     ReturnsSelf,
 )
-from rbdata.service.transport.slots import SlotRing
+from rbdata.sharing.slot_ring import SlotRing
 
 __all__ = ["OwnerAddress", "RayBufferClient", "as_draw"]
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
-from rbdata.buffers.shared_handle import import_shared
 from rbdata.errors import ServiceUnavailableError
 from rbdata.service import runtime
 from rbdata.service.server.direct import DirectHandle
+from rbdata.sharing.handle import import_shared
 
 __all__ = ["DIRECT_WRITES", "DirectMap"]
 

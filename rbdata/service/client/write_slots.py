@@ -2,7 +2,7 @@
 
 A call argument of half a megabyte costs a Ray round trip through the object
 store (a copy into it, a copy out). On the actor's node the client instead
-keeps a :class:`~rbdata.service.transport.slots.SlotRing` of its own, which
+keeps a :class:`~rbdata.sharing.slot_ring.SlotRing` of its own, which
 the owner maps too: ``extend``/``add`` lay their data out in a free slot
 (:func:`~rbdata.service.transport.codec.encode_into`, one copy), send the
 slot's number and layout, and the owner writes the rows straight from the
@@ -25,7 +25,7 @@ from typing import Any
 from rbdata.service import runtime
 from rbdata.service.transport.codec import Payload, encode_into
 from rbdata.service.transport.messages import SLOT_MIN_BYTES, WRITE_GROUP
-from rbdata.service.transport.slots import SlotRing
+from rbdata.sharing.slot_ring import SlotRing
 
 __all__ = ["WRITE_CALLS", "WriteSlots"]
 

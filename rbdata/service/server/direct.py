@@ -22,9 +22,9 @@ from __future__ import annotations
 import os
 from typing import Any, NamedTuple
 
-from rbdata.buffers.shared_handle import dump_shared, named_sharing
 from rbdata.samplers import RandomSampler
-from rbdata.storages._counters import SharedCounters
+from rbdata.sharing.counters import SharedCounters
+from rbdata.sharing.handle import dump_shared, named_sharing
 
 __all__ = ["DirectExport", "DirectHandle"]
 

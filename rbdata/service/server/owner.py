@@ -272,7 +272,7 @@ class BufferOwner:
         return self._slots.open(slots, slot_bytes)
 
     def ring_attached(self, path: str) -> None:
-        """The client mapped the ring at ``path``: remove its name from ``/dev/shm``."""
+        """The client mapped the ring at ``path``: remove the ring's name (it stays mapped)."""
         self._slots.attached(path)
 
     def close_ring(self, path: str) -> None:

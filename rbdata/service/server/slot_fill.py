@@ -1,6 +1,6 @@
 """Replies in shared-memory slots: batches read straight into a slot by the buffer itself.
 
-For a client on its node the owner keeps a :class:`~rbdata.service.transport.slots.SlotRing`.
+For a client on its node the owner keeps a :class:`~rbdata.sharing.slot_ring.SlotRing`.
 A reply that carries a batch takes a free slot first, then runs the hosted
 buffer's own ``sample``/``gather`` inside ``buffer.reading_into(slot)``: the
 storage gathers the batch's rows into the slot (one pass over their bytes,
@@ -19,7 +19,7 @@ from typing import Any
 
 from rbdata.service.transport.codec import encode, encode_into
 from rbdata.service.transport.messages import SLOT_MIN_BYTES, InSlot, Reply
-from rbdata.service.transport.slots import SlotRing, SlotRings
+from rbdata.sharing.slot_ring import SlotRing, SlotRings
 
 __all__ = ["SlotReplies"]
 
@@ -32,7 +32,7 @@ class SlotReplies(SlotRings):
         >>> from tensordict import TensorDict
         >>> from rbdata import LazyTensorStorage, ReplayBuffer
         >>> from rbdata.service.server.slot_fill import SlotReplies
-        >>> from rbdata.service.transport.slots import SlotRing, SlotRings
+        >>> from rbdata.sharing.slot_ring import SlotRing, SlotRings
         >>> from rbdata.service.transport.codec import unpack
         >>> rb = ReplayBuffer(storage=LazyTensorStorage(1000))
         >>> _ = rb.extend(TensorDict({"obs": torch.ones(1000, 64)}, [1000]))
@@ -53,7 +53,7 @@ class SlotReplies(SlotRings):
         return str(ring.path)
 
     def attached(self, path: str) -> None:
-        """The client mapped the ring at ``path``: remove its name from ``/dev/shm``."""
+        """The client mapped the ring at ``path``: remove the ring's name (it stays mapped)."""
         self._rings[path].unlink()
 
     def reply(

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rbdata.service.transport.codec import Packed, unpack
-from rbdata.service.transport.slots import SlotRing, SlotRings
+from rbdata.sharing.slot_ring import SlotRing, SlotRings
 from rbdata.storages import TensorStorage
 
 __all__ = ["WriteRings"]

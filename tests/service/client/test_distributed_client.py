@@ -13,7 +13,7 @@ from rbdata import (
     ReplayDataset,
     TensorDictReplayBuffer,
 )
-from rbdata.service.transport.slots import SHM_DIR
+from rbdata.sharing.slot_ring import SHM_DIR
 
 pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray", reason="the Ray service tests need the 'ray' extra")

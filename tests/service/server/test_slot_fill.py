@@ -26,7 +26,7 @@ from rbdata import (
 from rbdata.service.server.slot_fill import SlotReplies
 from rbdata.service.transport.codec import Payload, decode, unpack
 from rbdata.service.transport.messages import InSlot
-from rbdata.service.transport.slots import SlotRing
+from rbdata.sharing.slot_ring import SlotRing
 
 SLOT_BYTES = 1 << 20
 

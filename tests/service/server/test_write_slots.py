@@ -10,7 +10,7 @@ from tensordict import TensorDict
 
 from rbdata import LazyTensorStorage, ListStorage, ReplayBuffer, TensorDictReplayBuffer
 from rbdata.service.transport.messages import SLOT_MIN_BYTES
-from rbdata.service.transport.slots import SlotRing
+from rbdata.sharing.slot_ring import SlotRing
 
 pytestmark = [
     pytest.mark.ray,

@@ -7,7 +7,7 @@ import gc
 import pytest
 import torch
 
-from rbdata.service.transport.slots import SHM_DIR, SlotRing
+from rbdata.sharing.slot_ring import SHM_DIR, SlotRing
 
 pytestmark = pytest.mark.skipif(not SlotRing.available(), reason="no writable /dev/shm")
 

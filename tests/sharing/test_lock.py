@@ -1,8 +1,7 @@
-"""The shared buffer's lock and its version (rbdata.buffers._shared_lock)."""
+"""The shared buffer's lock and its version (rbdata.sharing.lock)."""
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 import time
 
@@ -10,16 +9,15 @@ import pytest
 import torch
 
 from rbdata import LazyTensorStorage, ReplayBuffer
-from rbdata.buffers._shared_lock import LocalThenShared, SharedCondition, SharedLock
-from rbdata.storages._counters import SharedCounters
+from rbdata.sharing.counters import SharedCounters
+from rbdata.sharing.file_lock import FileLock
+from rbdata.sharing.lock import LocalThenShared, SharedCondition, SharedLock
 
 
 def make() -> tuple[SharedLock, LocalThenShared, SharedCondition]:
-    context = multiprocessing.get_context("spawn")
-    inner = context.RLock()
-    shared = SharedLock(inner, SharedCounters([0]))
+    shared = SharedLock(FileLock(), SharedCounters([0, 0]))
     both = LocalThenShared(threading.RLock(), shared)
-    return shared, both, SharedCondition(context.Condition(inner), both)
+    return shared, both, SharedCondition(both)
 
 
 def test_the_version_is_odd_exactly_while_the_lock_is_held() -> None:
@@ -147,7 +145,7 @@ class _Contended:
 
 
 def test_a_taken_lock_is_tried_again_before_the_waiter_sleeps_on_it(monkeypatch) -> None:
-    import rbdata.buffers._shared_lock as module
+    import rbdata.sharing.lock as module
 
     monkeypatch.setattr(module, "_SPIN_S", 10.0)  # the fake frees it long before
     inner = _Contended(refusals=5)
@@ -158,7 +156,7 @@ def test_a_taken_lock_is_tried_again_before_the_waiter_sleeps_on_it(monkeypatch)
 
 
 def test_a_lock_still_taken_after_the_tries_is_waited_for(monkeypatch) -> None:
-    import rbdata.buffers._shared_lock as module
+    import rbdata.sharing.lock as module
 
     monkeypatch.setattr(module, "_SPIN_S", 0.0)
     inner = _Contended(refusals=10**9)

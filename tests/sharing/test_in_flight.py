@@ -1,4 +1,4 @@
-"""The rows reserved writers copy outside a shared buffer's lock (buffers/_in_flight.py)."""
+"""The rows reserved writers copy outside a shared buffer's lock (sharing/in_flight.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rbdata.buffers._in_flight import LOG, SLOTS, InFlightRows, RowProbe, ring_ranges
+from rbdata.sharing.in_flight import LOG, SLOTS, InFlightRows, RowProbe, ring_ranges
 
 CAPACITY = 64
 
@@ -116,7 +116,7 @@ def test_a_drain_frees_the_slot_of_a_dead_writer_with_a_warning(
     child.start()
     child.join(60)
     assert child.exitcode == 0 and table.busy()  # the child's slot is still taken
-    with caplog.at_level(logging.WARNING, logger="rbdata.buffers._in_flight"):
+    with caplog.at_level(logging.WARNING, logger="rbdata.sharing.in_flight"):
         table.drain()
     assert not table.busy()
     assert f"writer process {child.pid} died" in caplog.text
@@ -145,7 +145,7 @@ def test_a_probe_hits_exactly_the_ranges_holding_one_of_its_rows(
 ) -> None:
     from unittest import mock
 
-    from rbdata.buffers import _in_flight
+    from rbdata.sharing import in_flight as _in_flight
 
     spans = [ring_ranges(start, n, 10_001) if n else (start, start, 0, 0) for start, n in ranges]
     expected = any(set(rows) & rows_of(span) for span in spans)

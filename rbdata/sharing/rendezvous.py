@@ -28,9 +28,11 @@ from typing import Any
 import torch
 
 from rbdata._trust import check_trusted_dir, private_dir
-
-from ._pytree import _Structure
-from ._row_layout import _PackedLayout
+from rbdata.sharing.cleanup import creator_prefix, sweep
+from rbdata.sharing.file_lock import shared_dir
+from rbdata.sharing.segments import check_space
+from rbdata.storages._pytree import _Structure
+from rbdata.storages._row_layout import _PackedLayout
 
 try:
     import fcntl
@@ -54,7 +56,7 @@ class _Rendezvous:
         UntrustedPathError: if another user could plant files in ``directory``.
 
     Examples:
-        >>> import torch
+        >>> import shutil, torch
         >>> meeting = _Rendezvous.temporary()
         >>> mapper = lambda path, rows, width: torch.from_file(
         ...     path, shared=True, size=rows * width, dtype=torch.uint8).view(rows, width)
@@ -63,6 +65,7 @@ class _Rendezvous:
         >>> again = meeting.attach(mapper)
         >>> again[0], int(again[1][2, 0])
         ({'width': 4}, 7)
+        >>> shutil.rmtree(meeting.directory)  # no owner given: the caller removes it
     """
 
     def __init__(self, directory: str, rows_file: str, owner: Any = None) -> None:
@@ -74,9 +77,15 @@ class _Rendezvous:
 
     @classmethod
     def temporary(cls, owner: Any = None) -> _Rendezvous:
-        """A fresh directory in shared memory (``/dev/shm`` where there is one)."""
-        base = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        return cls(tempfile.mkdtemp(prefix="rbdata-shared-", dir=base), "rows.bin", owner)
+        """A fresh directory in shared memory (``/dev/shm`` where there is one).
+
+        Named after this process (:func:`~.cleanup.creator_prefix`): once it is
+        gone, a later rbdata process removes what a crash left (:func:`~.cleanup.sweep`).
+        """
+        sweep()
+        return cls(
+            tempfile.mkdtemp(prefix=creator_prefix("shared"), dir=shared_dir()), "rows.bin", owner
+        )
 
     @property
     def rows_path(self) -> str:
@@ -107,6 +116,7 @@ class _Rendezvous:
                 found = self.attach(mapper)
                 if found is not None:
                     return found
+                check_space(self.directory, rows * width)  # an error now, not a SIGBUS later
                 with _private_file(self.rows_path) as f:
                     f.truncate(rows * width)  # sparse
                 meta = {"layout": layout, "rows": rows, "width": width}

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
-import torch.multiprocessing as mp
 
-from rbdata.buffers._in_flight import InFlightRows
-from rbdata.buffers._shared_lock import LocalThenShared, SharedCondition, SharedLock
-from rbdata.storages._counters import SharedCounters
+from rbdata.samplers import Sampler
+from rbdata.sharing.cleanup import sweep
+from rbdata.sharing.counters import SharedCounters
+from rbdata.sharing.eligibility import redraws_freely
+from rbdata.sharing.file_lock import FileLock
+from rbdata.sharing.in_flight import InFlightRows, Journal, Ranges
+from rbdata.sharing.lock import LocalThenShared, SharedCondition, SharedLock
+from rbdata.sharing.reclaim import reclaim
+from rbdata.storages import Storage
+from rbdata.writers import Writer
+
+_REDRAWS = 3  # a reader draws again at most this often to avoid rows being copied
+Drawn = TypeVar("Drawn", bound=tuple[torch.Tensor, Any])
+#: the storage and writer whose rows a dead writer's reservation is reclaimed from
+Parts = Callable[[], tuple[Storage, Writer]]
 
 
 class _BufferSync:
@@ -20,8 +31,9 @@ class _BufferSync:
     Writers hold the lock and call :meth:`notify` after a write; readers that
     wait for data sleep in :meth:`wait_for` (never busy-loop). Pickling a
     thread-local instance gives a fresh lock (a lock cannot cross processes);
-    a shared one pickles its multiprocessing lock, so parent and children
-    keep excluding each other.
+    a shared one pickles its cross-process lock (a file the kernel unlocks
+    when its holder dies, :mod:`.file_lock`), so parent and children keep
+    excluding each other and none waits on a dead one.
 
     Examples:
         >>> sync = _BufferSync()
@@ -38,6 +50,7 @@ class _BufferSync:
         #: what draws take: the thread lock (a draw changes only this process's sampler)
         self.draw_lock: Any = self.lock
         self._cross: SharedLock | None = None
+        self._parts: Parts | None = None
 
     @property
     def shared(self) -> bool:
@@ -45,28 +58,49 @@ class _BufferSync:
         return self._shared
 
     def share(self) -> None:
-        """Switch to a lock and condition that ``torch.multiprocessing`` children share.
+        """Switch to a lock and condition that other processes share.
 
-        They come from the spawn context, whose semaphores both forked and
-        spawned children can use (a fork-context lock cannot be sent to a
-        spawned child). A lock that is shared already is kept.
+        Forked and spawned children, queues and named exports all carry them
+        (the lock by its file). A lock that is shared already is kept. What
+        crashed rbdata processes of this user left in shared memory is swept
+        first (:func:`~.cleanup.sweep`).
         """
         if self._shared:
             return
-        context = mp.get_context("spawn")
-        lock = context.RLock()
-        version = SharedCounters([0])
+        sweep()
+        version = SharedCounters([0, 0])  # the version, the notifications
         version.share()
-        self._adopt(lock, context.Condition(lock), version, InFlightRows())
+        self._adopt(FileLock(), version, InFlightRows())
 
     def _adopt(
-        self, lock: Any, cond: Any, version: SharedCounters, in_flight: InFlightRows | None
+        self, lock: FileLock, version: SharedCounters, in_flight: InFlightRows | None
     ) -> None:
         local = threading.RLock()
         self._cross = SharedLock(lock, version, in_flight)
         self.lock = LocalThenShared(local, self._cross)
-        self.cond = SharedCondition(cond, self.lock)
+        self.cond = SharedCondition(self.lock)
         self.draw_lock, self._shared = local, True
+        self._bind()
+
+    def bind(self, parts: Parts) -> None:
+        """Reclaim a dead writer's reservations from ``parts()`` (the buffer's storage, writer).
+
+        The holder of the lock that finds them does it (:mod:`.reclaim`);
+        without a binding they are freed with a warning.
+        """
+        self._parts = parts
+        self._bind()
+
+    def _bind(self) -> None:
+        parts = self._parts
+        if self._cross is None or parts is None:
+            return
+
+        def reclaim_from_parts(ranges: Ranges, journal: Journal | None) -> None:
+            storage, writer = parts()
+            reclaim(storage, writer, ranges, journal)
+
+        self._cross.reclaim = reclaim_from_parts
 
     @property
     def in_flight(self) -> InFlightRows | None:
@@ -74,7 +108,7 @@ class _BufferSync:
         return None if self._cross is None else self._cross.in_flight
 
     def acquire_to_reserve(self) -> None:
-        """Take the locks to reserve rows (shared buffers only; see :mod:`._in_flight`)."""
+        """Take the locks to reserve rows (shared buffers only; see :mod:`.in_flight`)."""
         self.lock.acquire_to_reserve()
 
     def release_reserved(self) -> None:
@@ -91,6 +125,24 @@ class _BufferSync:
                 return copy()
         return self._cross.read(copy, rows)
 
+    def draw_clear(self, draw: Callable[[], Drawn], sampler: Sampler) -> Drawn:
+        """``draw()``'s batch ``(index, info)``, drawn again while it holds rows being copied.
+
+        A batch holding rows another process is still copying would wait for
+        that copy when read: where a draw again is as likely as the first
+        (:func:`~rbdata.sharing.eligibility.redraws_freely`), the batch is drawn
+        again instead, at most :data:`_REDRAWS` times.
+        """
+        drawn = draw()
+        in_flight = self.in_flight
+        if in_flight is None or not redraws_freely(sampler):
+            return drawn
+        for _ in range(_REDRAWS):
+            if not in_flight.holds(drawn[0].reshape(-1)):
+                break
+            drawn = draw()
+        return drawn
+
     def peek(self, value: Callable[[], Any]) -> Any:
         """``value()`` of counters (a length), lock-free across processes (:meth:`SharedLock.peek`).
 
@@ -101,6 +153,15 @@ class _BufferSync:
                 return value()
         with self.draw_lock:
             return self._cross.peek(value)
+
+    def settled(self, value: Callable[[], Any]) -> Any:
+        """``value()`` of counters, a dead writer's reservations dropped first (shared buffers).
+
+        Unshared, it is ``value()``; shared, :meth:`peek` (which reclaims them).
+        """
+        if self._cross is None:
+            return value()
+        return self.peek(value)
 
     def unshare(self) -> None:
         """Back to a thread lock (``share(False)``): other processes no longer exclude this one."""
@@ -120,8 +181,8 @@ class _BufferSync:
         """Bound every wait for the shared lock by ``alive()`` (a process on the same machine).
 
         A process that maps a buffer another process owns (see
-        :mod:`rbdata.buffers.shared_handle`) would wait forever for a lock its
-        owner died holding: guarded, it checks ``alive()`` every
+        :mod:`rbdata.sharing.handle`) would otherwise go on writing into the
+        memory of a buffer nobody samples: guarded, it checks ``alive()`` every
         quarter second of waiting and raises ``dead()`` once it fails.
         """
         if self._cross is not None:
@@ -146,7 +207,6 @@ class _BufferSync:
         return {
             "shared": True,
             "lock": self._cross.inner,
-            "cond": self.cond.inner,
             "version": self._cross.version,
             "in_flight": self._cross.in_flight,
         }
@@ -154,7 +214,4 @@ class _BufferSync:
     def __setstate__(self, state: dict[str, Any]) -> None:
         _BufferSync.__init__(self)
         if state["shared"]:
-            version = state.get("version")
-            if version is None:  # pickled before the version existed
-                version = SharedCounters([0])
-            self._adopt(state["lock"], state["cond"], version, state.get("in_flight"))
+            self._adopt(state["lock"], state["version"], state.get("in_flight"))

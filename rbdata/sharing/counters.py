@@ -1,4 +1,9 @@
-"""A few int64 counters that every process working on a buffer sees (lengths, cursors).
+"""The counters of a buffer's components (lengths, cursors, write counts), seen by every process.
+
+The storage's length, revision and last slot and the writer's cursor and
+write count are cells owned here: a component asks :func:`component_counters`
+for its cells and reads and writes them by index; whether they are shared,
+process-local or traced by ``torch.compile`` is decided here.
 
 torchrl keeps a storage's length and a writer's cursor and write count in
 ``multiprocessing.Value`` cells, so that a child forked or spawned with the
@@ -23,6 +28,71 @@ from typing import Any, cast
 import torch
 
 
+def component_counters(
+    values: list[int],
+    *,
+    compilable: bool = False,
+    process_local: bool = False,
+    tensors: tuple[int, ...] = (),
+) -> SharedCounters:
+    """The cells of a component's counters, initialized to ``values``.
+
+    Args:
+        values: the initial values.
+        compilable: cells ``torch.compile`` traces (a plain list; ``tensors`` as 0-d tensors).
+        process_local: cells that stay in this process even when the buffer is shared
+            (the counters of items that live in this process only, a list storage's).
+        tensors: with ``compilable``, the cells kept as 0-d tensors.
+
+    Examples:
+        >>> component_counters([0, 0]).is_shared
+        False
+        >>> component_counters([0], process_local=True).process_local
+        True
+    """
+    if compilable:
+        return LocalCounters(values, tensors=tensors)
+    if process_local:
+        return LocalCounters(values, process_local=True)
+    return SharedCounters(values)
+
+
+def beside(counters: SharedCounters, storage: SharedCounters) -> SharedCounters:
+    """``counters`` (a writer's) kept where ``storage``'s counters are: process-local with them.
+
+    A writer into a storage whose items stay in this process keeps its cursor
+    and count there too, or a forked child's writes would move them past this
+    process's items.
+    """
+    if storage.process_local and not counters.process_local:
+        return LocalCounters(counters.values(), process_local=True)
+    return counters
+
+
+def share_beside(counters: SharedCounters, storage: SharedCounters | None) -> None:
+    """Share ``counters`` (a writer's) unless the storage's stay in this process."""
+    if storage is None or not storage.process_local:
+        counters.share()
+
+
+def count_written(cells: list[int], stop: int, last: int | None) -> None:
+    """A storage's write ending at ``stop`` (its last slot ``last``): revision, length, last slot.
+
+    The storage's cells are ``[filled items, mutation revision, last slot written]``.
+
+    Examples:
+        >>> cells = [2, 0, 1]
+        >>> count_written(cells, 5, 4)
+        >>> cells
+        [5, 1, 4]
+    """
+    cells[1] += 1
+    if stop > cells[0]:
+        cells[0] = stop
+    if last is not None:
+        cells[2] = last
+
+
 def spawning() -> bool:
     """Whether what is being pickled goes to a child process being started (``Process`` args)."""
     return get_spawning_popen() is not None
@@ -42,6 +112,9 @@ class SharedCounters:
     """
 
     __slots__ = ("_raw", "_tensor", "cells")
+
+    #: whether the cells stay in this process whatever is shared (see :func:`component_counters`)
+    process_local = False
 
     def __init__(self, values: list[int]) -> None:
         self._tensor: torch.Tensor | None = None
@@ -128,9 +201,12 @@ class LocalCounters(SharedCounters):
         [3, 6]
     """
 
-    __slots__ = ("_tensors",)
+    __slots__ = ("_tensors", "process_local")
 
-    def __init__(self, values: list[int], tensors: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self, values: list[int], tensors: tuple[int, ...] = (), *, process_local: bool = False
+    ) -> None:
+        self.process_local = process_local
         self._tensor = None
         self._raw = None
         self._tensors = tensors
@@ -149,13 +225,26 @@ class LocalCounters(SharedCounters):
     def __getstate__(self) -> dict[str, Any]:
         if self._tensor is not None:
             return {"tensor": self._tensor}
-        return {"values": self.values(), "tensors": self._tensors}
+        return {
+            "values": self.values(),
+            "tensors": self._tensors,
+            "process_local": self.process_local,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         tensor = state.get("tensor")
         if tensor is not None and tensor.is_shared():
-            self._raw, self._tensors = None, ()
+            self._raw, self._tensors, self.process_local = None, (), False
             self._adopt(tensor)
             return
         values = tensor.tolist() if tensor is not None else state["values"]
-        LocalCounters.__init__(self, values, tuple(state.get("tensors", ())))
+        LocalCounters.__init__(
+            self,
+            values,
+            tuple(state.get("tensors", ())),
+            process_local=bool(state.get("process_local", False)),
+        )
+
+
+#: the type of a component's counters (:func:`component_counters`): shared or local cells
+Counters = SharedCounters

@@ -1,6 +1,8 @@
 """The cross-process lock of a shared buffer, with a version that lets readers skip it.
 
-Every process writing a shared buffer takes one multiprocessing lock. Readers
+Every process writing a shared buffer takes one lock, a :class:`~.file_lock.FileLock`
+the kernel releases when its holder dies (a process killed holding it never
+stops the others). Readers
 in other processes (a learner sampling, clients on a Ray actor's node) would
 queue behind each other on it although they change nothing shared, so the
 lock keeps a *version* in shared memory (a sequence lock): it is odd while
@@ -27,14 +29,17 @@ from __future__ import annotations
 
 import os
 import platform
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
 
-from rbdata.buffers._in_flight import InFlightRows, RowProbe, Snapshot
-from rbdata.storages._counters import SharedCounters
+from rbdata.sharing.counters import SharedCounters
+from rbdata.sharing.faults import fault_point
+from rbdata.sharing.file_lock import FileLock
+from rbdata.sharing.in_flight import InFlightRows, Reclaim, RowProbe, Snapshot
 
 __all__ = ["LocalThenShared", "SharedCondition", "SharedLock"]
 
@@ -47,20 +52,24 @@ _SPIN_S = 30e-6 if (os.cpu_count() or 1) > 1 else 0.0
 _OPTIMISTIC = platform.machine().lower() in ("x86_64", "amd64")
 _TRIES = 3  # lock-free copies tried before a reader takes the lock
 _WAIT_SLICE_S = 0.05  # longest sleep of a shared wait between two checks
+_NOTIFY_POLL_S = 1e-4  # a shared wait looks for a notification this often at first ...
+_NOTIFY_POLL_MAX_S = 2e-3  # ... and at most this long apart
 
 
 class SharedLock:
-    """A multiprocessing ``RLock`` and its version (see the module docstring).
+    """The cross-process lock, reentrant within the holding thread, and its version.
 
     Args:
-        inner: the multiprocessing lock.
-        version: one shared int64 cell, odd while the lock is held.
+        inner: the cross-process lock (not reentrant: this class counts the holds).
+        version: shared int64 cells: the version (odd while the lock is held),
+            then the notifications of :class:`SharedCondition`.
         in_flight: the rows reserved writers copy outside the lock (None: writes copy
             under it).
 
     Examples:
         >>> import multiprocessing
-        >>> from rbdata.storages._counters import SharedCounters
+        >>> from rbdata.sharing.counters import SharedCounters
+        >>> from rbdata.sharing.file_lock import FileLock
         >>> lock = SharedLock(multiprocessing.get_context("spawn").RLock(), SharedCounters([0]))
         >>> with lock:
         ...     with lock:  # reentrant: the version moves on the outermost hold only
@@ -71,17 +80,26 @@ class SharedLock:
     """
 
     def __init__(
-        self, inner: Any, version: SharedCounters, in_flight: InFlightRows | None = None
+        self, inner: FileLock, version: SharedCounters, in_flight: InFlightRows | None = None
     ) -> None:
         self.inner, self.version = inner, version
-        #: rows reserved writers copy without the lock (see :mod:`._in_flight`)
+        #: rows reserved writers copy without the lock (see :mod:`.in_flight`)
         self.in_flight = in_flight
-        self._depth = 0  # holds by this process (only the holder changes it)
+        # the threads of this process take turns on a thread lock first; the file lock is
+        # taken by the outermost hold only (it counts one hold per description)
+        self._threads = threading.RLock()
+        self._depth = 0  # holds by this process (only the holding thread changes it)
+        #: what a holder does with the rows a dead writer reserved (None: free them, warned)
+        self.reclaim: Reclaim | None = None
         self._alive: Callable[[], bool] | None = None
         self._dead: Callable[[], Exception] | None = None
 
     def guard(self, alive: Callable[[], bool], dead: Callable[[], Exception]) -> None:
-        """Bound waits for the lock: every quarter second ``alive()``, else raise ``dead()``."""
+        """Check the owner while waiting: every quarter second ``alive()``, else raise ``dead()``.
+
+        A dead holder never keeps the lock (the kernel releases it); this ends
+        the waits of a process mapping a buffer whose owner is gone.
+        """
         self._alive, self._dead = alive, dead
 
     def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
@@ -94,9 +112,12 @@ class SharedLock:
             return False
         self._depth += 1
         if self._depth == 1:
-            self.version.cells[0] += 1
+            cells = self.version.cells
+            # odd while held; a holder that died left it odd: move it on to the next odd
+            cells[0] = (cells[0] + 1) | 1
+            fault_point("holding-lock")
             if self.in_flight is not None:  # the holder sees every reserved row written
-                self.in_flight.drain()
+                self.in_flight.drain(self.reclaim)
         return True
 
     def acquire_to_reserve(self) -> None:
@@ -111,9 +132,26 @@ class SharedLock:
     def release_reserved(self) -> None:
         """Release a hold of :meth:`acquire_to_reserve`."""
         self._depth -= 1
-        self.inner.release()
+        if not self._depth:
+            self.inner.release()
+        self._threads.release()
 
     def _take(self, block: bool, timeout: float | None) -> bool:
+        """The thread lock, then (outermost hold) the cross-process lock; False if not had."""
+        if not self._threads.acquire(block, -1 if timeout is None else timeout):
+            return False
+        if self._depth:  # this thread holds it already
+            return True
+        try:
+            if self._take_inner(block, timeout):
+                return True
+        except BaseException:
+            self._threads.release()
+            raise
+        self._threads.release()
+        return False
+
+    def _take_inner(self, block: bool, timeout: float | None) -> bool:
         if not block:
             return bool(self.inner.acquire(False))
         if _try_for(self.inner, _SPIN_S):
@@ -131,15 +169,8 @@ class SharedLock:
         self._depth -= 1
         if self._depth == 0:
             self.version.cells[0] += 1
-        self.inner.release()
-
-    def pause(self) -> None:
-        """The holder is about to wait on a condition (the lock is free meanwhile)."""
-        self.version.cells[0] += 1
-
-    def resume(self) -> None:
-        """The holder is back from its wait."""
-        self.version.cells[0] += 1
+            self.inner.release()
+        self._threads.release()
 
     def read(self, copy: Callable[[], T], rows: torch.Tensor | None = None) -> T:
         """``copy()`` made while no process wrote (lock-free when possible, else locked).
@@ -170,8 +201,13 @@ class SharedLock:
 
         Reservations (:meth:`acquire_to_reserve`) do not move the version: a
         value read from several counters they move may mix one moved and one
-        not yet; a length is one counter.
+        not yet; a length is one counter. Rows a dead writer reserved are
+        reclaimed first (under the lock), so a length never counts them.
         """
+        in_flight = self.in_flight
+        if in_flight is not None and not self._depth and in_flight.orphaned():
+            with self:  # its drain reclaims them
+                return value()
         return self._optimistic(value, lambda: (), lambda _: True)
 
     def _optimistic(
@@ -268,21 +304,23 @@ class LocalThenShared:
 
 
 class SharedCondition:
-    """The shared condition, entered through :class:`LocalThenShared`; waits keep the version.
+    """A condition over the shared lock, entered through :class:`LocalThenShared`.
 
     A wait holds neither this process's thread lock (its other threads keep
-    drawing) nor, while asleep, the shared lock: it checks ``predicate``
-    under both, then sleeps on the shared condition for at most
-    :data:`_WAIT_SLICE_S` (a notify sent between the check and the sleep is
-    seen at the next check).
+    drawing) nor the shared lock: it checks ``predicate`` under both, then
+    sleeps until a :meth:`notify_all` of any process moves the notification
+    cell, or :data:`_WAIT_SLICE_S` passes (then it checks again). Nothing
+    here can be orphaned: a notifier that dies wakes nobody, and the waiter
+    checks again within the slice.
 
     Args:
-        inner: the multiprocessing condition over ``lock.shared.inner``.
-        lock: the locks taken to enter it.
+        lock: the locks taken to enter it (its shared lock's version cells hold
+            the notifications).
     """
 
-    def __init__(self, inner: Any, lock: LocalThenShared) -> None:
-        self.inner, self.lock = inner, lock
+    def __init__(self, lock: LocalThenShared) -> None:
+        self.lock = lock
+        self._cells = lock.shared.version.cells
 
     def __enter__(self) -> bool:
         return self.lock.acquire()
@@ -291,23 +329,23 @@ class SharedCondition:
         self.lock.release()
 
     def notify_all(self) -> None:
-        """Wake every waiter (the lock held)."""
-        self.inner.notify_all()
+        """Wake every waiter, in every process (the lock held)."""
+        self._cells[1] += 1
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
         """Sleep until ``predicate()`` holds or ``timeout`` passes (call it without the lock)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        cells = self._cells
         while True:
             with self.lock:
                 if predicate():
                     return True
-            left = _WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
+                seen = cells[1]
+            now = time.monotonic()
+            left = _WAIT_SLICE_S if deadline is None else deadline - now
             if left <= 0:
                 return False
-            shared = self.lock.shared
-            with shared:
-                shared.pause()
-                try:
-                    self.inner.wait(min(left, _WAIT_SLICE_S))
-                finally:
-                    shared.resume()
+            end, pause = now + min(left, _WAIT_SLICE_S), _NOTIFY_POLL_S
+            while cells[1] == seen and time.monotonic() < end:
+                time.sleep(pause)
+                pause = min(pause * 2, _NOTIFY_POLL_MAX_S)

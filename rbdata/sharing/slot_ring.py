@@ -45,7 +45,7 @@ class SlotRing:
 
     Examples:
         >>> import torch
-        >>> from rbdata.service.transport.slots import SlotRing
+        >>> from rbdata.sharing.slot_ring import SlotRing
         >>> owner = SlotRing.create(slots=2, slot_bytes=64)
         >>> client = SlotRing.attach(owner.path, 2, 64)
         >>> owner.unlink()

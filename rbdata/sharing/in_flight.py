@@ -10,14 +10,17 @@ small table in shared memory, one slot per copy, with the writer's pid.
 - Whoever takes the lock to do anything else (a write that is not reserved,
   ``empty``, ``state_dict``, a locked read) first waits until no row is in
   flight (:meth:`InFlightRows.drain`): it sees every reserved row written, as
-  with one lock held for whole writes. A slot whose writer died is freed
-  then, with a warning (its rows may be torn).
+  with one lock held for whole writes. A slot whose writer died (named by
+  pid and start time, :mod:`.liveness`: neither a zombie nor a reused pid
+  passes for it) is *reclaimed* then (:mod:`.reclaim`): its rows never
+  become visible, the rows reserved after it move down over them, and the
+  next writer goes on.
 - A lock-free reader takes a :meth:`InFlightRows.snapshot` before copying
   rows and keeps its copy only if none of its rows was in flight then or
   reserved since (:meth:`InFlightRows.touched`), which the log of the last
   :data:`LOG` reservations tells, in order of a sequence number.
 
-The order of the stores (x86-64's, see :mod:`._shared_lock`): a reservation
+The order of the stores (x86-64's, see :mod:`.lock`): a reservation
 writes its slot, then its log entry, then the sequence number, then copies;
 the copy done, it frees its slot. A reader reads the sequence number, then
 the slots, copies, then reads the sequence number and the log again.
@@ -27,25 +30,39 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from rbdata.storages._counters import SharedCounters
+from rbdata.sharing.counters import SharedCounters
+from rbdata.sharing.liveness import alive, this_process
 
-__all__ = ["LOG", "SLOTS", "InFlightRows", "Ranges", "RowProbe", "Snapshot", "ring_ranges"]
+__all__ = [
+    "LOG",
+    "SLOTS",
+    "InFlightRows",
+    "Ranges",
+    "Reclaim",
+    "RowProbe",
+    "Snapshot",
+    "ring_ranges",
+]
 
 _log = logging.getLogger(__name__)
 
 SLOTS = 16  # copies in flight at once (a writer finding none free writes under the lock)
 LOG = 64  # reservations a reader can look back over (more during one copy: read again)
-_WIDTH = 5  # a slot: two row ranges [a, b), [c, d) and the writer's pid (0: free)
+# a slot: row ranges [a, b), [c, d), the writer's pid (0: free), its start time, the phase
+# (claimed, reserved) and the journal (the counters before the reservation moved them)
+_WIDTH = 10
+_CLAIMED, _RESERVED = 1, 2
 _ENTRY = 4  # a log entry: the two ranges
 _SLOT0 = 1  # cell 0 is the sequence number
 _LOG0 = _SLOT0 + SLOTS * _WIDTH
 _ALIVE_CHECK_S = 0.01  # a drain checks the writers of the slots it waits on this often
+_ORPHAN_CHECK_S = 0.01  # a lock-free length looks for dead writers at most this often
 _READER_WAIT_S = 0.01  # a lock-free reader waits this long for rows in flight, then locks
 _LISTED = 4096  # a probe of at most this many rows checks ranges by bisection in Python
 
@@ -53,6 +70,11 @@ _LISTED = 4096  # a probe of at most this many rows checks ranges by bisection i
 Ranges = tuple[int, int, int, int]
 #: ``(sequence number, the ranges in flight)`` before a lock-free copy
 Snapshot = tuple[int, list[Ranges]]
+#: the counters a reservation moves, as they were before: cursor, write count, length
+Journal = tuple[int, int, int]
+#: what the lock's holder does with the ranges a dead writer reserved (:mod:`.reclaim`):
+#: with the journal when the writer died while reserving (the counters go back to it)
+Reclaim = Callable[[Ranges, "Journal | None"], None]
 
 
 def ring_ranges(start: int, n: int, capacity: int) -> Ranges:
@@ -72,16 +94,6 @@ def _overlap(ranges: Ranges, a: int, b: int, c: int, d: int) -> bool:
     """Whether ``ranges`` share a row with ``[a, b)`` or ``[c, d)``."""
     ra, rb, rc, rd = ranges
     return (ra < b and a < rb) or (ra < d and c < rb) or (rc < b and a < rd) or (rc < d and c < rd)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class RowProbe:
@@ -130,7 +142,7 @@ class RowProbe:
 class InFlightRows:
     """The in-flight table and the reservation log of a shared buffer (see the module docstring).
 
-    Its cells are :class:`~rbdata.storages._counters.SharedCounters`, shared:
+    Its cells are :class:`~rbdata.sharing.counters.SharedCounters`, shared:
     pickled for another process, it travels as their shared tensor, and every
     process sees the same table.
 
@@ -154,6 +166,7 @@ class InFlightRows:
 
     def _bind(self) -> None:
         self._cells = self._counters.cells
+        self._looked = 0.0
 
     def __getstate__(self) -> dict[str, Any]:
         return {"counters": self._counters}
@@ -168,8 +181,11 @@ class InFlightRows:
         return self._cells[0]
 
     # ------------------------------------------------------------ writers
-    def claim(self, ranges: Ranges) -> int | None:
+    def claim(self, ranges: Ranges, journal: Journal = (0, 0, 0)) -> int | None:
         """Mark ``ranges`` in flight and log them (the lock held): the slot, or None.
+
+        ``journal`` holds the counters the reservation is about to move: a
+        writer that dies before :meth:`reserved` leaves them to be restored.
 
         None when no slot is free, or when a copy still in flight covers some
         of ``ranges`` (the cursor lapped a slow writer in a small ring): two
@@ -191,13 +207,21 @@ class InFlightRows:
         base = _SLOT0 + free * _WIDTH
         for i, bound in enumerate(ranges):
             cells[base + i] = bound
-        cells[base + 4] = os.getpid()
+        pid, start = this_process()
+        cells[base + 5] = start
+        cells[base + 6] = _CLAIMED
+        cells[base + 7], cells[base + 8], cells[base + 9] = journal
+        cells[base + 4] = pid
         seq = cells[0]
         entry = _LOG0 + (seq % LOG) * _ENTRY
         for i, bound in enumerate(ranges):
             cells[entry + i] = bound
         cells[0] = seq + 1
         return free
+
+    def reserved(self, slot: int) -> None:
+        """The counters of ``slot``'s reservation moved (the lock held): the copy comes next."""
+        self._cells[_SLOT0 + slot * _WIDTH + 6] = _RESERVED
 
     def release(self, slot: int) -> None:
         """The copy of ``slot`` is done (no lock needed: one store)."""
@@ -208,35 +232,88 @@ class InFlightRows:
         """Whether some copy is in flight."""
         return bool(any(self._cells[_SLOT0 + 4 : _LOG0 : _WIDTH]))
 
-    def drain(self) -> None:
+    def drain(self, reclaim: Reclaim | None = None) -> None:
         """Wait (the lock held, so no new reservation) until no copy is in flight.
 
-        A slot whose writer process is gone is freed, with a warning: the
-        rows it was copying may be torn.
+        Waits for live writers only: once every busy slot's writer is gone
+        (checked every :data:`_ALIVE_CHECK_S` of waiting), each is reclaimed
+        by ``reclaim(ranges, journal)``, the newest reservation first, then
+        freed (without ``reclaim``: freed at once with a warning, its rows
+        may be torn).
         """
         if not self.busy():
             return
-        spins, checked = 0, time.monotonic()
+        spins = 0
+        checked = time.monotonic()
         while self.busy():
             spins += 1
             time.sleep(0 if spins < 100 else 1e-5)
             if time.monotonic() - checked >= _ALIVE_CHECK_S:
                 checked = time.monotonic()
-                self._free_dead()
+                self._free_dead(reclaim)
 
-    def _free_dead(self) -> None:
+    def orphaned(self) -> bool:
+        """Whether a writer died with rows in flight (looked at most every 10 ms)."""
+        if not self.busy():
+            return False
+        now = time.monotonic()
+        if now - self._looked < _ORPHAN_CHECK_S:
+            return False
+        self._looked = now
+        return bool(self._dead())
+
+    def _dead(self) -> list[tuple[int, int]]:
+        """``(reservation order, slot)`` of the slots whose writer is gone, newest first."""
         cells = self._cells
+        dead = []
         for slot in range(SLOTS):
             base = _SLOT0 + slot * _WIDTH
             pid = cells[base + 4]
-            if pid and not _alive(pid):
+            if pid and not alive(pid, cells[base + 5]):
+                dead.append((self._order(slot), slot))
+        return sorted(dead, reverse=True)
+
+    def _order(self, slot: int) -> int:
+        """How recent the reservation of ``slot`` is (larger: newer), from the log."""
+        cells = self._cells
+        base = _SLOT0 + slot * _WIDTH
+        ranges = tuple(cells[base + i] for i in range(4))
+        seq = cells[0]
+        for back in range(min(seq, LOG)):
+            entry = _LOG0 + ((seq - 1 - back) % LOG) * _ENTRY
+            if tuple(cells[entry + i] for i in range(4)) == ranges:
+                return seq - back
+        return 0
+
+    def _free_dead(self, reclaim: Reclaim | None) -> None:
+        cells = self._cells
+        dead = self._dead()
+        busy = sum(1 for pid in cells[_SLOT0 + 4 : _LOG0 : _WIDTH] if pid)
+        if reclaim is not None and len(dead) < busy:
+            return  # a live copy still runs: reclaiming would move its rows half written
+        for _, slot in dead:
+            base = _SLOT0 + slot * _WIDTH
+            pid = cells[base + 4]
+            ranges = (cells[base], cells[base + 1], cells[base + 2], cells[base + 3])
+            journal = None
+            if cells[base + 6] != _RESERVED:  # died reserving: the counters go back
+                journal = (cells[base + 7], cells[base + 8], cells[base + 9])
+            if reclaim is None:
                 _log.warning(
                     "writer process %d died copying rows [%d, %d) and [%d, %d) of a shared "
                     "buffer: those rows may be torn",
                     pid,
-                    *(cells[base + i] for i in range(4)),
+                    *ranges,
                 )
-                cells[base + 4] = 0
+            else:
+                _log.warning(
+                    "writer process %d died before its rows [%d, %d) and [%d, %d) of a "
+                    "shared buffer were committed: they are dropped",
+                    pid,
+                    *ranges,
+                )
+                reclaim(ranges, journal)
+            cells[base + 4] = 0
 
     # ------------------------------------------------------------ lock-free readers
     def wait_until_copied(self, probe: RowProbe) -> None:

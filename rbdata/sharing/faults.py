@@ -1,0 +1,55 @@
+"""Named points where a test kills this process, to check the crash contract.
+
+The fault-injection tests (``tests/sharing/``) start writer processes with
+``RBDATA_FAULT_POINT=<name>`` and ``RBDATA_FAULT_AFTER=<n>`` in their
+environment: the ``n``-th time (counting from 1) the process passes the
+point named, it sends itself ``SIGKILL``, as the OOM killer or a preemption
+would. The points:
+
+- ``holding-lock``: just after taking the cross-process lock;
+- ``after-reserve``: rows reserved, the lock released, nothing copied;
+- ``mid-copy``: half of a reserved batch's fields copied;
+- ``before-commit``: every row copied, the reservation not yet released.
+
+Without the variable (the normal case) :func:`fault_point` is a no-op.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+__all__ = ["POINTS", "arm", "armed", "fault_point"]
+
+POINTS = ("holding-lock", "after-reserve", "mid-copy", "before-commit")
+
+_POINT = os.environ.get("RBDATA_FAULT_POINT") or None
+_AFTER = [int(os.environ.get("RBDATA_FAULT_AFTER", "1") or 1)]
+
+
+def arm(point: str | None, after: int = 1) -> None:
+    """Kill this process the ``after``-th time it passes ``point`` (None: never); for forked tests.
+
+    Raises:
+        ValueError: for a point not in :data:`POINTS`, or ``after < 1``.
+    """
+    global _POINT
+    if point is not None and point not in POINTS:
+        raise ValueError(f"point must be one of {POINTS} or None, got {point!r}.")
+    if after < 1:
+        raise ValueError(f"after must be >= 1, got {after}.")
+    _POINT, _AFTER[0] = point, after
+
+
+def armed(name: str) -> bool:
+    """Whether the environment names the point ``name`` (a test will kill this process there)."""
+    return name == _POINT
+
+
+def fault_point(name: str) -> None:
+    """Kill this process here if the environment names ``name`` (see the module docstring)."""
+    if _POINT is None or name != _POINT:
+        return
+    _AFTER[0] -= 1
+    if _AFTER[0] <= 0:
+        os.kill(os.getpid(), signal.SIGKILL)

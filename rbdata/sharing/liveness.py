@@ -1,0 +1,73 @@
+"""Whether a process still runs, by an identity a reused pid or a zombie cannot fake.
+
+A pid alone names a process only while it runs: once it exits, the kernel
+may give the number to another process, and until its parent reaps it, a
+dead process stays in the table as a zombie that ``os.kill(pid, 0)`` still
+finds. A process is therefore named here by its pid *and* its start time
+(field 22 of ``/proc/<pid>/stat``, in clock ticks since boot), and it runs
+when a process with that pid, that start time and a state other than
+zombie or dead is found. Without ``/proc`` (not Linux) the start time is 0
+and liveness falls back to ``os.kill(pid, 0)``.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["alive", "identity", "this_process"]
+
+_PROC = "/proc"
+
+
+def identity(pid: int) -> int | None:
+    """The start time of the running process ``pid`` (0 without ``/proc``); None: none runs.
+
+    A zombie (exited, not reaped) does not run.
+    """
+    if not os.path.isdir(_PROC):
+        return 0 if _signalable(pid) else None
+    try:
+        with open(f"{_PROC}/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: split after its last ')'
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X", b"x"):
+        return None
+    return int(fields[19])  # field 22 of the whole line
+
+
+def alive(pid: int, start: int) -> bool:
+    """Whether the process ``(pid, start)`` (see :func:`this_process`) still runs.
+
+    Examples:
+        >>> alive(*this_process())
+        True
+        >>> pid, start = this_process()
+        >>> alive(pid, start + 1)  # the same pid, started at another time: another process
+        False
+    """
+    found = identity(pid)
+    return found is not None and (found == start or not start or not found)
+
+
+_SELF: list[tuple[int, int]] = []
+
+
+def this_process() -> tuple[int, int]:
+    """``(pid, start time)`` of this process."""
+    pid = os.getpid()
+    if not _SELF or _SELF[0][0] != pid:  # a forked child: its own identity
+        _SELF[:] = [(pid, identity(pid) or 0)]
+    return _SELF[0]
+
+
+def _signalable(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

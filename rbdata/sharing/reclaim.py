@@ -1,0 +1,102 @@
+"""Dropping the rows a dead writer reserved: they never become visible, the ring goes on.
+
+A writer that dies between reserving rows and committing them (killed
+mid-copy, or before its copy began) leaves rows that hold zeros, torn data or
+the ring's previous rows, although the cursor, the write count and the
+length moved past them. The next process to take the lock finds its slot in
+the in-flight table and calls :func:`reclaim` (the lock held, every live copy
+done):
+
+1. the rows reserved after the dead ones (committed, or written under the
+   lock since) move down over them, in ring order;
+2. the cursor and the write count go back by the dead rows' count, and a
+   storage not yet full loses that much length: the next write lands right
+   after the last committed row;
+3. the slots freed at the end (``[cursor, cursor + k)``) are filled with
+   copies of the rows just before them, so that a batch drawn before the
+   reclaim and read after it gets whole rows (a wrapped ring holds those
+   duplicates until the next writes overwrite them);
+4. every slot whose content changed gets a new generation, so priority
+   updates and ``update_if_present`` of handles taken before skip them.
+
+Examples:
+    >>> import torch
+    >>> from rbdata import LazyTensorStorage, RoundRobinWriter
+    >>> storage, writer = LazyTensorStorage(8), RoundRobinWriter()
+    >>> writer.register_storage(storage)
+    >>> _ = writer.extend(torch.arange(6))
+    >>> reclaim(storage, writer, (2, 4, 0, 0))  # rows 2 and 3 were a dead writer's
+    >>> len(storage), writer.cursor, writer.write_count, storage.get(torch.arange(4)).tolist()
+    (4, 4, 4, [0, 1, 4, 5])
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rbdata.sharing.in_flight import Journal, Ranges
+from rbdata.storages import Storage
+from rbdata.writers import Writer
+
+__all__ = ["reclaim"]
+
+
+def reclaim(
+    storage: Storage, writer: Writer, ranges: Ranges, journal: Journal | None = None
+) -> None:
+    """Drop the rows ``ranges`` reserved by a dead writer (see the module docstring).
+
+    With a ``journal`` (the writer died reserving, holding the lock: no other
+    change came after) the counters simply go back to it.
+    """
+    if journal is not None:
+        cells = writer.counters.cells
+        cells[0], cells[1] = journal[0], journal[1]
+        length = storage.counters.cells
+        length[0] = journal[2]
+        length[1] += 1
+        return
+    capacity = storage.max_size_along_dim0
+    a, b, c, d = ranges
+    k = (b - a) + (d - c)
+    if not k:
+        return
+    cells = writer.counters.cells
+    cursor = cells[0]
+    after = (cursor - (a + k)) % capacity  # rows reserved after the dead ones
+    if after:
+        _move(storage, _ring(a + k, after, capacity), a)
+    cursor = (cursor - k) % capacity
+    cells[0] = cursor
+    cells[1] = max(0, cells[1] - k)
+    length = storage.counters.cells
+    full = length[0] >= capacity
+    if not full:
+        length[0] = max(0, length[0] - k)
+    valid = capacity - k if full else length[0]
+    if valid:
+        r = min(k, valid)
+        source = _ring(cursor - r, r, capacity).repeat(-(-k // r))[:k]
+        _move(storage, source, cursor)
+    length[1] += 1  # the content changed (the mutation revision)
+    stamps = storage.slot_generations if writer.tracks_generations else None
+    if stamps is not None:
+        changed = _ring(a, after + k, capacity)
+        stamps.index_add_(0, changed, torch.ones_like(changed))
+
+
+def _ring(start: int, n: int, capacity: int) -> torch.Tensor:
+    return torch.arange(start, start + n).remainder_(capacity)
+
+
+def _move(storage: Storage, source: torch.Tensor, start: int) -> None:
+    """Copy the rows ``source`` (in order) to the rows ``start ..`` (wrapping)."""
+    capacity = storage.max_size_along_dim0
+    leaves = storage.batch_leaves(storage.get(source))
+    if leaves is None:
+        raise RuntimeError(f"{type(storage).__name__} cannot move rows to reclaim them")
+    n = int(source.numel())
+    head = min(n, capacity - start)
+    storage.write_leaves(start, [t[:head] for t in leaves])
+    if head < n:
+        storage.write_leaves(0, [t[head:] for t in leaves])

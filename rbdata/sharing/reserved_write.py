@@ -1,0 +1,130 @@
+"""Writes into a shared buffer that copy their rows outside its lock: reserve, copy, release.
+
+Several processes extending one shared buffer (``share()``, torchrl's
+``shared=True``) take its one cross-process lock. Held for the whole write,
+it makes them take turns: four writers wrote no faster than one. A ring
+write of a plain batch instead holds the lock only to *reserve* its rows
+(the cursor, write count, generations and the storage's length move on as
+for a write, :func:`reserve`) and copies the rows after releasing it, while
+other writers reserve and copy theirs (see :mod:`.in_flight` for what
+readers and other lock holders see meanwhile).
+
+The batch is checked before anything moves: a write that fails changes
+nothing. Which writes may do this is decided in :mod:`.eligibility`; every
+other write (a transform, ``consume_after_n_samples``, a prioritized or
+trajectory sampler, a writer that does not write in ring order, a batch
+larger than the storage or reading its own rows, more copies in flight
+than :data:`~.in_flight.SLOTS`) takes the lock for the whole write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from rbdata.sample_units import SampleUnit
+from rbdata.samplers import Sampler
+from rbdata.sharing.counters import count_written
+from rbdata.sharing.eligibility import can_reserve
+from rbdata.sharing.faults import armed, fault_point
+from rbdata.sharing.in_flight import ring_ranges
+from rbdata.sharing.sync import _BufferSync
+from rbdata.storages import Storage
+from rbdata.writers import Writer
+from rbdata.writers.round_robin import ring_slots
+
+__all__ = ["extend_reserved", "reserve"]
+
+
+def reserve(writer: Writer, storage: Storage, n: int) -> int:
+    """Place ``n`` items at the writer's cursor, stamped and counted, without writing them.
+
+    Moves the writer's cursor and write count, the slots' generations and the
+    storage's length as the ring write of ``n`` items would (the lock held).
+
+    Returns:
+        The first of their slots (they follow it in ring order).
+
+    Raises:
+        ValueError: if ``n`` is not in ``[1, capacity]``.
+    """
+    capacity = storage.max_size_along_dim0
+    if not 1 <= n <= capacity:
+        raise ValueError(f"n must be in [1, {capacity}] (the capacity), got {n}.")
+    cells = writer.counters.cells
+    start = cells[0]
+    cells[0] = (start + n) % capacity
+    stamps = storage.slot_generations if writer.tracks_generations else None
+    slots = ring_slots(start, n, capacity)
+    if stamps is not None:
+        stamps.index_add_(0, slots, torch.ones_like(slots))
+    cells[1] += n
+    stop = start + n
+    storage_cells = storage.counters.cells
+    count_written(storage_cells, min(stop, capacity), min(stop, capacity) - 1)
+    if stop > capacity:
+        count_written(storage_cells, stop - capacity, stop - capacity - 1)
+    return start
+
+
+def extend_reserved(
+    sync: _BufferSync,
+    parts: Callable[[], tuple[Storage, Writer, Sampler, SampleUnit]],
+    data: object,
+    validate: Callable[[], None],
+) -> torch.Tensor | None:
+    """Write the batch ``data`` with its copy outside the lock; None if this write cannot be.
+
+    Args:
+        sync: the buffer's locks (shared: with the rows in flight).
+        parts: the buffer's storage, writer, sampler and sample unit now (read
+            again under the lock: another thread may swap them).
+        data: the batch, inverse transforms applied (the caller checks there are none).
+        validate: checks the write beyond the rows (a prioritized buffer's priorities).
+
+    The sampler and sample unit keep no state of writes here (they hear of
+    this one at this process's next draw, as of other processes' writes).
+    """
+    in_flight = sync.in_flight
+    if in_flight is None:
+        return None
+    storage, writer, sampler, unit = parts()
+    if not can_reserve(writer, sampler, unit):
+        return None
+    leaves = storage.batch_leaves(data)  # checked here: a bad batch raises, nothing moved
+    if leaves is None:
+        return None
+    validate()
+    n = leaves[0].shape[0]
+    capacity = storage.max_size_along_dim0
+    sync.acquire_to_reserve()
+    try:
+        if parts()[0] is not storage:  # swapped by another thread meanwhile
+            return None
+        counters = writer.counters.cells
+        ranges = ring_ranges(counters[0], n, capacity)
+        journal = (counters[0], counters[1], storage.counters.cells[0])
+        slot = in_flight.claim(ranges, journal)
+        if slot is None:  # no free slot, or those rows still in flight: under the lock
+            return None
+        start = reserve(writer, storage, n)
+        in_flight.reserved(slot)
+        sync.cond.notify_all()  # a waiter checks under the lock: after the copy
+    finally:
+        sync.release_reserved()
+    fault_point("after-reserve")
+    try:
+        # the rows up to the ring's end, then the rest (a fault test: two halves,
+        # with the "mid-copy" point between them)
+        head = ranges[1] - ranges[0] if ranges[3] else n
+        if head == n and armed("mid-copy"):
+            head = (n + 1) // 2
+        storage.write_leaves(start, [t[:head] for t in leaves] if head < n else leaves)
+        fault_point("mid-copy")
+        if head < n:
+            storage.write_leaves((start + head) % capacity, [t[head:] for t in leaves])
+        fault_point("before-commit")
+    finally:
+        in_flight.release(slot)
+    return ring_slots(start, n, capacity)
