@@ -3,7 +3,7 @@
 ``ReplayBuffer(..., service_backend="ray")`` builds a plain buffer, then the
 service gives it :func:`proxy_class` of its class: a subclass (so
 ``isinstance(rb, TensorDictReplayBuffer)`` still holds) generated once per
-buffer class from :func:`~rbdata.service.client.surface.routes`, that
+buffer class from :func:`~rbdata.service.surface.routes`, that
 overrides every declared member:
 
 - CALL and CLIENT members delegate to the service's client (a result that is
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rbdata.service.client.buffer_client import RayBufferClient
-from rbdata.service.client.surface import (
+from rbdata.service.surface import (
     REFUSED_MEMBERS,
     UNSERVED_MEMBERS,
     Route,

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rbdata.service.sharding.owner import ShardOwner
+from rbdata.service.server.owner import BufferOwner
 from rbdata.service.transport.codec import Payload, encode
 
 __all__ = ["LOGGED_CALLS", "RecoveringOwner", "RecoveryConfig"]
@@ -108,7 +108,7 @@ class RecoveryConfig:
         return cls(**options)
 
 
-class RecoveringOwner(ShardOwner):
+class RecoveringOwner(BufferOwner):
     """An owner that checkpoints itself and restores from its last checkpoint on a restart.
 
     Args:
