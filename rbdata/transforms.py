@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from tensordict import TensorDictBase
@@ -133,11 +133,20 @@ class _Inverted(Transform):
         return self.transform.forward(data)
 
 
+@runtime_checkable
+class _Invertible(Protocol):
+    """A callable with its own inverse (torchrl's env transforms): ``inv`` runs on extend."""
+
+    def __call__(self, data: Any) -> Any: ...
+
+    def inv(self, data: Any) -> Any: ...
+
+
 def as_transform(fn: Transform | Callable[[Any], Any], *, invert: bool = False) -> Transform:
     """Wrap ``fn`` into a :class:`Transform`, swapping its directions if ``invert``."""
     if isinstance(fn, Transform):
         return _Inverted(fn) if invert else fn
-    if callable(getattr(fn, "inv", None)):
+    if isinstance(fn, _Invertible):
         return _ForeignTransform(fn, invert=invert)
     return _CallableTransform(fn, invert=invert)
 

@@ -100,3 +100,31 @@ def test_the_buffers_never_import_a_service():
 def test_no_import_cycle_inside_the_package():
     cycles = _cycles(import_graph())
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def _imports_under(graph: dict[str, set[str]], package: str, target: str) -> set[str]:
+    """``module -> target`` arrows from the modules of ``package`` into ``target``."""
+    return {
+        f"{module} -> {dep}"
+        for module, deps in graph.items()
+        if module.startswith(package)
+        for dep in deps
+        if dep.startswith(target)
+    }
+
+
+def test_the_service_server_never_imports_its_clients():
+    # both sides import the declaration of the forwarded surface (rbdata.service.surface)
+    graph = import_graph()
+    assert not _imports_under(graph, "rbdata.service.server", "rbdata.service.client")
+    assert "rbdata.service.surface" in graph["rbdata.service.server.owner"]
+
+
+def test_the_service_server_never_imports_sharding():
+    # sharding is built over the server (its owners extend the server's), not under it
+    assert not _imports_under(import_graph(), "rbdata.service.server", "rbdata.service.sharding")
+
+
+def test_the_checkpoint_format_never_imports_the_buffers():
+    # the buffers write and load dumps through rbdata.checkpoint: the arrow runs one way
+    assert not _imports_under(import_graph(), "rbdata.checkpoint", "rbdata.buffers")

@@ -22,13 +22,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 import torch
 from tensordict import TensorDictBase
 from torch.utils.hooks import RemovableHandle
 
-__all__ = ["INFO_KEYS", "Draw", "ServableBuffer", "StatsSource", "aligned_info"]
+if TYPE_CHECKING:
+    from rbdata.samplers import Sampler
+    from rbdata.storages import Storage
+
+__all__ = [
+    "INFO_KEYS",
+    "Draw",
+    "ReadableByWorkers",
+    "ServableBuffer",
+    "StatsSource",
+    "aligned_info",
+]
 
 #: A callable returning extra counters merged into ``buffer.stats()``.
 StatsSource = Callable[[], dict[str, Any]]
@@ -195,4 +206,37 @@ class ServableBuffer(Protocol):
 
     def loads(self, path: str | os.PathLike[str]) -> None:
         """Load a buffer saved by :meth:`dumps` (a resumed ``Trainer.fit`` does)."""
+        ...
+
+
+@runtime_checkable
+class ReadableByWorkers(Protocol):
+    """A buffer that DataLoader worker processes (``num_workers > 0``) can read.
+
+    Each worker draws from its own reader: a buffer over the same storage with
+    the sampler :meth:`~rbdata.samplers.Sampler.for_worker` gives it (and a
+    lock of its own). The loader asks the sampler whether it can be split
+    between workers, and the storage whether workers read its memory.
+
+    Examples:
+        >>> from rbdata import LazyTensorStorage, ReplayBuffer
+        >>> from rbdata.buffers.protocol import ReadableByWorkers
+        >>> isinstance(ReplayBuffer(storage=LazyTensorStorage(10)), ReadableByWorkers)
+        True
+    """
+
+    @property
+    def sampler(self) -> Sampler:
+        """The sampler whose kind each worker's sampler is."""
+        ...
+
+    @property
+    def storage(self) -> Storage:
+        """The storage every worker reads."""
+        ...
+
+    def __len__(self) -> int: ...
+
+    def reader(self, sampler: Sampler) -> ServableBuffer:
+        """A buffer over the same storage that draws with ``sampler`` under a lock of its own."""
         ...

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from rbdata._component.checks import check_number
+from rbdata._component.prefetch_state import check_queue_state
 from rbdata.errors import CheckpointError
 
 _CPU_RNG_BYTES = torch.Generator().get_state().numel()
@@ -117,13 +118,11 @@ def _check_exponent(value: Any, key: str, where: str) -> None:
 
 def check_buffer(state: dict[str, Any], where: str) -> None:
     """The buffer's own entries: its counters and its prefetch queue."""
-    from rbdata.buffers._prefetch import check_prefetch_state  # the buffer layer's own check
-
     _check_scalar(state, "skipped_priority_updates", int, where)
     prefetch = state.get("_prefetch_state")
     capacity = prefetch.get("capacity") if isinstance(prefetch, dict) else None
     try:
-        check_prefetch_state(prefetch, capacity if isinstance(capacity, int) else 0)
+        check_queue_state(prefetch, capacity if isinstance(capacity, int) else 0)
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{where}: {err}") from err
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import lightning.pytorch as pl
 import torch
@@ -15,6 +15,13 @@ from rbdata.buffers.protocol import ServableBuffer
 from rbdata.policy_version import PolicyVersion
 
 __all__ = ["ReplayCallback"]
+
+
+@runtime_checkable
+class _HoldsBuffer(Protocol):
+    """A datamodule with a replay buffer (:class:`~rbdata.ReplayDataModule`, or the user's own)."""
+
+    buffer: Any
 
 
 class ReplayCallback(pl.Callback):
@@ -121,7 +128,7 @@ class ReplayCallback(pl.Callback):
         if self._buffer_arg is None:
             # Lightning sets trainer.datamodule at run time; Trainer's class does not declare it.
             datamodule = getattr(trainer, "datamodule", None)
-            buffer = getattr(datamodule, "buffer", None)
+            buffer = datamodule.buffer if isinstance(datamodule, _HoldsBuffer) else None
             if buffer is None:
                 raise RuntimeError(
                     "ReplayCallback found no buffer: pass ReplayCallback(buffer=...) or fit with a "

@@ -6,7 +6,7 @@ import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeGuard, cast
+from typing import Any, Literal, Protocol, TypeGuard, cast, runtime_checkable
 
 import lightning.pytorch as pl
 import torch
@@ -313,9 +313,9 @@ class ReplayDataModule(pl.LightningDataModule):
     def _buffer_per_rank(self) -> bool:
         """Whether every DDP rank holds a buffer of its own (not one Ray-hosted buffer)."""
         trainer = self.trainer
-        if trainer is None or getattr(trainer, "world_size", 1) <= 1:
+        if trainer is None or trainer.world_size <= 1:
             return False
-        return getattr(self.buffer, "service_backend", "direct") == "direct"
+        return _backend(self.buffer) == "direct"
 
     def _build_buffer(self) -> tuple[ServableBuffer, bool]:
         """The buffer, and whether this process owns it (loads the offline data into it).
@@ -328,10 +328,10 @@ class ReplayDataModule(pl.LightningDataModule):
         if not callable(arg) or _is_buffer(arg):
             return arg, True
         trainer = self.trainer
-        if trainer is None or getattr(trainer, "world_size", 1) == 1:  # (a stub has none)
+        if trainer is None or trainer.world_size == 1:
             return _built(arg), True
         built = _built(arg) if trainer.global_rank == 0 else None
-        remote = built is not None and getattr(built, "service_backend", "direct") == "ray"
+        remote = built is not None and _backend(built) == "ray"
         # a Ray-backed buffer is a ReplayBuffer, which hands out clients
         client = cast(_RayBacked, built).client() if remote else None
         shared = trainer.strategy.broadcast(client, src=0)
@@ -342,7 +342,7 @@ class ReplayDataModule(pl.LightningDataModule):
         return _built(arg), True
 
     def _seed(self, buffer: ServableBuffer) -> None:
-        if getattr(buffer, "service_backend", "direct") != "direct":
+        if _backend(buffer) != "direct":
             return  # one remote buffer shared by every rank: its sampling is its own
         rank = self.trainer.global_rank if self.trainer is not None else 0
         base = self.seed if self.seed is not None else torch.initial_seed()
@@ -405,6 +405,19 @@ def _check_min_size(min_size: int, buffer: ServableBuffer) -> None:
             f"min_size={min_size} is more than the buffer can ever hold (capacity {capacity}): "
             f"training would wait forever; pass min_size <= {capacity} or a larger storage."
         )
+
+
+@runtime_checkable
+class _Backed(Protocol):
+    """A buffer that says where it runs (rbdata's buffers: ``"direct"`` or ``"ray"``)."""
+
+    @property
+    def service_backend(self) -> str: ...
+
+
+def _backend(buffer: object) -> str:
+    """Where ``buffer`` runs: its ``service_backend``, else ``"direct"`` (a client...)."""
+    return buffer.service_backend if isinstance(buffer, _Backed) else "direct"
 
 
 class _RayBacked(Protocol):

@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from tensordict import is_tensor_collection
 
+from rbdata._component.prefetch_state import draw_record, read_draw_records
 from rbdata.buffers.protocol import Draw, aligned_info
 from rbdata.loader._batch import as_replay_batch, place
 from rbdata.loader._settings import DatasetSettings
@@ -263,8 +265,8 @@ class _PassEngine:
         """Gather ``record``'s data (a copy), pin it and move it as the dataset asks."""
         ds = self.ds
         batch = as_replay_batch(self.buffer.gather(Draw(record.index, dict(record.info))))
-        if ds._pin or ds._device is not None:
-            batch = place(batch, ds._pin, ds._device)
+        if ds.pins_batches or ds.batch_device is not None:
+            batch = place(batch, ds.pins_batches, ds.batch_device)
         with self.lock:
             record.batch = batch
             record.ahead = ahead
@@ -301,16 +303,14 @@ class _PassEngine:
         return {
             "position": self.position - len(held),
             "pass_over": self.pass_over and not held,
-            "pending": [
-                {"index": r.index, "info": dict(r.info), "ends_pass": r.ends_pass} for r in records
-            ],
+            "pending": [draw_record(r.index, r.info, r.ends_pass) for r in records],
         }
 
     def restore(self, state: dict[str, Any]) -> None:
         """Load :meth:`snapshot`'s output (call under the lock, no thread running)."""
         self.pending = deque(
-            _Record(torch.as_tensor(r["index"]), dict(r["info"]), bool(r["ends_pass"]))
-            for r in state["pending"]
+            _Record(index, info, ends_pass)
+            for index, info, ends_pass in read_draw_records(state["pending"], "state['pending']")
         )
         self.recent.clear()
         self.position = int(state["position"])
@@ -320,5 +320,7 @@ class _PassEngine:
 
 
 def _has_rows(batch: Any) -> bool:
-    shape = getattr(batch, "batch_size", None)
-    return shape is None or len(shape) == 0 or shape[0] > 0
+    if not is_tensor_collection(batch):
+        return True
+    shape = batch.batch_size
+    return len(shape) == 0 or shape[0] > 0

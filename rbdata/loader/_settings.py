@@ -28,9 +28,15 @@ class DatasetSettings(Protocol):
     return_info: bool
     #: batches a consumer holds back from the training step (Lightning looks one ahead)
     held_back: int
-    #: pin batches (``pin_memory`` and an accelerator is there)
-    _pin: bool
-    #: copy batches to this device (None: stay on the CPU)
-    _device: torch.device | None
-    #: this worker's position in its share of a pass (DataLoader worker processes)
-    _worker: WorkerPosition
+
+    @property
+    def pins_batches(self) -> bool:
+        """Whether batches are pinned (``pin_memory`` and an accelerator is there)."""
+
+    @property
+    def batch_device(self) -> torch.device | None:
+        """The device batches are copied to (None: they stay on the CPU)."""
+
+    @property
+    def worker_position(self) -> WorkerPosition:
+        """This worker's position in its share of a pass (DataLoader worker processes)."""

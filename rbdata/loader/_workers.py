@@ -25,11 +25,9 @@ from typing import Any
 
 import torch
 
-from rbdata.buffers import ReplayBuffer
-from rbdata.buffers.protocol import aligned_info
+from rbdata.buffers.protocol import ReadableByWorkers, ServableBuffer, aligned_info
 from rbdata.loader._batch import as_replay_batch
 from rbdata.loader._settings import DatasetSettings
-from rbdata.samplers import RandomSampler, Sampler, SamplerWithoutReplacement
 from rbdata.storages import LazyMemmapStorage, Storage, TensorStorage
 
 _USE_PREFETCH = (
@@ -38,26 +36,26 @@ _USE_PREFETCH = (
 )
 
 
-def check(ds: DatasetSettings) -> ReplayBuffer:
+def check(ds: DatasetSettings) -> ReadableByWorkers:
     """Raise a RuntimeError/ValueError unless ``ds`` can run in worker processes."""
     buffer = ds.buffer
-    if not isinstance(buffer, ReplayBuffer):
+    if not isinstance(buffer, ReadableByWorkers):
         raise RuntimeError(
-            f"num_workers > 0 needs a ReplayBuffer, got {type(buffer).__name__}, which draws "
-            f"from two buffers whose sampling state worker processes cannot share; "
-            f"{_USE_PREFETCH}."
+            f"num_workers > 0 needs a buffer whose workers each read it through a reader of "
+            f"their own (a ReplayBuffer), got {type(buffer).__name__}, whose sampling state "
+            f"worker processes cannot share; {_USE_PREFETCH}."
         )
     sampler = buffer.sampler
-    if type(sampler) not in (RandomSampler, SamplerWithoutReplacement):
+    if sampler.for_worker(0, 1, 0) is None:
+        if sampler.consume_after_n is not None:
+            raise RuntimeError(
+                f"num_workers > 0 cannot count consumption (consume_after_n_samples="
+                f"{sampler.consume_after_n}) across worker processes; {_USE_PREFETCH}."
+            )
         raise RuntimeError(
-            f"num_workers > 0 needs a RandomSampler or a SamplerWithoutReplacement; this buffer "
-            f"uses {type(sampler).__name__}, whose state worker processes cannot share; "
-            f"{_USE_PREFETCH}."
-        )
-    if sampler.consume_after_n is not None:
-        raise RuntimeError(
-            f"num_workers > 0 cannot count consumption (consume_after_n_samples="
-            f"{sampler.consume_after_n}) across worker processes; {_USE_PREFETCH}."
+            f"num_workers > 0 needs a sampler whose state worker processes need not share (a "
+            f"RandomSampler or a SamplerWithoutReplacement); this buffer uses "
+            f"{type(sampler).__name__}; {_USE_PREFETCH}."
         )
     storage = buffer.storage
     if not _readable_by_workers(storage):
@@ -93,7 +91,7 @@ def _readable_by_workers(storage: Storage) -> bool:
 
 def iterate(ds: DatasetSettings, info: Any) -> Iterator[Any]:
     """The batches of worker ``info.id``: its share of the pass, from its own seed."""
-    position = ds._worker
+    position = ds.worker_position
     buffer = check(ds)
     n = len(buffer)
     if n < ds.min_size:
@@ -106,15 +104,12 @@ def iterate(ds: DatasetSettings, info: Any) -> Iterator[Any]:
         return iter(())
     batch_size, workers, worker = ds.batch_size, info.num_workers, info.id
     original = buffer.sampler
+    sampler = original.for_worker(worker, workers, pass_seed=info.seed - info.id)
+    if sampler is None:  # check() above refused it
+        raise RuntimeError(f"{type(original).__name__} cannot be split between workers.")
     total = ds.num_batches
-    if isinstance(original, SamplerWithoutReplacement):
-        sampler: Sampler = _ShardedPasses(
-            worker, workers, info.seed - info.id, original.shuffle, original.drop_last
-        )
-        if total is None:
-            total = n // batch_size if original.drop_last else -(-n // batch_size)
-    else:
-        sampler = RandomSampler()
+    if total is None:
+        total = original.batches_per_pass(n, batch_size)
     sampler.set_rng(torch.Generator().manual_seed(info.seed))
     # The worker's copy of the buffer draws with its own sampler, under its own lock (a
     # lock held by a parent thread at fork time would stay locked in the child forever).
@@ -124,8 +119,8 @@ def iterate(ds: DatasetSettings, info: Any) -> Iterator[Any]:
     return _batches(ds, reader, mine, skip)
 
 
-def _batches(ds: DatasetSettings, reader: ReplayBuffer, mine: Any, skip: int) -> Iterator[Any]:
-    position = ds._worker
+def _batches(ds: DatasetSettings, reader: ServableBuffer, mine: Any, skip: int) -> Iterator[Any]:
+    position = ds.worker_position
     for i in mine:
         draw = reader.draw(ds.batch_size)
         if i < skip:  # resumed: these batches were yielded before the checkpoint
@@ -133,48 +128,3 @@ def _batches(ds: DatasetSettings, reader: ReplayBuffer, mine: Any, skip: int) ->
         batch = as_replay_batch(reader.gather(draw))
         position.yielded = i + 1
         yield (batch, aligned_info(batch, draw.info)) if ds.return_info else batch
-
-
-class _ShardedPasses(Sampler):
-    """Worker ``shard``'s batches of without-replacement passes shared by ``num_shards`` workers.
-
-    Every worker draws the same permutations (same seed) and the batches of
-    the passes are numbered globally; worker ``w`` takes batches
-    ``w, w + num_shards, ...``, so together the workers cover each pass once.
-    """
-
-    def __init__(
-        self, shard: int, num_shards: int, seed: int, shuffle: bool, drop_last: bool
-    ) -> None:
-        super().__init__()
-        self._shard, self._num_shards = shard, num_shards
-        self._shuffle, self._drop_last = shuffle, drop_last
-        self._perm_gen = torch.Generator().manual_seed(seed)
-        self._perm: torch.Tensor | None = None
-        self._chunks = 0
-        self._next = 0
-        self._global = 0
-
-    def _sample(
-        self, storage: Storage, batch_size: int, live: Any
-    ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Return this worker's next batch of the shared passes."""
-        n = len(storage)
-        while True:
-            if self._perm is None:
-                self._chunks = n // batch_size if self._drop_last else -(-n // batch_size)
-                if self._chunks == 0:
-                    raise RuntimeError(
-                        f"drop_last=True needs at least batch_size={batch_size} items, got {n}."
-                    )
-                gen = self._perm_gen
-                self._perm = torch.randperm(n, generator=gen) if self._shuffle else torch.arange(n)
-                self._next = 0
-            chunk = self._perm[self._next * batch_size : (self._next + 1) * batch_size]
-            mine = self._global % self._num_shards == self._shard
-            self._next += 1
-            self._global += 1
-            if self._next >= self._chunks:
-                self._perm = None
-            if mine:
-                return chunk, {}

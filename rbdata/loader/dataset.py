@@ -6,6 +6,7 @@ import sys
 import threading
 import warnings
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -13,6 +14,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.hooks import RemovableHandle
 
 from rbdata._component.checks import check_bool, check_int, check_number, check_optional_int
+from rbdata._component.prefetch_state import read_draw_records
 from rbdata.buffers.offline_to_online import OfflineToOnlineReplayBuffer
 from rbdata.buffers.protocol import ServableBuffer
 from rbdata.buffers.replay import ReplayBuffer
@@ -213,6 +215,21 @@ class ReplayDataset(IterableDataset[Any]):
         self._device = None if device is None or device.type == "cpu" else device
         self._setup_runtime()
 
+    @property
+    def pins_batches(self) -> bool:
+        """Whether batches are pinned (``pin_memory=True`` and an accelerator is there)."""
+        return self._pin
+
+    @property
+    def batch_device(self) -> torch.device | None:
+        """The device batches are copied to (None: they stay on the CPU)."""
+        return self._device
+
+    @property
+    def worker_position(self) -> WorkerPosition:
+        """This worker's position in its share of a pass (DataLoader worker processes)."""
+        return self._worker
+
     def _setup_runtime(self) -> None:
         self._engine = _PassEngine(self)
         self._active: weakref.ref[_ReplayIterator] | None = None
@@ -228,7 +245,7 @@ class ReplayDataset(IterableDataset[Any]):
         info = get_worker_info()
         if info is not None:
             return _workers.iterate(self, info)
-        return _ReplayIterator(self)
+        return _ReplayIterator(self, self._engine, self._activate)
 
     def __len__(self) -> int:
         if self.num_batches is None:
@@ -362,9 +379,19 @@ class ReplayDataset(IterableDataset[Any]):
 class _ReplayIterator:
     """One pass of a ReplayDataset; lazy (nothing is sampled before the first ``next``)."""
 
-    def __init__(self, dataset: ReplayDataset) -> None:
+    #: until the first ``next``: nothing to close (also on an iterator whose __init__ failed)
+    _started = False
+    _finished = True
+
+    def __init__(
+        self,
+        dataset: ReplayDataset,
+        engine: _PassEngine,
+        activate: Callable[[_ReplayIterator], bool],
+    ) -> None:
         self._ds = dataset
-        self._engine = dataset._engine
+        self._engine = engine
+        self._activate = activate  # makes this iterator the dataset's running one; resume flag
         self._prefetcher: _PrefetchThread | None = None
         self._stop = threading.Event()
         self._started = False
@@ -394,7 +421,7 @@ class _ReplayIterator:
             raise
 
     def _start(self) -> None:
-        resume = self._ds._activate(self)
+        resume = self._activate(self)
         self._engine.begin_pass(resume)
         self._started = True
         if self._ds.prefetch:
@@ -441,7 +468,7 @@ class _ReplayIterator:
         self._engine.wake_waiters()
 
     def __del__(self) -> None:
-        if getattr(self, "_started", False) and not getattr(self, "_finished", True):
+        if self._started and not self._finished:
             self.close()
 
 
@@ -519,22 +546,7 @@ def _empty_pass_error(ds: ReplayDataset) -> RuntimeError:
 def _validate_pass_state(state: dict[str, Any]) -> None:
     if not isinstance(state["position"], int) or state["position"] < 0:
         raise ValueError(f"state_dict['position'] must be an int >= 0, got {state['position']!r}.")
-    pending = state["pending"]
-    if not isinstance(pending, list | tuple):
-        raise ValueError(
-            f"state_dict['pending'] must be a list of records, got {type(pending).__name__}."
-        )
-    for i, record in enumerate(pending):
-        if not (
-            isinstance(record, dict)
-            and isinstance(record.get("index"), torch.Tensor)
-            and isinstance(record.get("info"), dict)
-            and "ends_pass" in record
-        ):
-            raise ValueError(
-                f"state_dict['pending'][{i}] must be a dict with a tensor 'index', a dict "
-                f"'info' and 'ends_pass'; got {record!r}."
-            )
+    read_draw_records(state["pending"], "state_dict['pending']")
 
 
 def _accelerator_available() -> bool:

@@ -37,7 +37,7 @@ def _union_fields(*values: Any) -> Fields:
     out: set[tuple[NestedKey, bool]] = set()
     for value in values:
         if isinstance(value, Expr):
-            fields = value._fields()
+            fields = value.fields()
             if fields is None:
                 return None
             out |= fields
@@ -49,10 +49,12 @@ class Expr:
 
     level = "traj"
 
-    def _evaluate(self, ctx: EvalContext) -> torch.Tensor:
+    def evaluate(self, ctx: EvalContext) -> torch.Tensor:
+        """The node's values on every trajectory (``traj``) or transition (``row``) of ``ctx``."""
         raise NotImplementedError
 
-    def _fields(self) -> Fields:
+    def fields(self) -> Fields:
+        """The entries the node reads, with their fallback flag (None: unknown)."""
         return set()
 
     def required_keys(self) -> frozenset[NestedKey] | None:
@@ -61,13 +63,13 @@ class Expr:
         Keys are given as written: ``traj.reward`` reads ``"reward"``, or
         ``("next", "reward")`` when only the latter is stored.
         """
-        fields = self._fields()
+        fields = self.fields()
         return None if fields is None else frozenset(key for key, _ in fields)
 
     def _compare(self, other: Any, op: Callable[[Any, Any], Any]) -> Expr:
         if self.level == "row" or (isinstance(other, Expr) and other.level == "row"):
             return _RowCompare(op, self, other)
-        return TrajectoryPredicate._of(_Compare(op, self, other))
+        return _wrap(_Compare(op, self, other))
 
     def __gt__(self, other: Any) -> Expr:
         return self._compare(other, operator.gt)
@@ -113,7 +115,7 @@ def not_a_condition(expr: Expr) -> TypeError:
 def _rows_of(value: Any, ctx: EvalContext) -> Any:
     if not isinstance(value, Expr):
         return value
-    out = value._evaluate(ctx)
+    out = value.evaluate(ctx)
     return out if value.level == "row" else out[ctx.segment]
 
 
@@ -143,11 +145,11 @@ class _RowExpr(Expr):
 
     def any(self) -> TrajectoryPredicate:
         """Whether any value of the trajectory is true (non-zero): a predicate."""
-        return TrajectoryPredicate._of(self._reduce("any"))
+        return _wrap(self._reduce("any"))
 
     def all(self) -> TrajectoryPredicate:
         """Whether every value of the trajectory is true (non-zero): a predicate."""
-        return TrajectoryPredicate._of(self._reduce("all"))
+        return _wrap(self._reduce("all"))
 
     def first(self) -> _Reduce:
         """The value at the first transition (one element per transition required)."""
@@ -165,10 +167,10 @@ class _Key(_RowExpr):
         self.key, self.as_attribute = key, as_attribute
         self.fallback = isinstance(key, str)
 
-    def _evaluate(self, ctx: EvalContext) -> torch.Tensor:
+    def evaluate(self, ctx: EvalContext) -> torch.Tensor:
         return ctx.column(self.key, self.fallback)
 
-    def _fields(self) -> Fields:
+    def fields(self) -> Fields:
         return {(self.key, self.fallback)}
 
     def __repr__(self) -> str:
@@ -179,7 +181,7 @@ class _RowCompare(_RowExpr):
     def __init__(self, op: Callable[[Any, Any], Any], left: Any, right: Any) -> None:
         self.op, self.left, self.right = op, left, right
 
-    def _evaluate(self, ctx: EvalContext) -> torch.Tensor:
+    def evaluate(self, ctx: EvalContext) -> torch.Tensor:
         left, right = _rows_of(self.left, ctx), _rows_of(self.right, ctx)
         if isinstance(left, torch.Tensor) and isinstance(right, torch.Tensor):
             while right.ndim < left.ndim:
@@ -189,7 +191,7 @@ class _RowCompare(_RowExpr):
         result: torch.Tensor = self.op(left, right)
         return result
 
-    def _fields(self) -> Fields:
+    def fields(self) -> Fields:
         return _union_fields(self.left, self.right)
 
     def __repr__(self) -> str:
@@ -200,8 +202,8 @@ class _Reduce(Expr):
     def __init__(self, how: str, operand: _RowExpr, name: str | None = None) -> None:
         self.how, self.operand, self.name = how, operand, name
 
-    def _evaluate(self, ctx: EvalContext) -> torch.Tensor:
-        values = self.operand._evaluate(ctx)
+    def evaluate(self, ctx: EvalContext) -> torch.Tensor:
+        values = self.operand.evaluate(ctx)
         flat = values.reshape(values.shape[0], -1)
         how = self.how
         if how in ("first", "last"):
@@ -222,15 +224,15 @@ class _Reduce(Expr):
         per_row = flat.to(torch.float64).amax(1) if how == "max" else flat.to(torch.float64).amin(1)
         return ctx.per_trajectory(per_row, "amax" if how == "max" else "amin")
 
-    def _fields(self) -> Fields:
-        return self.operand._fields()
+    def fields(self) -> Fields:
+        return self.operand.fields()
 
     def __repr__(self) -> str:
         return self.name or f"{self.operand!r}.{self.how}()"
 
 
 class _Length(Expr):
-    def _evaluate(self, ctx: EvalContext) -> torch.Tensor:
+    def evaluate(self, ctx: EvalContext) -> torch.Tensor:
         return ctx.lengths
 
     def __repr__(self) -> str:
@@ -241,12 +243,12 @@ class _Compare(Expr):
     def __init__(self, op: Callable[[Any, Any], Any], left: Expr, right: Any) -> None:
         self.op, self.left, self.right = op, left, right
 
-    def _evaluate(self, ctx: EvalContext) -> torch.Tensor:
-        right = self.right._evaluate(ctx) if isinstance(self.right, Expr) else self.right
-        result: torch.Tensor = self.op(self.left._evaluate(ctx), right)
+    def evaluate(self, ctx: EvalContext) -> torch.Tensor:
+        right = self.right.evaluate(ctx) if isinstance(self.right, Expr) else self.right
+        result: torch.Tensor = self.op(self.left.evaluate(ctx), right)
         return result
 
-    def _fields(self) -> Fields:
+    def fields(self) -> Fields:
         return _union_fields(self.left, self.right)
 
     def __repr__(self) -> str:
@@ -257,13 +259,13 @@ class _Logic(Expr):
     def __init__(self, op: str, *operands: Expr) -> None:
         self.op, self.operands = op, operands
 
-    def _evaluate(self, ctx: EvalContext) -> torch.Tensor:
-        values = [p._evaluate(ctx).to(torch.bool) for p in self.operands]
+    def evaluate(self, ctx: EvalContext) -> torch.Tensor:
+        values = [p.evaluate(ctx).to(torch.bool) for p in self.operands]
         if self.op == "~":
             return ~values[0]
         return values[0] & values[1] if self.op == "&" else values[0] | values[1]
 
-    def _fields(self) -> Fields:
+    def fields(self) -> Fields:
         return _union_fields(*self.operands)
 
     def __repr__(self) -> str:
@@ -283,11 +285,11 @@ class _Opaque(Expr):
     ) -> None:
         self.fn, self.description, self.keys = fn, description, keys
 
-    def _evaluate(self, ctx: EvalContext) -> torch.Tensor:
+    def evaluate(self, ctx: EvalContext) -> torch.Tensor:
         views = ctx.views()
         return torch.tensor([view is not None and bool(self.fn(view)) for view in views])
 
-    def _fields(self) -> Fields:
+    def fields(self) -> Fields:
         return None if self.keys is None else {(k, isinstance(k, str)) for k in self.keys}
 
     def __repr__(self) -> str:
@@ -326,7 +328,8 @@ class TrajectoryPredicate(Expr):
         (TrajectoryPredicate(short), frozenset(), frozenset({'reward'}))
     """
 
-    _node: Expr
+    #: the expression the predicate evaluates (one bool per trajectory)
+    node: Expr
 
     def __init__(
         self,
@@ -335,36 +338,31 @@ class TrajectoryPredicate(Expr):
         keys: Iterable[NestedKey] | None = None,
     ) -> None:
         if isinstance(fn, TrajectoryPredicate) and keys is None:
-            self._node = fn._node
+            self.node = fn.node
             return
         if not callable(fn) or isinstance(fn, Expr):
             raise TypeError(f"fn must be a callable mapping a Trajectory to a bool, got {fn!r}.")
         if not isinstance(description, str):
             raise TypeError(f"description must be a str, got {type(description).__name__}.")
         wanted = None if keys is None else frozenset(normalize_key(k, "keys") for k in keys)
-        self._node = _Opaque(fn, description, wanted)
+        self.node = _Opaque(fn, description, wanted)
 
-    @classmethod
-    def _of(cls, node: Expr) -> TrajectoryPredicate:
-        """The predicate evaluating ``node`` (one bool per trajectory)."""
-        predicate = cls.__new__(cls)
-        predicate._node = node
-        return predicate
+    def evaluate(self, ctx: EvalContext) -> torch.Tensor:
+        """One bool per trajectory of ``ctx``."""
+        return self.node.evaluate(ctx).to(torch.bool)
 
-    def _evaluate(self, ctx: EvalContext) -> torch.Tensor:
-        return self._node._evaluate(ctx).to(torch.bool)
-
-    def _fields(self) -> Fields:
-        return self._node._fields()
+    def fields(self) -> Fields:
+        """The entries the predicate reads, with their fallback flag (None: unknown)."""
+        return self.node.fields()
 
     def __and__(self, other: TrajectoryPredicate) -> TrajectoryPredicate:
-        return TrajectoryPredicate._of(_Logic("&", self._node, _as_predicate(other, "&")._node))
+        return _wrap(_Logic("&", self.node, _as_predicate(other, "&").node))
 
     def __or__(self, other: TrajectoryPredicate) -> TrajectoryPredicate:
-        return TrajectoryPredicate._of(_Logic("|", self._node, _as_predicate(other, "|")._node))
+        return _wrap(_Logic("|", self.node, _as_predicate(other, "|").node))
 
     def __invert__(self) -> TrajectoryPredicate:
-        return TrajectoryPredicate._of(_Logic("~", self._node))
+        return _wrap(_Logic("~", self.node))
 
     def __call__(self, trajectory: Any) -> bool:
         """Evaluate on one trajectory (a :class:`~rbdata.Trajectory` or a TensorDict)."""
@@ -379,20 +377,27 @@ class TrajectoryPredicate(Expr):
         if view is None and n:
             view = Trajectory(data)
         ctx = EvalContext(data, torch.zeros(n, dtype=torch.long), 1, [view])
-        return bool(self._evaluate(ctx)[0])
+        return bool(self.evaluate(ctx)[0])
 
     def __repr__(self) -> str:
-        return f"TrajectoryPredicate({self._node!r})"
+        return f"TrajectoryPredicate({self.node!r})"
+
+
+def _wrap(node: Expr) -> TrajectoryPredicate:
+    """The predicate evaluating ``node`` (one bool per trajectory)."""
+    predicate = TrajectoryPredicate.__new__(TrajectoryPredicate)
+    predicate.node = node
+    return predicate
 
 
 def fields_of(expr: Expr) -> Fields:
     """The entries ``expr`` reads, with their fallback flag (None: unknown)."""
-    return expr._fields()
+    return expr.fields()
 
 
 def evaluate(predicate: TrajectoryPredicate, ctx: EvalContext) -> torch.Tensor:
     """One bool per trajectory of ``ctx``."""
-    return predicate._evaluate(ctx)
+    return predicate.evaluate(ctx)
 
 
 def _as_predicate(value: Any, op: str) -> TrajectoryPredicate:

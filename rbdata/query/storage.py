@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import Any
 
 import torch
@@ -125,7 +125,7 @@ def run_query(
     check_predicate(predicate)
     if len(storage) == 0:
         return []
-    if transform is not None and hasattr(transform, "__len__") and len(transform) == 0:
+    if isinstance(transform, Sized) and len(transform) == 0:
         transform = None
     steps = [] if transform is None else [transform]
     keys = tensordict_keys(storage)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 
@@ -14,7 +14,21 @@ from rbdata.samplers._live import _LiveSet
 from rbdata.samplers._torchrl import sampler_state
 from rbdata.storages import Storage
 
-__all__ = ["Sampler"]
+__all__ = ["PriorityMass", "Sampler"]
+
+
+class PriorityMass(NamedTuple):
+    """What a sampler that draws by priority draws from (:meth:`Sampler.priority_mass`).
+
+    Attributes:
+        total: the sum of its sampling weights (``(priority + eps) ** alpha``).
+        smallest: its smallest positive weight (``inf`` when none is).
+        beta: the exponent of its importance weights.
+    """
+
+    total: float
+    smallest: float
+    beta: float
 
 
 class Sampler:
@@ -79,6 +93,32 @@ class Sampler:
         """The number of cells this sampler keeps state for (None: as many as the storage)."""
         return None
 
+    def for_worker(self, worker: int, num_workers: int, pass_seed: int) -> Sampler | None:
+        """A sampler of this kind for DataLoader worker ``worker`` of ``num_workers``.
+
+        Each worker process draws from its own copy of the buffer's bookkeeping,
+        with the sampler returned here (the caller seeds it). ``pass_seed`` is
+        the same for every worker of a DataLoader (samplers that split passes
+        between the workers draw the same permutations with it).
+
+        Returns:
+            None (here): the sampler keeps state the workers and the main process
+            would have to share (priorities, consumption counts, trajectories).
+        """
+        return None
+
+    def batches_per_pass(self, items: int, batch_size: int) -> int | None:
+        """How many batches of ``batch_size`` a pass over ``items`` items has (None: no passes)."""
+        return None
+
+    def priority_mass(self) -> PriorityMass | None:
+        """The weights this sampler draws by, summed (None: it does not draw by priority).
+
+        A sharded buffer splits a batch over its shards by their masses and
+        normalises importance weights by the smallest weight over all shards.
+        """
+        return None
+
     def __init__(self) -> None:
         self._rng: torch.Generator | None = None
         self._live: _LiveSet | None = None
@@ -105,7 +145,7 @@ class Sampler:
         if len(storage) == 0:
             raise RuntimeError(
                 "Cannot sample from an empty storage: it holds 0 items "
-                f"(max_size={getattr(storage, 'max_size', '?')}); extend the buffer first."
+                f"(max_size={storage.max_size}); extend the buffer first."
             )
         live = self._live_set(storage)
         if live is not None and len(live) == 0:

@@ -126,6 +126,11 @@ class _DeviceSumTree:
 
     # ------------------------------------------------------------ summaries
     @property
+    def tracks_max(self) -> bool:
+        """Whether the tree also maintains its largest leaf (``track_max=True``)."""
+        return self._max is not None
+
+    @property
     def leaves(self) -> torch.Tensor:
         """The leaf values (a view; change them with :meth:`update`)."""
         return self._leaves

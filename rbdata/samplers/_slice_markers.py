@@ -119,7 +119,7 @@ def _check_per_transition(storage: Storage, key: NestedKey, kind: str) -> None:
     shape = read_leaf(storage, key, torch.zeros(1, dtype=torch.long)).shape[1:]
     if shape.numel() != 1:
         what = "end-of-trajectory flag" if kind == "ends" else "trajectory id"
-        ndim = getattr(storage, "ndim", 1)
+        ndim = storage.ndim
         raise MarkerShapeError(
             f"Expected the end-of-trajectory signal to be {ndim}-dimensional: the "
             f"{what} entry {key!r} holds shape {tuple(shape)} per stored transition, "

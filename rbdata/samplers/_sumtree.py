@@ -33,7 +33,7 @@ def _tree_on(tree: _DeviceSumTree, device: torch.device | str) -> _DeviceSumTree
     device = _canonical(device)
     if tree.device == device:
         return tree
-    moved = _sum_tree(tree.capacity, tree.dtype, tree._max is not None, device)
+    moved = _sum_tree(tree.capacity, tree.dtype, tree.tracks_max, device)
     moved.set_leaves(tree.leaves.to(device))
     return moved
 

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import torch
 
 from rbdata._component.checks import check_int, check_number
-from rbdata.samplers._base import Sampler
+from rbdata.samplers._base import PriorityMass, Sampler
 from rbdata.samplers._device_sumtree import _canonical
 from rbdata.samplers._live import _LiveSet
 from rbdata.samplers._max_priority import MaxPriority
@@ -141,6 +141,19 @@ class PrioritizedSampler(Sampler):
         return self._max_capacity
 
     max_size = max_capacity
+
+    def priority_mass(self) -> PriorityMass:
+        """The sum and smallest positive value of the weights drawn by, and ``beta``.
+
+        Examples:
+            >>> import torch
+            >>> sampler = PrioritizedSampler(4, alpha=1.0, beta=0.5)
+            >>> sampler.extend(torch.arange(2))
+            >>> sampler.priority_mass()
+            PriorityMass(total=2.0, smallest=1.0, beta=0.5)
+        """
+        tree = self._tree
+        return PriorityMass(float(tree.total), float(tree.min), self._beta)
 
     @property
     def device(self) -> torch.device:

@@ -157,8 +157,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
             self._tree.update(slots, values * self._valid.index_select(0, slots))
 
     def _on_empty(self) -> None:
-        SliceSampler._on_empty(self)
-        PrioritizedSampler._on_empty(self)
+        super()._on_empty()  # the slice sampler's, then the prioritized sampler's
         self._raw.zero_()
         self._valid.zero_()
         self._refresh_all = True
@@ -189,7 +188,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         self._refresh_all = True
 
     def _sync(self, storage: Storage) -> tuple[bool, int] | None:
-        if getattr(storage, "ndim", 1) == 1:
+        if storage.ndim == 1:
             cells, what = storage.max_size, f"max_size={storage.max_size}"
         else:
             shape = shape_of(storage)
@@ -273,8 +272,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
     def _extra_state(self) -> dict[str, Any]:
         """Priorities and trajectory positions (boundaries are rebuilt at the next sample)."""
         return {
-            **SliceSampler._extra_state(self),
-            **PrioritizedSampler._extra_state(self),
+            **super()._extra_state(),  # the slice sampler's and the prioritized sampler's
             "raw": self._raw.clone(),
         }
 
@@ -285,8 +283,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
                 f"state_dict['raw'] has shape {tuple(raw.shape)}, expected "
                 f"({self._max_capacity},) (max_capacity)."
             )
-        PrioritizedSampler._load_extra_state(self, state_dict)
-        SliceSampler._load_extra_state(self, state_dict)
+        super()._load_extra_state(state_dict)  # the prioritized sampler's first, then the slices'
         if raw is not None:
             self._raw = raw.to(self.dtype).clone()
         self._refresh_all = True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -22,10 +22,18 @@ __all__ = [
 Number = int | float | torch.Tensor
 
 
+@runtime_checkable
+class _HoldsSampler(Protocol):
+    """A replay buffer, as a scheduler sees it: it holds a sampler."""
+
+    @property
+    def sampler(self) -> Any: ...
+
+
 def _sampler_of(obj: Any) -> Sampler:
     if isinstance(obj, Sampler):
         return obj
-    sampler = getattr(obj, "sampler", None)
+    sampler = obj.sampler if isinstance(obj, _HoldsSampler) else None
     if isinstance(sampler, Sampler):
         return sampler
     raise TypeError(

@@ -294,6 +294,7 @@ class SliceSampler(Sampler):
         self._index.touch(index)
 
     def _on_empty(self) -> None:
+        super()._on_empty()
         self._index.clear()
         self._batcher.forget()
         self._short = None
@@ -353,7 +354,7 @@ class SliceSampler(Sampler):
     def _index_for(self, storage: Storage) -> TrajectoryIndex:
         """The trajectory index, switched to a per-cell one for a storage with ``ndim > 1``."""
         index = self._index
-        if getattr(storage, "ndim", 1) > 1 and type(index) is TrajectoryIndex:
+        if storage.ndim > 1 and type(index) is TrajectoryIndex:
             if self._static:
                 raise ValueError(
                     "ends / trajectories describe a one-dimensional storage, got one with "
@@ -479,9 +480,10 @@ class SliceSampler(Sampler):
     # ------------------------------------------------------------ state
     def _extra_state(self) -> dict[str, Any]:
         """The write position; trajectory boundaries are rebuilt from the storage on load."""
-        return {"trajectories": self._index.state_dict()}
+        return {**super()._extra_state(), "trajectories": self._index.state_dict()}
 
     def _load_extra_state(self, state_dict: dict[str, Any]) -> None:
+        super()._load_extra_state(state_dict)  # first: a sibling's checks may refuse the state
         if "trajectories" in state_dict:
             self._index.load_state_dict(state_dict["trajectories"])
 

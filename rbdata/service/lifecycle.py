@@ -51,6 +51,8 @@ class RayService:
         owner: the actor's class (a :class:`BufferOwner`; sharding extends it).
         recovery: checkpoint the actor and restart it from its checkpoint when its process
             dies, its clients retrying (:mod:`rbdata.service.server.recovery`); None: off.
+        recovering_owner: the actor's class with ``recovery`` (a :class:`RecoveringOwner`;
+            sharding extends it too).
         same_node_maps: let clients on the actor's node write (and sample uniformly) through
             a shared-memory map of the buffer (:mod:`rbdata.service.server.direct`); off
             with a ``rate_limiter`` (every sample and insert then goes through the actor).
@@ -88,6 +90,7 @@ class RayService:
         transport_options: dict[str, Any] | None = None,
         owner: type[BufferOwner] = BufferOwner,
         recovery: RecoveryConfig | None = None,
+        recovering_owner: type[RecoveringOwner] = RecoveringOwner,
         same_node_maps: bool = True,
         coalesce: int = 0,
         rate_limiter: ServiceRateLimiter | None = None,
@@ -121,13 +124,14 @@ class RayService:
         self._lease = runtime.Lease(ray_init_config)
         self._actor: Any = None
         self._hosted: Any = None  # the hosted buffer's object while a restart may need it
+        self._client: RayBufferClient | None = None  # set once the actor runs
         try:
             name = f"rbdata-buffer-{uuid.uuid4().hex}"
             options = {"num_cpus": 1, **(remote_config or {})}
             restarts = 0 if recovery is None else recovery.max_restarts
             options.update(name=name, namespace=runtime.NAMESPACE, max_restarts=restarts)
             if recovery is not None:
-                owner = RecoveringOwner
+                owner = recovering_owner
             # a recovering owner replays its log one call at a time; a plain one serves 8 at once
             servers = _SERVERS if recovery is None else 1
             remote = ray.remote(
@@ -220,7 +224,7 @@ class RayService:
         """
         actor, self._actor = self._actor, None
         self._hosted = None
-        client = getattr(self, "_client", None)
+        client = self._client
         try:  # the buffer's own queued writes go first (their error is raised after the stop)
             if actor is not None and client is not None:
                 client.flush()
@@ -242,6 +246,8 @@ class RayService:
                 "this Ray-backed buffer was shut down: its actor is gone and a stopped "
                 "service cannot be restarted; build a new buffer."
             )
+        if self._client is None:
+            raise RuntimeError("the Ray service did not start: it has no client.")
         return self._client
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -21,6 +22,17 @@ def ray_module() -> ModuleType:
         ) from err
 
 
+class _SharedRay:
+    """The Ray instance a lease of this process started, and the leases holding it."""
+
+    def __init__(self) -> None:
+        self.holders = 0  # leases alive that share the Ray instance some lease started
+        self.started = False
+
+
+_SHARED = _SharedRay()
+
+
 class Lease:
     """This process's use of Ray on behalf of one Ray-backed buffer.
 
@@ -30,17 +42,14 @@ class Lease:
     running.
     """
 
-    _holders = 0  # leases alive that share the Ray instance some lease started
-    _started = False
-
     def __init__(self, init_config: dict[str, Any] | None) -> None:
         ray = ray_module()
         if not ray.is_initialized():
             ray.init(**(init_config or {}))
-            Lease._started = True
-        self._shares = Lease._started
+            _SHARED.started = True
+        self._shares = _SHARED.started
         if self._shares:
-            Lease._holders += 1
+            _SHARED.holders += 1
         self._released = False
 
     def release(self) -> None:
@@ -50,9 +59,9 @@ class Lease:
         self._released = True
         if not self._shares:
             return
-        Lease._holders -= 1
-        if Lease._holders == 0:
-            Lease._started = False
+        _SHARED.holders -= 1
+        if _SHARED.holders == 0:
+            _SHARED.started = False
             ray = ray_module()
             if ray.is_initialized():
                 ray.shutdown()
@@ -79,9 +88,8 @@ def get(refs: Any, what: str, timeout: float | None = None) -> Any:
         cause = err.cause
         if not isinstance(cause, BaseException) or isinstance(cause, ray.exceptions.RayError):
             raise
-        note = getattr(cause, "add_note", None)
-        if note is not None:
-            note(f"raised in the replay buffer's Ray actor:\n{err}")
+        if sys.version_info >= (3, 11):  # BaseException.add_note
+            cause.add_note(f"raised in the replay buffer's Ray actor:\n{err}")
         raise cause from None
     except ray.exceptions.RayActorError as err:
         raise ServiceUnavailableError(

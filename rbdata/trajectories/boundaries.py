@@ -31,7 +31,9 @@ def _last_written(cursor: int | torch.Tensor | range, length: int) -> int:
             raise _BoundaryValueError(f"cursor must not be an empty {kind}, got {cursor!r}.")
         cursor = flat[-1]
     try:
-        if isinstance(cursor, bool) or getattr(cursor, "dtype", None) == torch.bool:
+        if isinstance(cursor, bool) or (
+            isinstance(cursor, torch.Tensor) and cursor.dtype == torch.bool
+        ):
             raise TypeError
         row = operator.index(cursor)
     except TypeError:

@@ -123,7 +123,7 @@ class TrajectoryIndex:
             whole index was rebuilt, and the first virtual position whose
             trajectory may have changed (the old end for an incremental update).
         """
-        if getattr(storage, "ndim", 1) != 1:
+        if storage.ndim != 1:
             raise ValueError(
                 f"trajectory tracking needs a storage with ndim=1, got ndim={storage.ndim}."
             )

@@ -210,7 +210,7 @@ class FragmentedTrajectoryIndex(_Rebuilt):
         n = len(storage)
         if not self._changed(n):
             return None
-        if getattr(storage, "ndim", 1) != 1:
+        if storage.ndim != 1:
             raise ValueError(
                 f"fragmented trajectories need a storage with ndim=1, got ndim={storage.ndim}."
             )

@@ -45,7 +45,7 @@ def chronological_order(storage: Storage, cursor: int) -> tuple[torch.Tensor, in
         ``(order, group)``: the slots, and the number of slots per coordinate.
     """
     n = len(storage)
-    if getattr(storage, "ndim", 1) == 1:
+    if storage.ndim == 1:
         capacity, cells = storage.max_size, 1
     else:
         capacity, cells = shape_of(storage)[0], math.prod(shape_of(storage)[1:])

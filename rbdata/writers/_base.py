@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, is_tensorclass
 from torch.utils._pytree import tree_leaves, tree_map
 
 from rbdata._component.checks import check_bool
@@ -45,7 +45,7 @@ def batch_len(data: Any) -> int:
 
 def slice_batch(data: Any, rows: slice) -> Any:
     """``rows`` of a batch: tensors, TensorDicts, tensorclasses, lists sliced; PyTrees leafwise."""
-    if isinstance(data, torch.Tensor | TensorDictBase | list) or hasattr(data, "_tensordict"):
+    if isinstance(data, torch.Tensor | TensorDictBase | list) or is_tensorclass(data):
         return data[rows]
     return tree_map(lambda leaf: leaf[rows], data)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import is_tensor_collection
 
 from rbdata._component.checks import normalize_key
 from rbdata.errors import UnsupportedDataError
@@ -104,7 +104,7 @@ class TensorDictMaxValueWriter(Writer):
         return list(zip(ranks[order].tolist(), filled[order].tolist(), strict=True))
 
     def _rank(self, data: Any) -> torch.Tensor:
-        if not isinstance(data, TensorDictBase) and not hasattr(data, "_tensordict"):
+        if not is_tensor_collection(data):
             raise UnsupportedDataError(
                 f"{type(self).__name__} expects data to be a tensor collection (TensorDict or "
                 f"tensorclass), got {type(data).__name__}."

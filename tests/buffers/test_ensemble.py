@@ -210,6 +210,8 @@ def test_storage_ensemble_checkpointer(tmp_path):
 def test_storage_ensemble_checkpointer_saves_member_transforms(tmp_path):
     rb, _, _ = _dual(False)  # members built from buffers: their (empty) Compose transforms
     rb.storage.dumps(tmp_path)
-    assert (tmp_path / "0_transform.pt").is_file() and (tmp_path / "1" / "storage_state.pt").exists()
+    assert (tmp_path / "0_transform.pt").is_file() and (
+        tmp_path / "1" / "storage_state.pt"
+    ).exists()
     rb.storage.loads(tmp_path)
     assert len(rb[0]) == 10

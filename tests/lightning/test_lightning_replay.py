@@ -158,7 +158,7 @@ def test_seeding_is_deterministic_and_differs_per_rank():
     def ids(seed, rank=0):
         dm = datamodule(seed=seed, checkpoint_buffer=False, pin_memory=False)
         if rank:
-            dm.trainer = type("StubTrainer", (), {"global_rank": rank})()
+            dm.trainer = type("StubTrainer", (), {"global_rank": rank, "world_size": 1})()
         dm.setup("fit")
         return torch.cat([b["id"] for b in dm.train_dataloader()])
 

@@ -27,7 +27,7 @@ from rbdata import (
     TensorDictRoundRobinWriter,
 )
 from rbdata.service import RayBufferClient, ServiceUnavailableError
-from rbdata.service.client.surface import FORWARDED_METHODS, REFUSED_MEMBERS, UNSERVED_MEMBERS
+from rbdata.service.surface import FORWARDED_METHODS, REFUSED_MEMBERS, UNSERVED_MEMBERS
 from rbdata.sharing.slot_ring import SHM_DIR
 
 OPTIONS = {"remote_config": {"num_cpus": 0}}  # actors reserve no CPU of the 2-CPU cluster
@@ -136,7 +136,7 @@ def test_writes_reads_counters_and_the_lifecycle_through_the_actor(ray_cluster: 
         client = rb.client()
         client.add("x")
         # the actor dies: its clients raise a clear error, the buffer reports it
-        ray.kill(ray.get_actor(client._address.actor_name, namespace="rbdata"))
+        ray.kill(ray.get_actor(client.address.actor_name, namespace="rbdata"))
         deadline = time.monotonic() + 30.0
         while rb.is_alive and time.monotonic() < deadline:  # ray.kill is asynchronous
             time.sleep(0.05)

@@ -1,7 +1,7 @@
 """RayBufferClient: a picklable handle on a buffer hosted by a Ray actor.
 
 The client implements the public ReplayBuffer methods (as declared in
-:mod:`rbdata.service.client.surface`) and the loader's buffer protocol
+:mod:`rbdata.service.surface`) and the loader's buffer protocol
 (:class:`~rbdata.buffers.protocol.ServableBuffer`), so
 :class:`~rbdata.ReplayDataset`, ``ReplayDataModule`` and ``ReplayCallback``
 serve it as they serve an in-process buffer. It has no lifecycle methods:
@@ -44,15 +44,15 @@ from rbdata.service.client.direct import DIRECT_WRITES, DirectMap, fetcher
 from rbdata.service.client.in_flight import (
     Group,
     as_draw,
-    draw_from_state,
     draw_state,
+    draws_from_state,
     forget_ring,
     in_order,
     slot_size,
 )
-from rbdata.service.client.surface import ForwardedMethods
 from rbdata.service.client.write_behind import PendingWrites
-from rbdata.service.client.write_slots import WRITE_CALLS, WriteSlots
+from rbdata.service.client.write_slots import WriteSlots
+from rbdata.service.surface import WRITE_CALLS, ForwardedMethods
 from rbdata.service.transport.codec import Payload, decode, encode, unpack
 from rbdata.service.transport.messages import (
     SLOT_MIN_BYTES,
@@ -103,6 +103,10 @@ class RayBufferClient(ForwardedMethods, CoalescingClient):
 
     service_backend = "ray"
 
+    #: defaults for a client whose subclass sets up before calling __init__
+    _write_behind = 0
+    _coalesce = 0
+
     def __init__(
         self, address: OwnerAddress, *, prefetch: int = 0, write_behind: int = 0, coalesce: int = 0
     ) -> None:
@@ -121,8 +125,8 @@ class RayBufferClient(ForwardedMethods, CoalescingClient):
         self._ring: SlotRing | None = None
         self._ring_tried = False
         self._writes = WriteSlots()  # big writes through shared memory, on the actor's node
-        self._pending = PendingWrites(getattr(self, "_write_behind", 0))  # writes in flight
-        self._coalesced = CoalescedWrites(getattr(self, "_coalesce", 0))  # small writes queued
+        self._pending = PendingWrites(self._write_behind)  # writes in flight
+        self._coalesced = CoalescedWrites(self._coalesce)  # small writes queued
         self._samples = Group()  # sample() replies requested ahead
         self._draws = Group()  # draw() replies requested ahead
         self._draw_size: int | None = None
@@ -165,8 +169,16 @@ class RayBufferClient(ForwardedMethods, CoalescingClient):
         self._flush_coalesced()
         self._pending.flush()
 
-    def _actor(self) -> Any:
-        """The actor's handle, once this client's writes queued or in flight are acknowledged."""
+    @property
+    def address(self) -> OwnerAddress:
+        """Where the owner actor is: its name, cluster and node."""
+        return self._address
+
+    def actor(self) -> Any:
+        """The owner actor's handle, once this client's queued and in-flight writes are done.
+
+        For calls of the owner beyond the forwarded surface (sharding, operators, tests).
+        """
         self._flush_coalesced()
         self._pending.flush()
         return self._connect()
@@ -187,7 +199,7 @@ class RayBufferClient(ForwardedMethods, CoalescingClient):
     def _mapped(self) -> DirectMap:
         """This process's :class:`DirectMap` of the buffer (see :mod:`.direct`)."""
         if self._direct is None:
-            actor = self._actor()
+            actor = self.actor()
             here = runtime.ray_module().get_runtime_context().get_node_id()
             there = self._address.node_id if self._address.maps else None
             self._direct = DirectMap(fetcher(actor, here, there))
@@ -207,7 +219,7 @@ class RayBufferClient(ForwardedMethods, CoalescingClient):
                 return result
         write = name in WRITE_CALLS
         behind = self._write_behind and write
-        actor, kw = (self._connect() if behind else self._actor()), encode(kwargs)
+        actor, kw = (self._connect() if behind else self.actor()), encode(kwargs)
         ref = self._writes.submit(actor, name, args, kw)
         payload = None
         if ref is None:
@@ -224,7 +236,7 @@ class RayBufferClient(ForwardedMethods, CoalescingClient):
         return self if isinstance(result, ReturnsSelf) else result
 
     def _read(self, name: str) -> Any:
-        return runtime.get(self._actor().read.remote(name), name)
+        return runtime.get(self.actor().read.remote(name), name)
 
     def _cached(self, name: str) -> Any:
         if name not in self._cache:
@@ -256,7 +268,7 @@ class RayBufferClient(ForwardedMethods, CoalescingClient):
         if here != self._address.node_id or not SlotRing.available():
             return
         slots, slot_bytes = 3 * self._prefetch + 4, slot_size(nbytes)
-        actor = self._actor()
+        actor = self.actor()
         path = runtime.get(actor.open_ring.remote(slots, slot_bytes), "open_ring")
         try:
             ring = SlotRing.attach(path, slots, slot_bytes)
@@ -320,7 +332,7 @@ class RayBufferClient(ForwardedMethods, CoalescingClient):
         done, out = self._mapped().run("sample", (batch_size,), {"return_info": return_info}, True)
         if done:
             return out
-        actor = self._actor()
+        actor = self.actor()
         if self._prefetch:
             with self._lock:
                 data, info = self._next(
@@ -354,7 +366,7 @@ class RayBufferClient(ForwardedMethods, CoalescingClient):
             return draw
 
     def _draw_now(self, batch_size: int) -> tuple[Draw, Any]:
-        actor = self._actor()
+        actor = self.actor()
         if self._prefetch and (self._draw_size in (None, batch_size) or not self._draws):
             self._draw_size = batch_size
             return as_draw(
@@ -397,7 +409,7 @@ class RayBufferClient(ForwardedMethods, CoalescingClient):
         held = self._gathered.pop(id(draw.index), None)
         if held is not None and held[0] is draw.index:
             return held[1]
-        ref = self._actor().gather.remote(draw.index, dict(draw.info), self._ring_path())
+        ref = self.actor().gather.remote(draw.index, dict(draw.info), self._ring_path())
         return self._receive(ref, "gather")
 
     def refilter(self, batch: Any) -> Any:
@@ -415,10 +427,10 @@ class RayBufferClient(ForwardedMethods, CoalescingClient):
         ]
         probe = batch.select(*small).set(_ROW_KEY, torch.arange(rows))
         try:
-            kept = decode(runtime.get(self._actor().refilter.remote(encode(probe)), "refilter"))
+            kept = decode(runtime.get(self.actor().refilter.remote(encode(probe)), "refilter"))
         except KeyError:  # a filter reads a large entry: send the whole batch
             kept = batch.clone(False).set(_ROW_KEY, torch.arange(rows))
-            kept = decode(runtime.get(self._actor().refilter.remote(encode(kept)), "refilter"))
+            kept = decode(runtime.get(self.actor().refilter.remote(encode(kept)), "refilter"))
         return batch[kept.get(_ROW_KEY)]
 
     def sampling_state(self) -> dict[str, Any]:
@@ -436,7 +448,7 @@ class RayBufferClient(ForwardedMethods, CoalescingClient):
             ValueError: if ``state["ahead"]`` is not a list of draws.
         """
         ahead = state.get("ahead")
-        restored = None if ahead is None else deque((draw_from_state(d), None) for d in ahead)
+        restored = None if ahead is None else deque((d, None) for d in draws_from_state(ahead))
         with self._lock:
             self._settle()
             if state.get("owner") is not None:
@@ -447,7 +459,7 @@ class RayBufferClient(ForwardedMethods, CoalescingClient):
     def wait_for_data(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
         """Sleep until ``predicate()`` holds (re-checked on every write) or ``timeout`` passes."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        actor = self._actor().wait_for_write.options(concurrency_group=WAIT_GROUP)
+        actor = self.actor().wait_for_write.options(concurrency_group=WAIT_GROUP)
         ray = runtime.ray_module()
         while not predicate():
             left = _WAIT_SLICE_S if deadline is None else deadline - time.monotonic()

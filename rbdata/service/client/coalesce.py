@@ -43,6 +43,7 @@ Examples:
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -187,9 +188,8 @@ class CoalescedWrites:
             try:
                 send(_joined(items))
             except Exception as err:
-                note = getattr(err, "add_note", None)
-                if note is not None:
-                    note(
+                if sys.version_info >= (3, 11):  # BaseException.add_note
+                    err.add_note(
                         f"raised by a coalesced extend of {writes} queued add/extend calls "
                         f"({rows} rows) of this client (coalesce={self.rows}); those writes "
                         "were not stored."

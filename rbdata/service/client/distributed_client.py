@@ -75,18 +75,18 @@ class DistributedBufferClient(RayBufferClient):
         """This process's channel with the actor, bound on first use."""
         with self._lock:
             if self._endpoint is None:
-                self._endpoint = _connect(self._actor(), self._backend)
+                self._endpoint = _connect(self.actor(), self._backend)
             return self._endpoint
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         endpoint = self._channel()
         try:
-            result = _exchange(endpoint, self._actor(), name, args, kwargs)
+            result = _exchange(endpoint, self.actor(), name, args, kwargs)
         finally:
             if endpoint.broken:  # bind a fresh channel on the next call
                 self._endpoint = None
                 with contextlib.suppress(Exception):
-                    self._actor().dist_close.remote(endpoint.channel)
+                    self.actor().dist_close.remote(endpoint.channel)
         return self if isinstance(result, ReturnsSelf) else result
 
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:

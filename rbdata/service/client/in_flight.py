@@ -11,8 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
+from rbdata._component.prefetch_state import draw_record, read_draw_records
 from rbdata.buffers.protocol import Draw
 from rbdata.service import runtime
 from rbdata.service.transport.messages import DRAW_GROUP
@@ -20,7 +19,7 @@ from rbdata.service.transport.messages import DRAW_GROUP
 __all__ = [
     "Group",
     "as_draw",
-    "draw_from_state",
+    "draws_from_state",
     "draw_state",
     "forget_ring",
     "in_order",
@@ -52,22 +51,13 @@ def as_draw(reply: tuple[Any, ...]) -> tuple[Draw, Any]:
 
 
 def draw_state(draw: Draw) -> dict[str, Any]:
-    """A draw asked ahead as plain values, for the client's sampling state."""
-    return {"index": draw.index, "info": dict(draw.info), "ends_pass": draw.ends_pass}
+    """A draw asked ahead, saved as the loader saves its pending draws (one format)."""
+    return draw_record(draw.index, draw.info, draw.ends_pass)
 
 
-def draw_from_state(state: Any) -> Draw:
-    """The draw :func:`draw_state` saved (ValueError for anything else)."""
-    if not (
-        isinstance(state, dict)
-        and isinstance(state.get("index"), torch.Tensor)
-        and isinstance(state.get("info"), dict)
-    ):
-        raise ValueError(
-            f"sampling state 'ahead' entries must be dicts with a tensor 'index' and a dict "
-            f"'info', got {state!r}."
-        )
-    return Draw(state["index"], dict(state["info"]), bool(state.get("ends_pass", False)))
+def draws_from_state(state: Any) -> list[Draw]:
+    """The draws :func:`draw_state` saved (ValueError for anything else)."""
+    return [Draw(*record) for record in read_draw_records(state, "sampling state['ahead']")]
 
 
 def forget_ring(actor: Any, path: str) -> None:

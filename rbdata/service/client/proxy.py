@@ -4,7 +4,7 @@
 :func:`proxy_class` of the class asked for (``ReplayBuffer.__new__`` calls the
 backend's factory, :func:`~rbdata.service.attach.attach_ray_service`): a subclass (so
 ``isinstance(rb, TensorDictReplayBuffer)`` still holds) generated once per
-buffer class from :func:`~rbdata.service.client.surface.routes`, that
+buffer class from :func:`~rbdata.service.surface.routes`, that
 overrides every declared member:
 
 - CALL and CLIENT members delegate to the service's client (a result that is
@@ -28,7 +28,7 @@ from typing import Any
 
 from rbdata.errors import ServiceUnavailableError
 from rbdata.service.client.buffer_client import RayBufferClient
-from rbdata.service.client.surface import (
+from rbdata.service.surface import (
     REFUSED_MEMBERS,
     UNSERVED_MEMBERS,
     Route,

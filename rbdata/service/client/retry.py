@@ -123,14 +123,15 @@ class RecoveringClient(RayBufferClient):
         """Drop what belonged to the old owner process (handle, slots, requests in flight)."""
         logger.warning("%s: the replay buffer owner is unavailable, retrying", what)
         sources = self._stats_sources
-        RayBufferClient._setup_local(self)
+        super()._setup_local()  # RecoveringClient keeps the base's per-process state
         self._stats_sources = sources
         self._ring_tried = True  # the owner may come back on another node: no slots from now on
         self._resync = True
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         if name not in LOGGED_CALLS:
-            return self._retrying(lambda: RayBufferClient._call(self, name, *args, **kwargs), name)
+            call = super()._call
+            return self._retrying(lambda: call(name, *args, **kwargs), name)
         self._seq += 1
         entry = _Logged(self._seq, name, encode(args), encode(kwargs))
         self._log.append(entry)
@@ -138,7 +139,7 @@ class RecoveringClient(RayBufferClient):
         return self if isinstance(result, ReturnsSelf) else result
 
     def _send(self, entry: _Logged) -> Payload:
-        actor = self._actor()
+        actor = self.actor()
         if self._resync:  # the owner may have restarted: send again what it does not hold
             applied, checkpointed, _ = runtime.get(
                 actor.recovery_state.remote(self._client_id), "recovery_state"
@@ -159,10 +160,10 @@ class RecoveringClient(RayBufferClient):
             self._log.popleft()
 
     def _read(self, name: str) -> Any:
-        return self._retrying(lambda: RayBufferClient._read(self, name), name)
+        read = super()._read
+        return self._retrying(lambda: read(name), name)
 
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
         """``RayBufferClient.sample``, retried while the owner restarts."""
-        return self._retrying(
-            lambda: RayBufferClient.sample(self, batch_size, return_info), "sample"
-        )
+        sample = super().sample
+        return self._retrying(lambda: sample(batch_size, return_info), "sample")

@@ -23,14 +23,13 @@ import weakref
 from typing import Any
 
 from rbdata.service import runtime
+from rbdata.service.surface import WRITE_CALLS
 from rbdata.service.transport.codec import Payload, encode_into
 from rbdata.service.transport.messages import SLOT_MIN_BYTES, WRITE_GROUP
 from rbdata.sharing.slot_ring import SlotRing
 
-__all__ = ["WRITE_CALLS", "WriteSlots"]
+__all__ = ["WriteSlots"]
 
-#: The forwarded calls whose arguments may travel in a write slot.
-WRITE_CALLS = frozenset({"extend", "add"})
 _SLOTS = 4  # writes of one client in flight at once (its threads)
 
 

@@ -80,9 +80,10 @@ class DirectExport:
             return None, False
         with buffer.lock:
             if self._handle is None:
-                reason = buffer.export_reason()
-                if reason is not None:
-                    return None, reason == "the storage holds nothing yet"
+                if not buffer.initialized or not len(buffer.storage):
+                    return None, True  # nothing written yet: a later write may make it mappable
+                if buffer.export_reason() is not None:
+                    return None, False  # the buffer's make-up rules a map out for good
                 data = buffer.export_shared()
                 if data is None:
                     return None, False

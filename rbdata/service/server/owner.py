@@ -18,18 +18,18 @@ number travels.
 
 from __future__ import annotations
 
+import os
 import pickle
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from rbdata.buffers.protocol import Draw
-from rbdata.service.client.surface import OWNER_CALLS, OWNER_READS
-from rbdata.service.client.write_slots import WRITE_CALLS
 from rbdata.service.server.channels import OwnerChannels
 from rbdata.service.server.direct import DirectExport
 from rbdata.service.server.rate_limit import ServiceRateLimiter
 from rbdata.service.server.slot_fill import SlotReplies
 from rbdata.service.server.write_slots import WriteRings, copies_on_write
+from rbdata.service.surface import OWNER_CALLS, OWNER_READS, WRITE_CALLS
 from rbdata.service.transport.channel import Wire
 from rbdata.service.transport.codec import Packed, Payload, decode, encode
 from rbdata.service.transport.messages import (
@@ -122,6 +122,10 @@ class BufferOwner:
         return call() if self._rate is None else self._rate.run(name, size, call)
 
     # ------------------------------------------------------------ control
+    def pid(self) -> int:
+        """The actor's process id (for operators and the failure tests)."""
+        return os.getpid()
+
     def node_id(self) -> str:
         """The Ray node this actor runs on (clients on it use shared-memory slots)."""
         import ray

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from rbdata._trust import check_trusted_dir, private_dir
-from rbdata.service.sharding.owner import ShardOwner
+from rbdata.service.server.owner import BufferOwner
 from rbdata.service.transport.codec import Payload, encode
 
 __all__ = ["LOGGED_CALLS", "RecoveringOwner", "RecoveryConfig"]
@@ -123,7 +123,7 @@ class RecoveryConfig:
         return cls(**options)
 
 
-class RecoveringOwner(ShardOwner):
+class RecoveringOwner(BufferOwner):
     """An owner that checkpoints itself and restores from its last checkpoint on a restart.
 
     Args:

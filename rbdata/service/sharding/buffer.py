@@ -31,7 +31,7 @@ from rbdata.service import runtime
 from rbdata.service.client.buffer_client import RayBufferClient
 from rbdata.service.lifecycle import RayService
 from rbdata.service.server.recovery import RecoveryConfig
-from rbdata.service.sharding.owner import ShardOwner
+from rbdata.service.sharding.owner import RecoveringShardOwner, ShardOwner
 from rbdata.service.sharding.routing import split_index
 from rbdata.service.sharding.sampling import sample_shards
 
@@ -385,11 +385,16 @@ class ShardedReplayBuffer(ShardedClient):
                     where = str(Path(recovery.directory) / f"shard-{number:03d}")
                     own = dataclasses.replace(recovery, directory=where)
                 service = RayService(
-                    buffer, prefetch, remote_config=config, owner=ShardOwner, recovery=own
+                    buffer,
+                    prefetch,
+                    remote_config=config,
+                    owner=ShardOwner,
+                    recovery=own,
+                    recovering_owner=RecoveringShardOwner,
                 )
                 self._services.append(service)
             clients = [service.client() for service in self._services]
-            handles = [client._actor() for client in clients]
+            handles = [client.actor() for client in clients]
             if seed is not None:
                 runtime.get([h.seed.remote(seed + 1 + i) for i, h in enumerate(handles)], "seed")
             capacity = runtime.get(handles[0].capacity.remote(), "capacity")
@@ -401,7 +406,7 @@ class ShardedReplayBuffer(ShardedClient):
     @property
     def nodes(self) -> list[str]:
         """The Ray node each shard runs on."""
-        return [shard._address.node_id for shard in self._shards]
+        return [shard.address.node_id for shard in self._shards]
 
     @property
     def services(self) -> list[RayService]:
@@ -414,9 +419,9 @@ class ShardedReplayBuffer(ShardedClient):
 
     def shutdown(self) -> None:
         """Stop every shard's actor (idempotent)."""
-        for service in getattr(self, "_services", []):
+        for service in self._services:  # both set before anything that may fail
             service.shutdown()
-        group, self._group = getattr(self, "_group", None), None
+        group, self._group = self._group, None
         if group is not None:
             from ray.util.placement_group import remove_placement_group
 

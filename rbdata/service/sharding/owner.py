@@ -6,19 +6,23 @@ for a uniform sampler), draws how many items each shard gives from those
 masses, then asks each shard for its count (:meth:`ShardOwner.shard_sample`),
 whose reply carries the shard's smallest priority so that the importance
 weights can be normalised over the whole buffer.
+
+A shard that checkpoints itself is a :class:`RecoveringShardOwner`: the
+server's :class:`~rbdata.service.server.recovery.RecoveringOwner` with the
+shard's members (sharding is built over the server, never under it).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any, NamedTuple
 
 import torch
 
 from rbdata.service.server.owner import BufferOwner
+from rbdata.service.server.recovery import RecoveringOwner
 from rbdata.service.transport.codec import Payload, encode
 
-__all__ = ["ShardMass", "ShardOwner"]
+__all__ = ["RecoveringShardOwner", "ShardMass", "ShardOwner"]
 
 
 class ShardMass(NamedTuple):
@@ -56,21 +60,16 @@ class ShardOwner(BufferOwner):
         """Give the hosted buffer a generator seeded with ``seed`` (each shard its own)."""
         self._buffer.set_rng(torch.Generator().manual_seed(seed))
 
-    def pid(self) -> int:
-        """The actor's process id (for operators and the failure tests)."""
-        return os.getpid()
-
     def capacity(self) -> int:
         """The hosted storage's capacity (a sharded index is ``shard * capacity + local``)."""
         return int(self._buffer.storage.max_size)
 
     def mass(self) -> ShardMass:
         """This shard's sampling mass (see :class:`ShardMass`)."""
-        sampler = self._buffer.sampler
-        tree = getattr(sampler, "_sum_tree", None)
-        if tree is None or not len(self._buffer):
-            return ShardMass(float(len(self._buffer)), 1.0, 0.0, tree is not None)
-        return ShardMass(float(tree.total), float(tree.min), float(sampler._beta), True)
+        mass = self._buffer.sampler.priority_mass()
+        if mass is None or not len(self._buffer):
+            return ShardMass(float(len(self._buffer)), 1.0, 0.0, mass is not None)
+        return ShardMass(mass.total, mass.smallest, mass.beta, True)
 
     def shard_sample(self, batch_size: int) -> Payload:
         """``buffer.sample(batch_size, return_info=True)`` and this shard's mass, encoded."""
@@ -78,3 +77,18 @@ class ShardOwner(BufferOwner):
         batch, info = self._buffer.sample(batch_size, return_info=True)
         out: tuple[Any, ...] = (batch, info, tuple(mass))
         return encode(out)
+
+
+class RecoveringShardOwner(RecoveringOwner, ShardOwner):
+    """The actor of one shard that checkpoints itself (see :class:`RecoveringOwner`).
+
+    Examples:
+        >>> import pickle, tempfile, torch
+        >>> from rbdata import LazyTensorStorage, ReplayBuffer
+        >>> from rbdata.service.server.recovery import RecoveryConfig
+        >>> owner = RecoveringShardOwner(RecoveryConfig(tempfile.mkdtemp(), every_writes=2))
+        >>> _ = owner.build(pickle.dumps(ReplayBuffer(storage=LazyTensorStorage(8))), True, False)
+        >>> _ = owner.logged("c", 1, "extend", encode((torch.arange(3),)), encode({}))
+        >>> owner.mass()
+        ShardMass(total=3.0, smallest=1.0, beta=0.0, prioritized=False)
+    """

@@ -55,7 +55,7 @@ def read_masses(shards: Sequence[RayBufferClient]) -> list[ShardMass]:
     asked: dict[int, Any] = {}
     for number, shard in enumerate(shards):
         try:
-            asked[number] = shard._actor().mass.remote()
+            asked[number] = shard.actor().mass.remote()
         except ServiceUnavailableError as err:
             logger.warning("shard %d is unavailable, sampling the others: %s", number, err)
     out = [_GONE] * len(shards)
@@ -70,7 +70,7 @@ def read_masses(shards: Sequence[RayBufferClient]) -> list[ShardMass]:
 def _emptied(shard: RayBufferClient) -> bool:
     """Whether ``shard`` has no mass now (it was emptied since its mass was read)."""
     try:
-        return ShardMass(*runtime.get(shard._actor().mass.remote(), "mass")).total <= 0
+        return ShardMass(*runtime.get(shard.actor().mass.remote(), "mass")).total <= 0
     except ServiceUnavailableError:
         return True
 
@@ -82,7 +82,7 @@ def _ask(shards: Sequence[RayBufferClient], counts: list[int]) -> tuple[dict[int
         if not count:
             continue
         try:
-            asked[shard] = shards[shard]._actor().shard_sample.remote(int(count))
+            asked[shard] = shards[shard].actor().shard_sample.remote(int(count))
         except ServiceUnavailableError as err:
             logger.warning("shard %d is unavailable, drawing its part elsewhere: %s", shard, err)
             gone.add(shard)

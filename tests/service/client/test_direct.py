@@ -150,7 +150,7 @@ def test_a_dead_actor_raises_instead_of_hanging(ray_cluster: Any) -> None:
         client = doomed.client()
         mapped_extend(client, rows(10))
         pid = ray.get(
-            ray.get_actor(client._address.actor_name, namespace="rbdata").__ray_call__.remote(
+            ray.get_actor(client.address.actor_name, namespace="rbdata").__ray_call__.remote(
                 lambda self: os.getpid()
             )
         )

@@ -51,7 +51,7 @@ class Learner:
 
 
 def owner_pid(rb: Any) -> int:
-    return int(ray.get(rb.client()._actor().pid.remote()))
+    return int(ray.get(rb.client().actor().pid.remote()))
 
 
 def test_sigkilled_owner_restarts_and_every_acknowledged_write_is_there_once(
@@ -102,7 +102,7 @@ def test_recovery_is_off_by_default_and_checked(ray_cluster: Any, tmp_path: Path
     )
     try:
         rb.extend(torch.arange(3))
-        ray.kill(rb.client()._actor(), no_restart=False)  # its process dies (asynchronously)
+        ray.kill(rb.client().actor(), no_restart=False)  # its process dies (asynchronously)
         with pytest.raises(ServiceUnavailableError):
             for _ in range(200):  # up to 10 s for the kill to land; no restart follows
                 len(rb)
@@ -119,7 +119,7 @@ def test_losing_one_shard_leaves_the_others_serving(ray_cluster: Any) -> None:
         rb.extend(torch.arange(10))
         rb.extend(torch.arange(10))
         victim = rb._shards[0]
-        os.kill(int(ray.get(victim._actor().pid.remote())), signal.SIGKILL)
+        os.kill(int(ray.get(victim.actor().pid.remote())), signal.SIGKILL)
         assert len(rb) == 10  # the other shard's items
         _, info = rb.sample(32, return_info=True)
         assert (info["index"] // 100).unique().tolist() == [1]

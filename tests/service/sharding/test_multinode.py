@@ -50,7 +50,7 @@ def test_a_client_on_another_node_gets_no_slots(two_nodes: Any) -> None:
         rb.extend(torch.ones(4096, 64))  # 2048 rows of 256 bytes: a batch big enough for slots
         client = rb.client()
         here = ray.get_runtime_context().get_node_id()
-        assert client._address.node_id != here  # the owner lives on the worker node
+        assert client.address.node_id != here  # the owner lives on the worker node
         for _ in range(3):
             assert float(client.sample(2048).sum()) == 2048 * 64
         assert client._ring is None  # payloads through the object store, never a slot
@@ -111,7 +111,7 @@ def test_shards_spread_over_the_nodes_and_one_recovers_when_its_node_goes(
         lost = rb.nodes.index(worker.node_id)
         cluster.remove_node(worker)  # the worker node and its shard's process are gone
         assert len(rb) == 40  # the shard restarted on the head node from its checkpoint
-        handle = rb._shards[lost]._actor()
+        handle = rb._shards[lost].actor()
         assert ray.get(handle.node_id.remote()) != worker.node_id
         _, info = rb.sample(64, return_info=True)
         assert set((info["index"] // 100).tolist()) == {0, 1}

@@ -274,7 +274,7 @@ def test_a_draw_retries_the_part_of_a_shard_that_died(
     try:
         stale = sampling.read_masses(rb._shards)
         monkeypatch.setattr(sampling, "read_masses", lambda shards: list(stale))
-        ray.kill(rb._shards[1]._actor(), no_restart=True)
+        ray.kill(rb._shards[1].actor(), no_restart=True)
         data, info = rb.sample(64, return_info=True)
         assert bool((info["index"] // 20 == 0).all()) and bool((data < 20).all())
     finally:

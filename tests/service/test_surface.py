@@ -37,12 +37,11 @@ from rbdata import (
     TensorDictReplayBuffer,
 )
 from rbdata.buffers.protocol import ServableBuffer
-from rbdata.service import RayBufferClient
-from rbdata.service.client import surface
+from rbdata.service import RayBufferClient, surface
 from rbdata.service.client.buffer_client import OwnerAddress
 from rbdata.service.client.proxy import proxy_class, unserved_message
-from rbdata.service.client.surface import Route
 from rbdata.service.server.owner import BufferOwner
+from rbdata.service.surface import Route
 from rbdata.service.transport.codec import encode
 
 BUFFER_CLASSES = (
@@ -65,7 +64,10 @@ def _defining_class(name: str) -> type:
 
 
 def _parameters(fn: Any) -> list[tuple[str, Any, Any]]:
-    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+    # Ray adds ``_ray_trace_ctx`` to the methods of a class made an actor in this process
+    # (``as_remote`` in test_lifecycle.py, which runs earlier): not a parameter of rbdata's.
+    params = inspect.signature(fn).parameters.values()
+    return [(p.name, p.kind, p.default) for p in params if p.name != "_ray_trace_ctx"]
 
 
 def test_every_public_member_of_the_buffers_is_declared_once() -> None:

@@ -10,13 +10,15 @@ This module is the one declaration of it; everything else derives from it:
   flight, shared-memory slots, hooks that stay in the calling process).
 - :data:`FORWARDED_METHODS`: the methods a Ray-backed buffer binds to its client.
 - :data:`OWNER_CALLS` and :data:`OWNER_READS`: the owner's dispatch tables
-  (it refuses any other name).
+  (it refuses any other name); :data:`WRITE_CALLS`: the forwarded calls whose
+  arguments may travel in a write slot.
 - :data:`LOCAL_MEMBERS`, :data:`REFUSED_MEMBERS`, :data:`UNSERVED_MEMBERS`:
   the public members that are not forwarded, and why.
 - :func:`~rbdata.service.client.proxy.proxy_class` builds from :func:`routes` the
   class a Ray-backed buffer takes.
 
-``tests/service/client/test_surface.py`` holds the declaration equal to the
+Both sides import it (``server/`` never imports ``client/``).
+``tests/service/test_surface.py`` holds the declaration equal to the
 public members of the buffer classes.
 """
 
@@ -45,6 +47,7 @@ __all__ = [
     "OWNER_READS",
     "REFUSED_MEMBERS",
     "UNSERVED_MEMBERS",
+    "WRITE_CALLS",
     "ForwardedMethods",
     "RemoteAttribute",
     "Route",
@@ -395,6 +398,11 @@ OWNER_CALLS: frozenset[str] = frozenset(_CALLS.values()) | frozenset(
 #: The hosted-buffer attributes the owner's ``read`` returns (``len``: ``len(buffer)``;
 #: ``filters_rows``: whether its transforms drop rows, for ``refilter``).
 OWNER_READS: frozenset[str] = frozenset({*_READS, "len", "filters_rows"})
+
+
+#: The forwarded calls whose arguments may travel in a write slot
+#: (:mod:`rbdata.service.client.write_slots`, :mod:`rbdata.service.server.write_slots`).
+WRITE_CALLS: frozenset[str] = frozenset({"extend", "add"})
 
 
 def routes() -> dict[str, Route]:
