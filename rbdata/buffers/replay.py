@@ -5,7 +5,7 @@ storage, sampler, writer, sample unit and transforms, their settings, the
 lock) and one object per concern, each with a reference to those components:
 the write path (``_write_path``), the read path (``_read_path``), indexing and
 in-place edits (``_indexing``), priority updates (``_priority_updates``) and
-state (``_state``, ``_persistence``). Its methods forward to them; the buffer
+state and persistence (``_persistence``). Its methods forward to them; the buffer
 holds no data logic: the storage, sampler, writer, sample unit and transforms
 do. ``service_backend="ray"`` builds, in :meth:`ReplayBuffer.__new__`, the
 object the registered backend returns (see :mod:`rbdata.buffers.backends`).
@@ -29,10 +29,10 @@ from rbdata.buffers._components import _Components
 from rbdata.buffers._conditional_update import ConditionalUpdateResult
 from rbdata.buffers._indexing import _Indexing
 from rbdata.buffers._init_args import check_backend, check_buffer_args
+from rbdata.buffers._persistence import _BufferState
 from rbdata.buffers._priority_updates import _PriorityUpdates
 from rbdata.buffers._read_path import _ReadPath
 from rbdata.buffers._sharing import check_shared_prefetch
-from rbdata.buffers._state import _BufferState
 from rbdata.buffers._write_path import WriteHooks, _WritePath
 from rbdata.buffers.backends import get_service_backend, ray_actor_class
 from rbdata.buffers.protocol import Draw, StatsSource
@@ -430,7 +430,7 @@ class ReplayBuffer(_SharedHandle):
         """A block whose first batch read (``sample``, ``gather``) lands in ``memory`` (uint8).
 
         The batch's tensors then view ``memory`` where the read path keeps them
-        (see :mod:`rbdata.buffers._gather_into`); a Ray owner fills its slots so.
+        (see :mod:`rbdata.buffers._read_path`); a Ray owner fills its slots so.
         """
         return self._reads.reading_into(memory)
 

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rbdata.buffers._priority import check_priorities
+from rbdata.buffers._priority_updates import check_priorities
 from rbdata.buffers._write_path import WriteHooks
 from rbdata.buffers.prioritized import check_sync, prioritized_sampler_of, with_prioritized_sampler
 from rbdata.buffers.protocol import INFO_KEYS
