@@ -726,7 +726,7 @@ def _remote_buffer(cls: type[ReplayBuffer], kwargs: dict[str, Any]) -> Any:
     service hosts is built with them (see :data:`_HOSTED`), and the registered
     backend starts the service and returns the object that forwards to it (an
     instance of a subclass of ``cls`` whose ``__init__`` takes the arguments
-    and changes nothing).
+    and changes nothing); it carries the hosted buffer's public settings.
     """
     backend = check_backend(
         kwargs.get("service_backend"),
@@ -750,7 +750,7 @@ def _remote_buffer(cls: type[ReplayBuffer], kwargs: dict[str, Any]) -> Any:
     if delayed_init is None:
         delayed_init = kwargs.get("transform_factory") is not None
     hosted = cls(**{**kwargs, **_HOSTED})
-    return get_service_backend(backend)(
+    buffer = get_service_backend(backend)(
         cls,
         hosted,
         kwargs.get("service_backend_options"),
@@ -759,3 +759,7 @@ def _remote_buffer(cls: type[ReplayBuffer], kwargs: dict[str, Any]) -> Any:
         prefetch=prefetch,
         delayed_init=bool(delayed_init),
     )
+    for name, value in vars(hosted).items():  # public settings (a TensorDict buffer's priority_key)
+        if not name.startswith("_"):
+            vars(buffer).setdefault(name, value)
+    return buffer
