@@ -8,7 +8,7 @@ skipped (generations), and the per-record priorities of an expanded batch (a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -93,8 +93,14 @@ class _PriorityUpdates:
             return index, priority
         return index[live], priority[live]
 
-    def update_batch_priority(self, batch: Any, priority: torch.Tensor) -> None:
-        """Apply new priorities to a batch this buffer handed out (skipping rewritten rows)."""
+    def update_batch_priority(
+        self, batch: Any, priority: torch.Tensor, apply: Callable[..., None]
+    ) -> None:
+        """Apply new priorities to a batch this buffer handed out (skipping rewritten rows).
+
+        ``apply`` is the buffer's ``update_priority`` (a subclass's override, or a
+        wrapper set on the buffer, sees every update).
+        """
         c = self._components
         c.init()
         if not c.sampler.prioritized:
@@ -108,20 +114,28 @@ class _PriorityUpdates:
         priority = torch.as_tensor(priority).detach()
         if priority.numel() == index.numel():
             priority = priority.reshape(index.shape)
-        self.update_record_priority(batch, index, priority, generation)
+        self.update_record_priority(batch, index, priority, generation, apply)
 
     def update_record_priority(
-        self, batch: Any, index: torch.Tensor, priority: torch.Tensor, generation: Any
+        self,
+        batch: Any,
+        index: torch.Tensor,
+        priority: torch.Tensor,
+        generation: Any,
+        apply: Callable[..., None],
     ) -> None:
-        """Priorities of a sampled batch's records: to the records, or to their anchors."""
+        """Priorities of a sampled batch's records: to the records, or to their anchors.
+
+        ``apply(index, priority, generation=...)`` is the buffer's ``update_priority``.
+        """
         with self._components.sync.lock:
             reduced = self.anchor_reduced_priority(
                 batch, priority, index=index, generation=generation
             )
             if reduced is None:
-                self.update_priority(index, priority, generation)
+                apply(index, priority, generation=generation)
             else:
-                self.update_priority(*reduced, None)
+                apply(*reduced)
 
     def anchor_reduced_priority(
         self,

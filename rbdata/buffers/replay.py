@@ -580,7 +580,7 @@ class ReplayBuffer(_SharedHandle):
         With a :class:`~rbdata.Sequence` unit the records' priorities go to
         their anchors (the max over each window's valid records).
         """
-        self._priorities.update_batch_priority(batch, priority)
+        self._priorities.update_batch_priority(batch, priority, self.update_priority)
 
     def _anchor_reduced_priority(
         self, batch: Any, priority: torch.Tensor

@@ -135,7 +135,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if priority.ndim > index.ndim:
             priority = priority.reshape(*index.shape, -1).amax(-1)
         self._priorities.update_record_priority(
-            data, index, priority, data.get("index_generation", None)
+            data, index, priority, data.get("index_generation", None), self.update_priority
         )
 
 

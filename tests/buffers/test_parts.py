@@ -60,3 +60,19 @@ def test_a_pickled_buffer_builds_its_parts_again():
     assert copy._writes._components is copy._components is not rb._components
     copy.extend(TensorDict({"obs": torch.ones(1), "err": torch.tensor([7.0])}, [1]))
     assert copy.sample(3)["index"].tolist() == [0, 0, 0]  # the written priority counted
+
+
+def test_batch_priority_updates_go_through_the_buffers_update_priority():
+    seen = []
+
+    class Logged(TensorDictPrioritizedReplayBuffer):
+        def update_priority(self, index, priority, *, generation=None):
+            seen.append(index.tolist())
+            super().update_priority(index, priority, generation=generation)
+
+    rb = Logged(alpha=1.0, beta=1.0, storage=LazyTensorStorage(4), batch_size=2)
+    rb.extend(TensorDict({"obs": torch.arange(4.0)}, [4]))
+    batch = rb.sample().set("td_error", torch.ones(2))
+    rb.update_tensordict_priority(batch)
+    rb.update_batch_priority(batch, torch.ones(2))
+    assert seen == [batch["index"].tolist()] * 2
