@@ -428,7 +428,7 @@ def test_windows_match_a_reference_walk_over_the_written_records(
     data=st.data(),
 )
 def test_anchor_priority_is_the_max_over_valid_records(anchors, window, data):
-    from rbdata.buffers._anchor_priority import reduce_to_anchors
+    from rbdata.buffers._priority_updates import reduce_to_anchors
 
     n = len(anchors) * window
     priority = torch.tensor(data.draw(st.lists(st.floats(0, 10), min_size=n, max_size=n)))

@@ -1,20 +1,42 @@
-"""The read path of a replay buffer: draw, gather, ``sample``, prefetch hand-out, iteration."""
+"""The read path of a replay buffer: draw, gather, ``sample``, prefetch hand-out, iteration.
+
+A draw picks rows (sampler, sample unit, generations, coordinates); a gather
+reads them and turns them into a batch (:func:`finish_batch`: collation, info
+entries, transforms, pinning).
+
+Batch reads into caller memory: a Ray owner hands batches to a client on its
+node through shared-memory slots. Instead of gathering a batch and copying it
+into a slot, it asks the buffer to read the batch's rows straight into the
+slot (:meth:`ReplayBuffer.reading_into <rbdata.ReplayBuffer.reading_into>`,
+:class:`reading_into`) and then runs the buffer's own ``sample``/``gather``:
+collation, info entries, transforms and row filters all happen as in any
+other read, and the batch's tensors view the slot wherever the read path kept
+them. Storages that cannot read into caller memory
+(:meth:`~rbdata.storages.Storage.read_into` returns None) read as usual. The
+memory serves one read: the block's first batch read of that buffer in that
+thread. Other threads, and other buffers (the parts of a mixture), read as usual.
+"""
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
+from tensordict import TensorDictBase, is_tensor_collection
+from torch.utils._pytree import tree_map
 
 from rbdata.buffers._components import _Components
 from rbdata.buffers._coordinates import items_of, to_coordinates
-from rbdata.buffers._gather import finish_batch
-from rbdata.buffers._gather_into import read_rows, reading_into
 from rbdata.buffers._init_args import resolve_batch_size
 from rbdata.buffers.protocol import Draw, aligned_info
+from rbdata.storages import Storage
+from rbdata.transforms import Compose
+
+__all__ = ["finish_batch", "read_rows", "reading_into"]
 
 
 class _ReadPath:
@@ -95,7 +117,7 @@ class _ReadPath:
         return self._fetch(draw.index, draw.info, keep_info=True)
 
     def reading_into(self, memory: torch.Tensor) -> AbstractContextManager[None]:
-        """A block whose first batch read lands in ``memory`` (see :mod:`._gather_into`)."""
+        """A block whose first batch read lands in ``memory`` (see the module docstring)."""
         return reading_into(self, memory)
 
     def _fetch(self, index: torch.Tensor, info: Mapping[str, Any], *, keep_info: bool) -> Any:
@@ -236,3 +258,134 @@ class _ReadPath:
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_iterator": None}
+
+
+# ------------------------------------------------------------ rows read -> a sampled batch
+
+
+def finish_batch(
+    data: Any,
+    index: torch.Tensor,
+    info: Mapping[str, Any],
+    *,
+    collate_fn: Callable[[Any], Any],
+    transform: Compose,
+    keep_info: bool,
+    pin: bool,
+) -> Any:
+    """Collate ``data`` (the rows of ``index``, flat), shape it like ``index``, run transforms.
+
+    Args:
+        data: what ``storage.get(index.reshape(-1))`` returned.
+        index: the drawn rows (any shape: a ``[B, T]`` index gives a ``[B, T]`` batch).
+        info: per-row tensors of the draw.
+        collate_fn: merges what the storage returned (identity for tensor storages).
+        transform: the sample-path transforms.
+        keep_info: leave the info entries in a TensorDict batch (TensorDict buffers).
+        pin: pin the batch's memory.
+
+    Returns:
+        The batch handed to the user.
+    """
+    data = collate_fn(data)
+    if not keep_info and not pin and index.ndim == 1 and not len(transform):
+        return data  # nothing to add, reshape or run: the common uniform batch
+    if index.ndim > 1 and isinstance(data, torch.Tensor | TensorDictBase):
+        data = (
+            data.reshape(*index.shape, *data.shape[1:])
+            if isinstance(data, torch.Tensor)
+            else (data.reshape(*index.shape))
+        )
+    if isinstance(data, TensorDictBase) and transform.filters_rows:
+        # Row filters drop rows: the info entries travel inside the batch so they stay aligned.
+        data = transform(_with_info(data, index, info))
+        if not keep_info:
+            stored = data.keys(include_nested=True)
+            data = data.exclude(*[key for key in info if key in stored])
+        return _pinned(data) if pin else data
+    if len(transform):
+        data = transform(data)
+    if isinstance(data, TensorDictBase) and keep_info:
+        # after the transforms, as torchrl: they never see (nor change) the info entries
+        data = _with_info(data, index, info)
+    return _pinned(data) if pin else data
+
+
+def _with_info(data: TensorDictBase, index: torch.Tensor, info: Mapping[str, Any]) -> Any:
+    """``data`` with the per-row entries of ``info`` set (shaped like its batch)."""
+    batch = data.batch_size
+    for key, value in info.items():
+        if isinstance(value, torch.Tensor) and value.shape[: index.ndim] == index.shape:
+            if value.ndim < len(batch) and batch[: value.ndim] == value.shape:
+                # items that are themselves batches (a list storage of [T] TensorDicts)
+                value = value.reshape(*value.shape, *[1] * (len(batch) - value.ndim))
+                value = value.expand(batch)
+            data.set(key, value)
+    return data
+
+
+def _pinned(data: Any) -> Any:
+    if isinstance(data, torch.Tensor) or is_tensor_collection(data):  # TensorDict, tensorclass
+        return data.pin_memory()
+    return tree_map(_pin, data)
+
+
+def _pin(value: Any) -> Any:
+    return value.pin_memory() if isinstance(value, torch.Tensor) else value
+
+
+# ------------------------------------------------------------ reads into caller memory
+
+
+class _Targets(threading.local):
+    """Per thread: ``by_buffer``, id(buffer) -> the memory of its next read."""
+
+    def __init__(self) -> None:
+        self.by_buffer: dict[int, torch.Tensor] = {}
+
+
+_targets = _Targets()
+
+
+class reading_into:  # noqa: N801 - used as a function: ``with reading_into(buffer, memory):``
+    """While the block runs, ``buffer``'s next batch read in this thread lands in ``memory``.
+
+    Raises:
+        RuntimeError: entering it inside another ``reading_into`` block of the same buffer.
+    """
+
+    def __init__(self, buffer: object, memory: torch.Tensor) -> None:
+        self._key = id(buffer)
+        self._memory = memory
+
+    def __enter__(self) -> None:
+        targets = _targets.by_buffer
+        if self._key in targets:
+            raise RuntimeError("reading_into blocks of one buffer do not nest.")
+        targets[self._key] = self._memory
+
+    def __exit__(self, *exc: object) -> None:
+        _targets.by_buffer.pop(self._key, None)
+
+
+def read_rows(buffer: object, storage: Storage, index: torch.Tensor) -> Any:
+    """``storage.get(index)``, into the memory of an open :func:`reading_into` of ``buffer``.
+
+    Examples:
+        >>> import torch
+        >>> from rbdata.storages import LazyTensorStorage
+        >>> storage = LazyTensorStorage(8)
+        >>> storage.set(slice(0, 4), torch.arange(4.0))
+        >>> memory, owner = torch.zeros(64, dtype=torch.uint8), object()
+        >>> with reading_into(owner, memory):
+        ...     batch = read_rows(owner, storage, torch.tensor([3, 1]))
+        >>> batch.tolist(), batch.untyped_storage().data_ptr() == memory.data_ptr()
+        ([3.0, 1.0], True)
+    """
+    targets = _targets.by_buffer
+    memory = targets.pop(id(buffer), None) if targets else None
+    if memory is not None and type(index) is torch.Tensor:
+        data = storage.read_into(index, memory)
+        if data is not None:
+            return data
+    return storage.get(index)

@@ -5,7 +5,7 @@ storage, sampler, writer, sample unit and transforms, their settings, the
 lock) and one object per concern, each with a reference to those components:
 the write path (``_write_path``), the read path (``_read_path``), indexing and
 in-place edits (``_indexing``), priority updates (``_priority_updates``) and
-state (``_state``, ``_persistence``). Its methods forward to them; the buffer
+state and persistence (``_persistence``). Its methods forward to them; the buffer
 holds no data logic: the storage, sampler, writer, sample unit and transforms
 do. ``service_backend="ray"`` builds, in :meth:`ReplayBuffer.__new__`, the
 object the registered backend returns (see :mod:`rbdata.buffers.backends`).
@@ -29,9 +29,9 @@ from rbdata.buffers._components import _Components
 from rbdata.buffers._conditional_update import ConditionalUpdateResult
 from rbdata.buffers._indexing import _Indexing
 from rbdata.buffers._init_args import check_backend, check_buffer_args
+from rbdata.buffers._persistence import _BufferState
 from rbdata.buffers._priority_updates import _PriorityUpdates
 from rbdata.buffers._read_path import _ReadPath
-from rbdata.buffers._state import _BufferState
 from rbdata.buffers._write_path import WriteHooks, _WritePath
 from rbdata.buffers.backends import get_service_backend, ray_actor_class
 from rbdata.buffers.protocol import Draw, StatsSource
@@ -440,7 +440,7 @@ class ReplayBuffer(_SharedHandle):
         """A block whose first batch read (``sample``, ``gather``) lands in ``memory`` (uint8).
 
         The batch's tensors then view ``memory`` where the read path keeps them
-        (see :mod:`rbdata.buffers._gather_into`); a Ray owner fills its slots so.
+        (see :mod:`rbdata.buffers._read_path`); a Ray owner fills its slots so.
         """
         return self._reads.reading_into(memory)
 
@@ -590,7 +590,7 @@ class ReplayBuffer(_SharedHandle):
         With a :class:`~rbdata.Sequence` unit the records' priorities go to
         their anchors (the max over each window's valid records).
         """
-        self._priorities.update_batch_priority(batch, priority)
+        self._priorities.update_batch_priority(batch, priority, self.update_priority)
 
     def _anchor_reduced_priority(
         self, batch: Any, priority: torch.Tensor
@@ -736,7 +736,7 @@ def _remote_buffer(cls: type[ReplayBuffer], kwargs: dict[str, Any]) -> Any:
     service hosts is built with them (see :data:`_HOSTED`), and the registered
     backend starts the service and returns the object that forwards to it (an
     instance of a subclass of ``cls`` whose ``__init__`` takes the arguments
-    and changes nothing).
+    and changes nothing); it carries the hosted buffer's public settings.
     """
     backend = check_backend(
         kwargs.get("service_backend"),
@@ -760,7 +760,7 @@ def _remote_buffer(cls: type[ReplayBuffer], kwargs: dict[str, Any]) -> Any:
     if delayed_init is None:
         delayed_init = kwargs.get("transform_factory") is not None
     hosted = cls(**{**kwargs, **_HOSTED})
-    return get_service_backend(backend)(
+    buffer = get_service_backend(backend)(
         cls,
         hosted,
         kwargs.get("service_backend_options"),
@@ -769,3 +769,7 @@ def _remote_buffer(cls: type[ReplayBuffer], kwargs: dict[str, Any]) -> Any:
         prefetch=prefetch,
         delayed_init=bool(delayed_init),
     )
+    for name, value in vars(hosted).items():  # public settings (a TensorDict buffer's priority_key)
+        if not name.startswith("_"):
+            vars(buffer).setdefault(name, value)
+    return buffer

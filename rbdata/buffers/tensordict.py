@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from rbdata.buffers._priority import check_priorities
+from rbdata.buffers._priority_updates import check_priorities
 from rbdata.buffers._write_path import WriteHooks
 from rbdata.buffers.prioritized import check_sync, prioritized_sampler_of, with_prioritized_sampler
 from rbdata.buffers.protocol import INFO_KEYS
@@ -135,7 +135,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if priority.ndim > index.ndim:
             priority = priority.reshape(*index.shape, -1).amax(-1)
         self._priorities.update_record_priority(
-            data, index, priority, data.get("index_generation", None)
+            data, index, priority, data.get("index_generation", None), self.update_priority
         )
 
 

@@ -65,3 +65,57 @@ def test_bad_option_keys_are_refused_and_nothing_is_registered(registry, keys):
 def test_an_unregistered_backend_has_no_keys():
     with pytest.raises(ValueError, match="service_backend='grpc' is not registered"):
         backends.backend_option_keys("grpc")
+
+
+def _client_factory(
+    cls: type, hosted: Any, options: Any, transport: Any, transport_options: Any, **kwargs: Any
+) -> Any:
+    """A backend factory: an instance of a subclass of ``cls`` forwarding to ``hosted``."""
+
+    class Client(cls):  # type: ignore[misc, valid-type]
+        inits: list[dict[str, Any]] = []
+
+        def __init__(self, **caller_args: Any) -> None:
+            Client.inits.append(caller_args)  # Python calls it: it changes nothing
+
+        def __len__(self) -> int:
+            return len(hosted)
+
+    client = object.__new__(Client)
+    client.factory_args = kwargs
+    return client
+
+
+def test_the_backend_factory_builds_the_object_and_no_class_is_swapped(registry):
+    from rbdata import LazyTensorStorage, TensorDictReplayBuffer
+
+    backends.register_service_backend("factory", _client_factory)
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(4), priority_key="err", prefetch=3, service_backend="factory"
+    )
+    assert isinstance(rb, TensorDictReplayBuffer) and type(rb).__name__ == "Client"
+    assert type(rb).__bases__ == (TensorDictReplayBuffer,)
+    assert [sorted(args) for args in type(rb).inits] == [  # once, with the caller's arguments
+        ["prefetch", "priority_key", "service_backend", "storage"]
+    ]
+    assert rb.factory_args == {"prefetch": 3, "delayed_init": False}  # its clients prefetch
+    assert rb.priority_key == "err" and len(rb) == 0  # the hosted buffer's settings
+
+
+def test_the_hosted_buffer_is_direct_and_unbuilt(registry):
+    from rbdata import LazyTensorStorage
+
+    seen = {}
+
+    def factory(cls: type, hosted: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.update(hosted=hosted, kwargs=kwargs)
+        raise Reached(args)
+
+    backends.register_service_backend("factory", factory)
+    with pytest.raises(Reached):
+        ReplayBuffer(storage=LazyTensorStorage(4), prefetch=2, service_backend="factory")
+    hosted = seen["hosted"]
+    assert type(hosted) is ReplayBuffer and hosted.service_backend == "direct"
+    assert not hosted.initialized and seen["kwargs"] == {"prefetch": 2, "delayed_init": False}
+    with pytest.raises(ValueError, match="prefetch"):  # checked as for a direct buffer
+        ReplayBuffer(storage=LazyTensorStorage(4), prefetch=-1, service_backend="factory")

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rbdata
-from rbdata.buffers._priority import _check_on_device, check_priority_update
+from rbdata.buffers._priority_updates import _check_on_device, check_priority_update
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
