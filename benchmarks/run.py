@@ -63,10 +63,20 @@ def _lib(name: str) -> ModuleType:
 
 
 def row_extend(lib: ModuleType) -> Row:
-    """Extend 1,000-transition batches into LazyTensorStorage(1M)."""
+    """Extend 1,000-transition batches into a full LazyTensorStorage(1M) (the ring wrapped).
+
+    Every row was written once before the timing, in the buffer and in the
+    limits: the limits' tensors are zero-filled when made (every page of
+    them touched), while a storage's rows are reserved and a page is
+    committed when a row on it is first written (``storages/_pages.py``), a
+    page fault the first fill pays and the wrapped ring does not.
+    ``bench_memory.py --rows writers`` times both regimes.
+    """
     cap, data = 1_000_000, transitions(1000)
     rb = lib.ReplayBuffer(storage=lib.LazyTensorStorage(cap))
     lim, packed = Limit(cap, data, 256), PackedLimit(cap, data, 256)
+    for target in (rb, lim, packed):
+        fill(target, cap, transitions)
     t_lib, t_lim, t_packed = timeit_rounds(
         lambda: rb.extend(data), lambda: lim.extend(data), lambda: packed.extend(data)
     )
