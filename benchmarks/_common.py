@@ -245,15 +245,17 @@ class PackedLimit:
 
 
 class ConsumeLimit:
-    """Consume-once in plain torch: per-key tensors, a free-slot list and ``randperm`` draws.
+    """Consume-once in plain torch: per-key tensors, free slots reused in ring order.
 
-    Every slot starts consumed (free). :meth:`cycle` writes a batch into free
-    slots (the free list is ``nonzero`` of a free mask, so the slots come
-    lowest first: one slice copy per key when they are a run, as after a
-    full drain, else one ``index_copy_`` per key in slot order), then draws
-    every live slot once, ``batch`` at a time, in ``randperm`` order, freeing
-    each: what a buffer with ``consume_after_n_samples=1`` does for ``extend``
-    followed by ``sample`` until it is empty.
+    Every slot starts consumed (free). :meth:`cycle` writes a batch into the
+    free slots in ring order from a reuse position (the slot after the last
+    free slot written; ``nonzero`` of a free mask, rotated), as a round-robin
+    writer that skips live slots: one slice copy per key when the slots are a
+    run (two at the wrap point), as after a full drain, else one
+    ``index_copy_`` per key. It then draws every live slot once, ``batch`` at
+    a time, in ``randperm`` order, freeing each: what a buffer with
+    ``consume_after_n_samples=1`` does for ``extend`` followed by ``sample``
+    until it is empty.
 
     Args:
         capacity: rows per key.
@@ -264,20 +266,62 @@ class ConsumeLimit:
     def __init__(self, capacity: int, example: TensorDict, batch: int) -> None:
         self.store = Limit(capacity, example, batch)
         self.free = torch.ones(capacity, dtype=torch.bool)
+        self.reuse_at = 0
 
-    def cycle(self, data: TensorDict) -> None:
-        n, store = data.shape[0], self.store
-        slots = self.free.nonzero().squeeze(1)[:n]
+    def _take(self, n: int) -> torch.Tensor:
+        """The next ``n`` free slots in ring order from the reuse position, taken."""
+        free = self.free.nonzero().squeeze(1)
+        cut = int(torch.searchsorted(free, self.reuse_at))
+        slots = torch.cat([free[cut:], free[:cut]])[:n] if cut else free[:n]
         self.free[slots] = False
-        first, last = int(slots[0]), int(slots[-1])
+        self.reuse_at = int(slots[-1]) + 1
+        return slots
+
+    def _write(self, slots: torch.Tensor, data: TensorDict) -> None:
+        store, n, first = self.store, slots.numel(), int(slots[0])
+        run = (torch.arange(first, first + n) % store.capacity).equal(slots)
         for k in store.keys:
-            if last - first == n - 1:  # sorted and distinct: a run
-                store.bufs[k][first : last + 1].copy_(data.get(k))
+            if run:  # consecutive modulo the capacity: one or two slices
+                _ring_copy(store.bufs[k], first, data.get(k))
             else:
                 store.bufs[k].index_copy_(0, slots, data.get(k))
+
+    def _drain(self) -> None:
+        store = self.store
         live = (~self.free).nonzero().squeeze(1)
         order = live[torch.randperm(live.numel())]
         for s in range(0, order.numel(), store.batch):
             drawn = order[s : s + store.batch]
             store.gather(drawn)
-            self.free[drawn] = True
+            self._freed(drawn)
+
+    def _freed(self, drawn: torch.Tensor) -> None:
+        self.free[drawn] = True
+
+    def cycle(self, data: TensorDict) -> None:
+        """Write ``data`` into free slots, then draw every live slot once."""
+        self._write(self._take(data.shape[0]), data)
+        self._drain()
+
+
+class FreeListConsumeLimit(ConsumeLimit):
+    """:class:`ConsumeLimit` reusing free slots in the order they were freed (a FIFO list).
+
+    torchrl's order: the slots a batch reuses are scattered, so every write is
+    one ``index_copy_`` per key.
+    """
+
+    def __init__(self, capacity: int, example: TensorDict, batch: int) -> None:
+        super().__init__(capacity, example, batch)
+        self.queue = [torch.arange(capacity)]  # chunks, in the order they were freed
+
+    def _take(self, n: int) -> torch.Tensor:
+        queue = torch.cat(self.queue) if len(self.queue) > 1 else self.queue[0]
+        slots = queue[:n]
+        self.queue = [queue[n:]]
+        self.free[slots] = False
+        return slots
+
+    def _freed(self, drawn: torch.Tensor) -> None:
+        super()._freed(drawn)
+        self.queue.append(drawn)

@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     Alloc,
     ConsumeLimit,
+    FreeListConsumeLimit,
     Limit,
     PackedLimit,
     file_alloc,
@@ -62,10 +63,20 @@ def _lib(name: str) -> ModuleType:
 
 
 def row_extend(lib: ModuleType) -> Row:
-    """Extend 1,000-transition batches into LazyTensorStorage(1M)."""
+    """Extend 1,000-transition batches into a full LazyTensorStorage(1M) (the ring wrapped).
+
+    Every row was written once before the timing, in the buffer and in the
+    limits: the limits' tensors are zero-filled when made (every page of
+    them touched), while a storage's rows are reserved and a page is
+    committed when a row on it is first written (``storages/_pages.py``), a
+    page fault the first fill pays and the wrapped ring does not.
+    ``bench_memory.py --rows writers`` times both regimes.
+    """
     cap, data = 1_000_000, transitions(1000)
     rb = lib.ReplayBuffer(storage=lib.LazyTensorStorage(cap))
     lim, packed = Limit(cap, data, 256), PackedLimit(cap, data, 256)
+    for target in (rb, lim, packed):
+        fill(target, cap, transitions)
     t_lib, t_lim, t_packed = timeit_rounds(
         lambda: rb.extend(data), lambda: lim.extend(data), lambda: packed.extend(data)
     )
@@ -132,8 +143,10 @@ def row_consume(lib: ModuleType) -> Row:
     One operation is the whole cycle: ``extend`` of 100k transitions (every
     slot was consumed by the cycle before), then ``sample(256)`` while
     ``len(rb) > 0``. The limit (``_common.ConsumeLimit``) does the same with
-    per-key tensors, a free-slot list (lowest free slots first, a run copied
-    as one slice) and ``randperm``.
+    per-key tensors, free slots reused in ring order (after a drain: one slice
+    copy per key) and ``randperm``; the note gives the free-list limit
+    (``_common.FreeListConsumeLimit``: slots reused in the order they were
+    freed, torchrl's, so every write is a scatter).
     """
     cap, batch = 100_000, 256
     data = transitions(cap)
@@ -145,9 +158,18 @@ def row_consume(lib: ModuleType) -> Row:
             rb.sample(batch)
 
     cycle_lib()  # every slot consumed: the measured cycles write into consumed slots
-    lim = ConsumeLimit(cap, data[:1], batch)
-    t_lib, t_lim = timeit_rounds(cycle_lib, lambda: lim.cycle(data), min_time=3.0, repeats=5)
-    return {"unit": "items/s", "lib": cap / t_lib, "limit": cap / t_lim}
+    lim, freelist = ConsumeLimit(cap, data[:1], batch), FreeListConsumeLimit(cap, data[:1], batch)
+    t_lib, t_lim, t_free = timeit_rounds(
+        cycle_lib, lambda: lim.cycle(data), lambda: freelist.cycle(data), min_time=4.5, repeats=5
+    )
+    return {
+        "unit": "items/s",
+        "lib": cap / t_lib,
+        "limit": cap / t_lim,
+        "limit_name": "ring order",
+        "note": f"free-list limit (slots in the order freed): {cap / t_free:,.0f} items/s, "
+        f"rbdata / it {t_free / t_lib:.2f}",
+    }
 
 
 def row_per(lib: ModuleType) -> Row:

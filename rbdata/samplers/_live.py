@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rbdata.samplers._consumed_ring import _ConsumedRing
+
 
 def first_unique(values: torch.Tensor) -> torch.Tensor:
     """Return the distinct values of a 1-D tensor in the order of their first occurrence.
@@ -46,82 +48,6 @@ def _distinct_positions(n: int, k: int, generator: torch.Generator | None) -> np
     return shuffled
 
 
-class _FreedQueue:
-    """The slots that left the live set, in the order they left, each with a stamp.
-
-    A slot gets a new stamp (one more than the last given) every time it is
-    queued; an entry ``(slot, stamp)`` is stale once the slot was queued again
-    (its current stamp differs) or written since (the owner tells, see
-    :meth:`first_valid`). The entries are kept in two flat arrays with a head
-    position: pushing appends a chunk (joined to the arrays on the next look),
-    looking scans a window from the head with array operations, and the head
-    moves past the stale entries it finds at the front, so a look costs
-    O(k) amortized, never a Python step per slot.
-    """
-
-    def __init__(self) -> None:
-        self._slots = np.zeros(0, dtype=np.int64)
-        self._stamps = np.zeros(0, dtype=np.int64)
-        self._head = 0
-        self._pending: list[np.ndarray] = []
-        self._clock = 0  # the next stamp
-        self._joined = 0  # the stamp of the first pending entry
-
-    def push(self, slots: np.ndarray) -> np.ndarray:
-        """Queue ``slots`` (1-D int64); return the stamps they got."""
-        stamps = np.arange(self._clock, self._clock + slots.size, dtype=np.int64)
-        self._clock += slots.size
-        self._pending.append(slots)
-        return stamps
-
-    def __len__(self) -> int:
-        return self._slots.size - self._head + self._clock - self._joined
-
-    def compact(self, valid: Any) -> None:
-        """Drop every stale entry (``valid`` as in :meth:`first_valid`): O(len(self))."""
-        self._join()
-        slots, stamps = self._slots[self._head :], self._stamps[self._head :]
-        keep = valid(slots, stamps)
-        self._slots, self._stamps, self._head = slots[keep], stamps[keep], 0
-
-    def _join(self) -> None:
-        """Append the pending chunks to the arrays (dropping the entries the head passed)."""
-        if not self._pending:
-            return
-        fresh = np.arange(self._joined, self._clock, dtype=np.int64)
-        self._slots = np.concatenate([self._slots[self._head :], *self._pending])
-        self._stamps = np.concatenate([self._stamps[self._head :], fresh])
-        self._head, self._pending, self._joined = 0, [], self._clock
-
-    def first_valid(self, k: int, valid: Any) -> np.ndarray:
-        """The first ``k`` entries (at most) for which ``valid(slots, stamps)`` holds.
-
-        Args:
-            k: how many slots are wanted.
-            valid: maps arrays of slots and stamps to a bool mask of the live entries.
-        """
-        self._join()
-        size = self._slots.size
-        found: list[np.ndarray] = []
-        count, start, window = 0, self._head, max(2 * k, 64)
-        while count < k and start < size:
-            stop = min(start + window, size)
-            slots = self._slots[start:stop]
-            keep = valid(slots, self._stamps[start:stop])
-            if start == self._head:  # stale entries at the front are dropped for good
-                first = int(keep.argmax()) if keep.any() else keep.size
-                self._head = start + first
-            hit = slots[keep][: k - count]
-            found.append(hit)
-            count += hit.size
-            start, window = stop, 2 * window
-        if self._head == size and size:  # everything seen was stale
-            self._slots, self._stamps, self._head = self._slots[:0], self._stamps[:0], 0
-        if not found:
-            return np.zeros(0, dtype=np.int64)
-        return found[0] if len(found) == 1 else np.concatenate(found)
-
-
 class _LiveSet:
     """Per-slot sample counts and a compact array of the slots still sampleable.
 
@@ -153,11 +79,9 @@ class _LiveSet:
         self.n = n
         self._size = 0
         self._allocate(0)
-        self._freed = _FreedQueue()
+        self._consumed = _ConsumedRing()
 
     def _allocate(self, capacity: int) -> None:
-        # the stamp each slot got when it last left the set (see _FreedQueue)
-        self._stamps_np = np.full(capacity, -1, dtype=np.int64)
         self._counts = torch.zeros(capacity, dtype=torch.long)
         self._pos = torch.full((capacity,), -1, dtype=torch.long)
         self._live = torch.zeros(capacity, dtype=torch.long)
@@ -201,9 +125,9 @@ class _LiveSet:
         old = self._pos_np.size
         if capacity <= old:
             return
-        counts, pos, live, stamps = self._counts_np, self._pos_np, self._live_np, self._stamps_np
+        counts, pos, live = self._counts_np, self._pos_np, self._live_np
         self._allocate(max(capacity, 2 * old))
-        self._stamps_np[:old] = stamps
+        self._consumed.grow(self._counts_np.size)
         self._counts_np[:old] = counts
         self._pos_np[:old] = pos
         self._live_np[:old] = live
@@ -223,7 +147,6 @@ class _LiveSet:
             raise ValueError(f"indices must be >= 0, got min {int(flat.min())}.")
         self._grow(int(flat.max()) + 1)
         self._counts_np[flat] = 0
-        self._stamps_np[flat] = -1  # written: no longer consumed (their queue entries are stale)
         new = flat[self._pos_np[flat] < 0]
         if new.size > 1:
             # Drop repeats in O(m): the position map serves as scratch (the last one wins).
@@ -232,6 +155,7 @@ class _LiveSet:
             new = new[self._pos_np[new] == order]
             self._pos_np[new] = -1
         if new.size:
+            self._consumed.refill(new)  # written: no longer consumed (none is live)
             self._insert(new, generator)
 
     def _insert(self, items: np.ndarray, generator: torch.Generator | None) -> None:
@@ -325,29 +249,18 @@ class _LiveSet:
         return torch.from_numpy(done)
 
     def _free(self, slots: np.ndarray) -> None:
-        """Queue ``slots`` (they just left the set) for reuse by new writes."""
-        if slots.size:
-            self._stamps_np[slots] = self._freed.push(slots)
-            if len(self._freed) > 2 * self._counts_np.size + 1024:  # nobody looked: stay bounded
-                self._freed.compact(self._still_consumed)
+        """Mark ``slots`` (they just left the set) consumed: new writes may reuse them."""
+        self._consumed.mark(slots)
 
     def consumed(self, k: int) -> torch.Tensor:
-        """Up to ``k`` distinct consumed slots, those consumed first first.
+        """Up to ``k`` distinct consumed slots, in ring order from the reuse position.
 
-        Slots stay queued until they are rewritten (a write makes a slot live
-        again, and it is then dropped from the queue), so looking costs
-        O(k) amortized and changes nothing.
+        The reuse position is the slot after the last consumed slot written
+        again (slot 0 at first); the slots follow it upwards, wrapping around,
+        skipping the slots that are not consumed (see ``_consumed_ring``). A
+        slot stays consumed until it is written again. Looking changes nothing.
         """
-        return torch.from_numpy(self._freed.first_valid(k, self._still_consumed))
-
-    def _still_consumed(self, slots: np.ndarray, stamps: np.ndarray) -> np.ndarray:
-        """Which queued ``(slot, stamp)`` entries still hold a consumed slot (each slot once).
-
-        A slot's stamp is the one of its last queueing until it is written
-        (then -1), and only a write makes a consumed slot live again.
-        """
-        valid: np.ndarray = self._stamps_np[slots] == stamps
-        return valid
+        return torch.from_numpy(self._consumed.first(k))
 
     # ------------------------------------------------------------ removal
     def remove(self, indices: torch.Tensor) -> None:
@@ -378,18 +291,20 @@ class _LiveSet:
         self._counts_np.fill(0)
         self._pos_np.fill(-1)
         self._size = 0
-        self._freed = _FreedQueue()
-        self._stamps_np.fill(-1)
+        self._consumed.clear()
 
     # ------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Return the counts and the live slots in their order (plain values and tensors)."""
-        freed = self.consumed(self._counts_np.size).numpy()  # only the slots still consumed
+        """Return the counts, the live slots in their order, the consumed slots, the reuse position.
+
+        ``"freed"`` lists the consumed slots in the order new writes take them.
+        """
         return {
             "n": self.n,
             "counts": self._counts.clone(),
             "live": self.live.clone(),
-            "freed": torch.from_numpy(freed.astype(np.int64)),
+            "freed": self.consumed(self._counts_np.size).clone(),
+            "reuse_at": self._consumed.reuse_at,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -404,5 +319,7 @@ class _LiveSet:
         self._pos[live] = torch.arange(live.numel())
         self._size = live.numel()
         freed = torch.as_tensor(state_dict.get("freed", []), dtype=torch.long)
-        self._freed = _FreedQueue()
+        self._consumed = _ConsumedRing()
+        self._consumed.grow(max(capacity, int(freed.max()) + 1 if freed.numel() else 0))
         self._free(freed.numpy().copy())
+        self._consumed.reuse_at = int(state_dict.get("reuse_at", 0))

@@ -17,6 +17,7 @@ import torch
 from tensordict import NonTensorData, TensorDict, TensorDictBase, is_non_tensor, is_tensorclass
 
 from rbdata.errors import _PytreeMismatch
+from rbdata.storages._td_unsafe import new_td
 
 _LEAF = "tensor"
 _TD = "tensordict"
@@ -440,7 +441,7 @@ def _compile_td(node: _Node, parts: list[_Builder]) -> _Builder:
 
     The storage guarantees what a TensorDict would check (every leaf has the
     batch shape, one device), so the TensorDict is made without validation
-    (``TensorDict._new_unsafe``). The children that are leaves come first in
+    (``_td_unsafe.new_td``). The children that are leaves come first in
     the key order, as data stored from a TensorDict usually has them (nested
     TensorDicts last): they are picked out of the leaf list with one
     ``itemgetter`` call, the nested ones built after them. Any other order is
@@ -448,21 +449,32 @@ def _compile_td(node: _Node, parts: list[_Builder]) -> _Builder:
     """
     keys, children = node.mapping_keys, node.children
     extra = node.batch
-    new = TensorDict._new_unsafe
     flat = [child.kind == _LEAF for child in children]
     n_flat = sum(flat)
+
+    def size_of(batch: torch.Size) -> torch.Size:
+        return torch.Size((*batch, *extra))
+
     if flat != [True] * n_flat + [False] * (len(flat) - n_flat) or n_flat < 2:
         pairs = list(zip(keys, parts, strict=True))
 
         def build_td(leaves: list[torch.Tensor], batch: torch.Size, device: torch.device) -> Any:
             source: dict[Any, Any] = {key: part(leaves, batch, device) for key, part in pairs}
-            size = batch if not extra else torch.Size((*batch, *extra))
-            return new(source, batch_size=size, device=device, nested=False)
+            return new_td(source, size_of(batch) if extra else batch, device)
 
         return build_td
     leaf_keys = keys[:n_flat]
     pick = itemgetter(*[getattr(part, "leaf_index") for part in parts[:n_flat]])  # noqa: B009
     nested = list(zip(keys[n_flat:], parts[n_flat:], strict=True))
+    if not nested and not extra:
+
+        def build_leaves(
+            leaves: list[torch.Tensor], batch: torch.Size, device: torch.device
+        ) -> Any:
+            source: dict[Any, Any] = dict(zip(leaf_keys, pick(leaves), strict=True))
+            return new_td(source, batch, device)
+
+        return build_leaves
 
     def build_flat_first(
         leaves: list[torch.Tensor], batch: torch.Size, device: torch.device
@@ -470,7 +482,6 @@ def _compile_td(node: _Node, parts: list[_Builder]) -> _Builder:
         source: dict[Any, Any] = dict(zip(leaf_keys, pick(leaves), strict=True))
         for key, part in nested:
             source[key] = part(leaves, batch, device)
-        size = batch if not extra else torch.Size((*batch, *extra))
-        return new(source, batch_size=size, device=device, nested=False)
+        return new_td(source, size_of(batch) if extra else batch, device)
 
     return build_flat_first

@@ -132,9 +132,14 @@ class _GatherPool:
             Tensors that are the caller's own (aliases of the pool's views).
         """
         shape = (index.shape[0], source.shape[1])
-        entry = self._lease_entry(shape)
-        if entry is None:
-            return split(torch.index_select(source, 0, index), index.shape)
+        with self._lock:
+            entries = self._entries
+            entry = entries[-1] if entries else None  # most often the one handed out last
+            if entry is None or entry.shape != shape or not entry.unused():
+                entry = self._lease_entry(shape)
+                if entry is None:
+                    return split(torch.index_select(source, 0, index), index.shape)
+            entry.leased = True
         try:  # the entry is leased: no other thread takes it until the leaves hold the memory
             torch.index_select(source, 0, index, out=entry.buffer)
             views = entry.views
@@ -148,17 +153,18 @@ class _GatherPool:
             entry.leased = False
 
     def _lease_entry(self, shape: tuple[int, int]) -> _Entry | None:
-        """An unused pooled entry of ``shape``, leased (None when recycling is off or too big)."""
+        """An unused pooled entry of ``shape`` (None when recycling is off or too big).
+
+        Called under the lock, which the caller holds until it leases the entry.
+        """
         if _use_count is None:
             return None
-        with self._lock:
-            entry = self._find(shape)
-            if entry is None:
-                entry = _Entry(self._empty(shape))
-                if not self._keep(entry):
-                    return None
-            entry.leased = True
-            return entry
+        entry = self._find(shape)
+        if entry is None:
+            entry = _Entry(self._empty(shape))
+            if not self._keep(entry):
+                return None
+        return entry
 
     def _find(self, shape: tuple[int, int]) -> _Entry | None:
         """The most recently handed out unused entry of ``shape`` (moved last), if any."""

@@ -17,6 +17,9 @@ from rbdata.storages import Storage
 
 __all__ = ["Writer", "batch_len", "slice_batch"]
 
+#: consecutive slots given to ``write_at`` are copied as slices when the runs average this
+_RUN_ITEMS = 1024
+
 
 def batch_len(data: Any) -> int:
     """Items in a batch (its leading dim).
@@ -261,15 +264,61 @@ class Writer(abc.ABC):
     def write_at(self, index: torch.Tensor, data: Any) -> torch.Tensor:
         """Write a batch at the explicit slots ``index`` without moving the cursor.
 
-        Used to reuse the slots of consumed items (``consume_after_n_samples``).
+        Used to reuse the slots of consumed items (``consume_after_n_samples``):
+        the sampler hands out consumed slots in ring order from its reuse
+        position (the slot after the last consumed slot written again),
+        skipping live ones, so after a drain a batch takes one run of slots
+        (two at the wrap point). Runs of consecutive slots are written as
+        slice copies, as at the cursor; scattered slots in one indexed write.
         The slots' generations advance, so handles captured before are stale.
+
+        Raises:
+            KeyError, TypeError, ValueError: if ``data`` does not fit the
+                storage; nothing is written then.
         """
         index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
         if index.numel():
-            self.storage.set(index, data)
+            runs = self._runs(index)
+            if runs is None:
+                self.storage.set(index, data)
+            else:
+                self._write_runs(runs, data)
             self._stamp(index)
             self._write_count += int(index.numel())
         return index
+
+    def _runs(self, index: torch.Tensor) -> list[tuple[int, int]] | None:
+        """``index`` as runs ``(first slot, items)`` of consecutive slots; None: scatter it.
+
+        Several runs are worth it on a CPU storage of one dim when they are long
+        (a thousand items on average: each is a write of its own).
+        """
+        storage = self.storage
+        n = index.numel()
+        if n < 2 * _RUN_ITEMS or storage.ndim != 1 or index.device.type != "cpu":
+            return None  # one run at most: the storage writes a run of slots as a slice
+        breaks = torch.nonzero(index[1:] - index[:-1] != 1).reshape(-1)
+        if breaks.numel() + 1 > 1 + n // _RUN_ITEMS:
+            return None
+        starts = [0, *(breaks + 1).tolist()]
+        stops = [*starts[1:], n]
+        firsts = index[starts].tolist()
+        return [(f, stop - start) for f, start, stop in zip(firsts, starts, stops, strict=True)]
+
+    def _write_runs(self, runs: list[tuple[int, int]], data: Any) -> None:
+        """Write ``data`` over ``runs`` (of :meth:`_runs`), one slice copy each; all or nothing."""
+        storage = self.storage
+        if len(runs) == 1:
+            first, items = runs[0]
+            storage.set(slice(first, first + items), data)
+            return
+        storage.validate(data, True)  # every run or none
+        if storage._reads_own_memory(data):  # an early run would change what a later one reads
+            data = tree_map(torch.clone, data)
+        at = 0
+        for first, items in runs:
+            storage.set(slice(first, first + items), slice_batch(data, slice(at, at + items)))
+            at += items
 
     @abc.abstractmethod
     def _write_one(self, data: Any) -> int:

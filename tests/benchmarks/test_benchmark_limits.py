@@ -98,12 +98,30 @@ def test_consume_limit_writes_the_free_slots_and_draws_each_once(bench):
     assert sorted(drawn) == list(range(6)) and bool(lim.free.all())
     for key in lim.store.keys:
         assert torch.equal(lim.store.bufs[key][:6], data.get(key)[:6])
-    lim.free[torch.tensor([1, 4, 7])] = False  # scattered free slots: written in slot order
-    drawn.clear()
-    lim.cycle(data[6:9])
+    lim.cycle(data[:6])  # ring order from the reuse position: 6..9, then 0, 1 (two slices)
     for key in lim.store.keys:
-        assert torch.equal(lim.store.bufs[key][torch.tensor([0, 2, 3])], data.get(key)[6:9])
-    assert sorted(drawn) == [0, 1, 2, 3, 4, 7]
+        assert torch.equal(lim.store.bufs[key][[6, 7, 8, 9, 0, 1]], data.get(key)[:6])
+    lim.free[torch.tensor([3, 4, 7])] = False  # live slots are skipped: 2, 5, 6 then 8
+    drawn.clear()
+    lim.cycle(data[6:10])
+    for key in lim.store.keys:
+        assert torch.equal(lim.store.bufs[key][torch.tensor([2, 5, 6, 8])], data.get(key)[6:10])
+    assert sorted(drawn) == [2, 3, 4, 5, 6, 7, 8]
+
+
+def test_free_list_consume_limit_reuses_slots_in_the_order_they_were_freed(bench):
+    common, _ = bench
+    data = common.transitions(8, obs=3)
+    lim = common.FreeListConsumeLimit(8, data[:1], 3)
+    drawn: list[int] = []
+    real_gather = lim.store.gather
+    lim.store.gather = lambda idx: (drawn.extend(idx.tolist()), real_gather(idx))
+    lim.cycle(data[:8])
+    assert sorted(drawn) == list(range(8))
+    lim.cycle(data[:5])  # the five slots freed first, in that order
+    for key in lim.store.keys:
+        assert torch.equal(lim.store.bufs[key][drawn[:5]], data.get(key)[:5])
+    assert sorted(drawn[8:]) == sorted(drawn[:5])
 
 
 def test_sum_tree_limit_draws_in_proportion_and_refreshes_its_sums():

@@ -76,7 +76,7 @@ class Model:
     ids: list[int | None] = field(default_factory=lambda: [None] * C)
     values: list[float] = field(default_factory=lambda: [0.0] * C)
     gens: list[int] = field(default_factory=lambda: [-1] * C)  # -1: never written
-    freed: list[int] = field(default_factory=list)  # consumed slots, in consumption order
+    reuse_at: int = 0  # consumed slots are reused in ring order from here
     counts: list[int] = field(default_factory=lambda: [0] * C)
     prio: list[float] = field(default_factory=lambda: [0.0] * C)
     max_prio: float = 1.0
@@ -93,15 +93,12 @@ class Model:
         return [i for i in self.written if self.consume is None or self.counts[i] < self.consume]
 
     def _reusable(self) -> list[int]:
-        """Consumed slots not rewritten since, in consumption order (distinct)."""
-        out: list[int] = []
-        for slot in self.freed:
-            if slot not in out and self.consume is not None and self.counts[slot] >= self.consume:
-                out.append(slot)
-        return out
+        """Consumed slots not rewritten since, in ring order from the reuse position."""
+        consume = self.consume
+        consumed = [i for i in self.written if consume is not None and self.counts[i] >= consume]
+        return sorted(consumed, key=lambda slot: (slot < self.reuse_at, slot))
 
     def _put(self, slot: int, item: int) -> None:
-        self.freed = [s for s in self.freed if s != slot]  # rewritten: no longer consumed
         self.ids[slot], self.values[slot] = item, float(item)
         self.gens[slot] += 1
         self.counts[slot] = 0
@@ -109,11 +106,16 @@ class Model:
         self.write_count += 1
 
     def write(self, ids: list[int]) -> None:
-        # the consumed slots reused first (consumed first first) take the items in that order
+        # the consumed slots, in ring order from the reuse position, take the items in that order
         free = self._reusable()[: len(ids)] if self.consume is not None else []
         rest = len(ids) - len(free)
         if rest and any((self.cursor + k) % C in free for k in range(rest)):
             free, rest = [], len(ids)  # the cursor would land on a reused slot: round robin
+        slots = free[: len(ids)] + [(self.cursor + k) % C for k in range(len(ids) - len(free))]
+        consumed = set(self._reusable())
+        refilled = [slot for slot in slots if slot in consumed]
+        if refilled:  # the ring goes on after the last consumed slot the batch wrote
+            self.reuse_at = refilled[-1] + 1
         for slot, item in zip(free, ids, strict=False):
             self._put(slot, item)
         for item in ids[len(free) :]:
@@ -127,12 +129,11 @@ class Model:
             self.counts[slot] += 1
             if self.counts[slot] >= self.consume:
                 self.prio[slot] = 0.0
-                self.freed.append(slot)
 
     def empty(self) -> None:
         self.ids, self.values = [None] * C, [0.0] * C
         self.gens = [g + 1 if g >= 0 else g for g in self.gens]
-        self.freed = []
+        self.reuse_at = 0
         self.counts, self.prio = [0] * C, [0.0] * C
         self.max_prio, self.cursor, self.write_count = 1.0, 0, 0
 

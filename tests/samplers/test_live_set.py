@@ -6,12 +6,14 @@ import io
 from collections import Counter
 from itertools import permutations
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
 from rbdata.samplers import RandomSampler
+from rbdata.samplers._consumed_ring import _ConsumedRing
 from rbdata.samplers._live import _distinct_positions, _LiveSet, first_unique
 
 
@@ -204,27 +206,30 @@ freed_ops = st.lists(
 )
 
 
+def _ring_order(slots: set[int], start: int) -> list[int]:
+    """``slots`` from ``start`` upwards, then from 0 (the reuse order)."""
+    return sorted(slots, key=lambda s: (s < start, s))
+
+
 @given(n=st.integers(1, 3), ops=freed_ops, seed=st.integers(0, 1000))
-def test_consumed_lists_the_slots_consumed_first_first(n, ops, seed):
-    """consumed(k) is the first k slots of the consumption order still consumed (each once)."""
+def test_consumed_lists_the_slots_in_ring_order_from_the_reuse_position(n, ops, seed):
+    """consumed(k): the consumed slots from the one after the last refilled, wrapping."""
     live = _LiveSet(n)
     gen = torch.Generator().manual_seed(seed)
     counts: dict[int, int] = {}
-    order: list[int] = []  # every consumption, in order (repeats included)
+    reuse_at = 0
     for op, arg in ops:
         if op == "add":
+            consumed_before = {i for i, c in counts.items() if c >= n}
             live.add(torch.tensor(arg, dtype=torch.long), gen)
+            refilled = [i for i in arg if i in consumed_before]
+            if refilled:
+                reuse_at = refilled[-1] + 1
             counts.update({i: 0 for i in arg})
         elif op == "take":
             for i in live.take(arg, gen).tolist():
                 counts[i] += 1
-                if counts[i] == n:
-                    order.append(i)
-        expected: list[int] = []
-        for slot in reversed(order):  # a slot consumed twice counts where it was consumed last
-            if counts[slot] >= n and slot not in expected:
-                expected.append(slot)
-        expected.reverse()
+        expected = _ring_order({i for i, c in counts.items() if c >= n}, reuse_at)
         k = arg if op == "look" else 50
         assert live.consumed(k).tolist() == expected[:k]
         # is_consumed: the same set as a mask (slots never written: not consumed)
@@ -233,23 +238,54 @@ def test_consumed_lists_the_slots_consumed_first_first(n, ops, seed):
         ]
 
 
-def test_freed_queue_stays_bounded_when_nobody_looks():
-    """Consumed slots overwritten by the cursor (no reuse) never pile up in the queue."""
-    live = _LiveSet(1)
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(200):
-        live.add(torch.arange(64), gen)
-        live.take(64, gen)
-    assert len(live._freed) <= 2 * 64 + 1024 + 64
-    assert sorted(live.consumed(100).tolist()) == list(range(64))
+@pytest.mark.parametrize("density", [0.001, 0.05, 0.5, 0.97, 1.0])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_consumed_ring_matches_ring_order_at_any_density(density, seed):
+    """Dense runs, scattered slots, a position inside a block: always the ring order."""
+    rng = np.random.default_rng(seed)
+    ring = _ConsumedRing()
+    capacity = 20_000
+    ring.grow(capacity)
+    marked = np.flatnonzero(rng.random(capacity) < density)
+    ring.mark(rng.permutation(marked))
+    expected_all = set(marked.tolist())
+    for _ in range(6):
+        start = int(rng.integers(0, capacity + 100))
+        ring.reuse_at = start
+        expected = _ring_order(expected_all, start)
+        for k in (1, 7, 64, 1000, len(expected), len(expected) + 5):
+            assert ring.first(k).tolist() == expected[:k]
+        taken = ring.first(int(rng.integers(1, 3000)))
+        ring.refill(taken)  # written again: the position moves past the last one
+        expected_all -= set(taken.tolist())
+        assert len(ring) == len(expected_all)
+        if taken.size:
+            assert ring.reuse_at == int(taken[-1]) + 1
+        more = rng.choice(capacity, 500, replace=False)
+        more = more[~ring.is_marked(more)]
+        ring.mark(more)
+        expected_all |= set(more.tolist())
+    assert ring.first(capacity).tolist() == _ring_order(expected_all, ring.reuse_at)
 
 
-def test_consumed_skips_a_long_stale_front_at_once():
-    """Slots rewritten after consumption leave the front of the queue for good."""
+def test_consumed_after_a_drain_is_one_run_from_the_reuse_position():
     live = _LiveSet(1)
     gen = torch.Generator().manual_seed(0)
     live.add(torch.arange(1000), gen)
-    first = live.take(1000, gen)
-    live.add(first[:990], gen)  # rewritten: no longer consumed
-    assert sorted(live.consumed(5).tolist()) == sorted(first[990:995].tolist())
-    assert live._freed._head == 990
+    live.take(1000, gen)
+    assert torch.equal(live.consumed(1000), torch.arange(1000))
+    live.add(torch.arange(600), gen)  # reused: the next write continues at 600
+    live.take(600, gen)
+    assert live.consumed(1000).tolist() == list(range(600, 1000)) + list(range(600))
+
+
+def test_consumed_order_survives_the_state_dict():
+    live = _LiveSet(1)
+    gen = torch.Generator().manual_seed(0)
+    live.add(torch.arange(100), gen)
+    live.take(60, gen)
+    live.add(live.consumed(10), gen)
+    other = _LiveSet(1)
+    other.load_state_dict(_roundtrip(live.state_dict()))
+    assert torch.equal(other.consumed(100), live.consumed(100))
+    assert other.consumed(100).numel() == 50
