@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
 
 from rbdata.sharing.liveness import alive, this_process
@@ -52,7 +53,7 @@ def sweep() -> int:
         >>> sweep() >= 0
         True
     """
-    uid = os.getuid() if hasattr(os, "getuid") else None
+    uid = None if sys.platform == "win32" else os.getuid()
     removed = 0
     for place in _places():
         try:

@@ -26,9 +26,9 @@ process exits. Where ``F_OFD_SETLK`` is missing (not Linux), the process-owned
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import struct
+import sys
 import tempfile
 import time
 import weakref
@@ -39,8 +39,17 @@ from rbdata.sharing.counters import spawning
 
 __all__ = ["FileLock", "shared_dir"]
 
-_SETLK: int = getattr(fcntl, "F_OFD_SETLK", fcntl.F_SETLK)
-_SETLKW: int = getattr(fcntl, "F_OFD_SETLKW", fcntl.F_SETLKW)
+if sys.platform == "win32":  # no POSIX record locks: shared buffers are refused there
+    fcntl = None
+    _SETLK = _SETLKW = _WRLCK = _UNLCK = 0
+else:
+    import fcntl
+
+    if sys.platform == "linux":
+        _SETLK, _SETLKW = fcntl.F_OFD_SETLK, fcntl.F_OFD_SETLKW
+    else:  # process-owned record locks: released at exit too
+        _SETLK, _SETLKW = fcntl.F_SETLK, fcntl.F_SETLKW
+    _WRLCK, _UNLCK = fcntl.F_WRLCK, fcntl.F_UNLCK
 _POLL_S = 1e-4  # a wait with a timeout tries again this often at first ...
 _POLL_MAX_S = 5e-3  # ... and at most this long apart
 _LOCKS: weakref.WeakSet[FileLock] = weakref.WeakSet()
@@ -51,7 +60,7 @@ def _flock(kind: int) -> bytes:
     return struct.pack("hhqqi4x", kind, os.SEEK_SET, 0, 1, 0)
 
 
-_WRITE, _UNLOCK = _flock(fcntl.F_WRLCK), _flock(fcntl.F_UNLCK)
+_WRITE, _UNLOCK = _flock(_WRLCK), _flock(_UNLCK)
 
 
 def shared_dir() -> str | None:
@@ -82,6 +91,11 @@ class FileLock:
     """
 
     def __init__(self, path: str | None = None) -> None:
+        if fcntl is None:
+            raise RuntimeError(
+                "Sharing a buffer between processes needs POSIX record locks (fcntl), "
+                f"which {sys.platform} lacks: use the buffer in one process."
+            )
         if path is None:
             fd, path = tempfile.mkstemp(prefix=creator_prefix("lock"), dir=shared_dir())
             os.close(fd)
@@ -173,5 +187,5 @@ def _reopen_in_child() -> None:
         lock.after_fork()
 
 
-if hasattr(os, "register_at_fork"):
+if sys.platform != "win32":
     os.register_at_fork(after_in_child=_reopen_in_child)
