@@ -64,9 +64,16 @@ class _ReadPath:
         True
     """
 
-    def __init__(self, components: _Components, keeps_info: bool) -> None:
+    def __init__(
+        self,
+        components: _Components,
+        keeps_info: bool,
+        after_fetch: Callable[[Any, torch.Tensor], Any] | None = None,
+    ) -> None:
         self._components = components
         self._keeps_info = keeps_info
+        #: what the buffer class does to a gathered batch (``ReplayBuffer._after_fetch``)
+        self._after_fetch = after_fetch
         self._pass_ended = False  # whether the last batch handed out ended a pass
         self._iterator: Iterator[Any] | None = None
         #: whether ``sample`` already warned about a batch size other than the constructor's
@@ -126,7 +133,7 @@ class _ReadPath:
         flat = index if index.ndim == 1 else index.reshape(-1)
         # a copy made while no write ran (a write must not tear the rows being gathered)
         data = c.sync.read(lambda: read_rows(self, storage, flat), flat)
-        return finish_batch(
+        batch = finish_batch(
             data,
             index,
             info,
@@ -135,6 +142,7 @@ class _ReadPath:
             keep_info=keep_info,
             pin=c.pin_memory and torch.cuda.is_available(),
         )
+        return batch if self._after_fetch is None else self._after_fetch(batch, index)
 
     def refilter(self, batch: Any) -> Any:
         """Re-apply the sample-path row filters to a batch gathered ahead of its hand-out."""

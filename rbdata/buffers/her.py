@@ -7,7 +7,7 @@ Andrychowicz et al., "Hindsight Experience Replay", NeurIPS 2017
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -204,8 +204,8 @@ class HERReplayBuffer(TensorDictReplayBuffer):
         return torch.randint(len(self._storage), (count,), generator=self.generator)
 
     # ------------------------------------------------------------- sampling
-    def _fetch(self, index: torch.Tensor, info: Mapping[str, Any], *, keep_info: bool) -> Any:
-        data = super()._fetch(index, info, keep_info=keep_info)
+    def _after_fetch(self, data: Any, index: torch.Tensor) -> Any:
+        """Relabel the goals of the first ``her_ratio`` of the batch (the read path calls it)."""
         relabeled = int(index.shape[0] * self.her_ratio)
         if not relabeled or not isinstance(data, TensorDictBase) or index.ndim != 1:
             return data

@@ -198,7 +198,7 @@ class ReplayBuffer(_SharedHandle):
         """Hold ``components`` and the parts working on them."""
         self._components = components
         self._writes = _WritePath(components, self._write_hooks())
-        self._reads = _ReadPath(components, self._keeps_info)
+        self._reads = _ReadPath(components, self._keeps_info, self._after_fetch)
         self._edits = _Indexing(components)
         self._priorities = _PriorityUpdates(components)
         self._state = _BufferState(components)
@@ -206,6 +206,10 @@ class ReplayBuffer(_SharedHandle):
     def _write_hooks(self) -> WriteHooks:
         """What this buffer class does around its writes (see :class:`WriteHooks`)."""
         return WriteHooks()
+
+    #: what this buffer class does to each gathered batch (``batch, index -> batch``; None:
+    #: nothing): :class:`~rbdata.HERReplayBuffer` relabels goals there
+    _after_fetch: Callable[[Any, torch.Tensor], Any] | None = None
 
     def reader(self, sampler: Sampler) -> ReplayBuffer:
         """A buffer sharing this one's storage, writer and transforms that draws with ``sampler``.
