@@ -83,7 +83,8 @@ class ReplayBufferEnsemble:
         batch_size: the default sample size.
         collate_fn: stacks the members' parts (default: a stack).
         collate_fns: one per member (default: each storage's default).
-        p: relative weights of the members.
+        p: relative weights of the members, or ``"sampleable"`` (weights from the
+            items each member can return at each draw).
         sample_from_all: draw from every member (not with ``p``).
         num_buffer_sampled: how many members a sample draws from.
         routing_key: enables :meth:`extend`: the member id of each record.
@@ -118,7 +119,7 @@ class ReplayBufferEnsemble:
         batch_size: int | None = None,
         collate_fn: Collate | None = None,
         collate_fns: list[Collate] | None = None,
-        p: list[float] | torch.Tensor | None = None,
+        p: list[float] | torch.Tensor | str | None = None,
         sample_from_all: bool = False,
         num_buffer_sampled: int | None = None,
         routing_key: Any = None,
@@ -380,7 +381,7 @@ class ReplayBufferEnsemble:
             collate_fns=[self._collate_fns[i] for i in members],
             sample_from_all=self._sampler.sample_from_all,
             num_buffer_sampled=self._sampler.num_buffer_sampled,
-            p=None if p is None else p[members],
+            p=p if p is None or isinstance(p, str) else p[members],
             generator=self._generator,
         )
 

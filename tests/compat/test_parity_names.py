@@ -60,7 +60,8 @@ def _ensemble(lib, storage: str, kind: str, p, num_buffer_sampled, sampler: str)
             rb = lib.ReplayBuffer(
                 storage=store, sampler=lib.SamplerWithoutReplacement(drop_last=True), batch_size=16
             )
-        rb.extend(_member_data(kind, 1000 * (i + 1)))
+        data = _member_data(kind, 1000 * (i + 1))
+        rb.extend(data[: 60 + 15 * i])  # members of different sizes ("sampleable" weighs them)
         rbs.append(rb)
     return lib.ReplayBufferEnsemble(*rbs, p=p, num_buffer_sampled=num_buffer_sampled, batch_size=48)
 
@@ -78,7 +79,7 @@ def _equal(a, b) -> bool:
 
 @pytest.mark.parametrize("storage", ["memmap", "list", "lazy"])
 @pytest.mark.parametrize("kind", ["tensor", "td"])
-@pytest.mark.parametrize("p", [[0.0, 0.9, 0.1], None])
+@pytest.mark.parametrize("p", [[0.0, 0.9, 0.1], None, "sampleable"])
 @pytest.mark.parametrize("num_buffer_sampled", [3, 16, None])
 @pytest.mark.parametrize("sampler", ["random", "without_replacement"])
 def test_ensemble_draws_what_torchrl_draws(storage, kind, p, num_buffer_sampled, sampler):
