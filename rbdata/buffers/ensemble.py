@@ -83,7 +83,8 @@ class ReplayBufferEnsemble:
         batch_size: the default sample size.
         collate_fn: stacks the members' parts (default: a stack).
         collate_fns: one per member (default: each storage's default).
-        p: relative weights of the members.
+        p: relative weights of the members, or ``"sampleable"`` (weights from the
+            items each member can return at each draw).
         sample_from_all: draw from every member (not with ``p``).
         num_buffer_sampled: how many members a sample draws from.
         routing_key: enables :meth:`extend`: the member id of each record.
@@ -118,7 +119,7 @@ class ReplayBufferEnsemble:
         batch_size: int | None = None,
         collate_fn: Collate | None = None,
         collate_fns: list[Collate] | None = None,
-        p: list[float] | torch.Tensor | None = None,
+        p: list[float] | torch.Tensor | str | None = None,
         sample_from_all: bool = False,
         num_buffer_sampled: int | None = None,
         routing_key: Any = None,
@@ -275,8 +276,9 @@ class ReplayBufferEnsemble:
     def extend(self, data: TensorDictBase) -> TensorDictBase:
         """Write ``data`` into the members named by ``routing_key``/``routing_dim``.
 
-        Returns a flat TensorDict aligned with ``data.reshape(-1)``: ``"buffer_ids"``
-        and each record's member-local ``"index"``.
+        Returns a flat TensorDict aligned with ``data.reshape(-1)``: ``"buffer_ids"``,
+        each record's member-local ``"index"`` and, when every member writer tracks
+        generations, its ``"index_generation"``.
 
         Raises:
             RuntimeError: without ``routing_key`` or ``routing_dim``.
@@ -285,14 +287,21 @@ class ReplayBufferEnsemble:
         """
         flat, buffer_ids = self._route(data)
         local = torch.empty(buffer_ids.numel(), dtype=torch.long)
+        stamps = torch.empty(buffer_ids.numel(), dtype=torch.long)
+        tracked = self._writer.tracks_generations
         for member, rb in enumerate(self._rbs):
             positions = (buffer_ids == member).nonzero().flatten()
             if positions.numel():
-                written = torch.as_tensor(rb.extend(flat[positions]))
-                local[positions] = written.reshape(-1).to(torch.long)
-        return TensorDict(
+                written = torch.as_tensor(rb.extend(flat[positions])).reshape(-1).to(torch.long)
+                local[positions] = written
+                if tracked:
+                    stamps[positions] = _own_stamps(written, rb.writer.generations_of(written))
+        out = TensorDict(
             {"buffer_ids": buffer_ids, "index": local}, batch_size=[buffer_ids.numel()]
         )
+        if tracked:
+            out.set("index_generation", stamps)
+        return out
 
     def add(self, data: TensorDictBase) -> TensorDictBase:
         """Write one record (a TensorDict with no batch dims) into the member it names."""
@@ -380,7 +389,7 @@ class ReplayBufferEnsemble:
             collate_fns=[self._collate_fns[i] for i in members],
             sample_from_all=self._sampler.sample_from_all,
             num_buffer_sampled=self._sampler.num_buffer_sampled,
-            p=None if p is None else p[members],
+            p=p if p is None or isinstance(p, str) else p[members],
             generator=self._generator,
         )
 
@@ -449,6 +458,18 @@ class ReplayBufferEnsemble:
             " " * 4,
         )
         return f"ReplayBufferEnsemble(\n{body}"
+
+
+def _own_stamps(slots: torch.Tensor, stamps: torch.Tensor) -> torch.Tensor:
+    """Each record's generation: a slot written twice in one batch gave the earlier one less."""
+    stamps = stamps.reshape(-1).to(torch.long).clone()
+    if slots.unique().numel() != slots.numel():
+        later: dict[int, int] = {}
+        for position in range(slots.numel() - 1, -1, -1):
+            slot = int(slots[position])
+            stamps[position] -= later.get(slot, 0)
+            later[slot] = later.get(slot, 0) + 1
+    return stamps
 
 
 def _with_batch(info: TensorDictBase, batch_size: torch.Size) -> TensorDictBase:

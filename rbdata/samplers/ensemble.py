@@ -33,7 +33,10 @@ class SamplerEnsemble(Sampler):
 
     Args:
         *samplers: the member samplers.
-        p: relative weights of the members (normalized), or None for uniform.
+        p: relative weights of the members (normalized), None for uniform, or
+            ``"sampleable"``: weights recomputed at each draw from how many items
+            each member can still return (``sampler.sampleable(storage)``; members
+            with none are left out).
         sample_from_all: draw from every member (not with ``p``).
         num_buffer_sampled: how many members a draw picks (with repetition).
 
@@ -55,7 +58,7 @@ class SamplerEnsemble(Sampler):
     def __init__(
         self,
         *samplers: Sampler,
-        p: list[float] | torch.Tensor | None = None,
+        p: list[float] | torch.Tensor | str | None = None,
         sample_from_all: bool = False,
         num_buffer_sampled: int | None = None,
     ) -> None:
@@ -67,7 +70,7 @@ class SamplerEnsemble(Sampler):
         self.sample_from_all = check_bool(sample_from_all, "sample_from_all")
         if self.sample_from_all and p is not None:
             raise RuntimeError("Cannot pass both `p` argument and `sample_from_all=True`.")
-        self._p: torch.Tensor | None = None
+        self._p: torch.Tensor | str | None = None
         self.p = p
         self._num_buffer_sampled = check_optional_int(
             num_buffer_sampled, "num_buffer_sampled", minimum=1
@@ -80,14 +83,21 @@ class SamplerEnsemble(Sampler):
         return self._samplers
 
     @property
-    def p(self) -> torch.Tensor | None:
-        """The members' normalized weights (None: uniform)."""
+    def p(self) -> torch.Tensor | str | None:
+        """The members' normalized weights (None: uniform; ``"sampleable"``: dynamic)."""
         return self._p
 
     @p.setter
-    def p(self, value: list[float] | torch.Tensor | None) -> None:
+    def p(self, value: list[float] | torch.Tensor | str | None) -> None:
         if value is None:
             self._p = None
+            return
+        if isinstance(value, str):
+            if value != "sampleable":
+                raise ValueError(
+                    f"The only dynamic SamplerEnsemble probability is 'sampleable', got {value!r}."
+                )
+            self._p = value
             return
         weights = torch.as_tensor(value, dtype=torch.float)
         if weights.ndim != 1 or weights.numel() != len(self._samplers):
@@ -134,6 +144,13 @@ class SamplerEnsemble(Sampler):
         members = storage.members
         if self.sample_from_all:
             buffer_ids = torch.arange(len(self._samplers))
+        elif isinstance(self._p, str):
+            counts = torch.tensor(
+                [float(s.sampleable(m)) for s, m in zip(self._samplers, members, strict=True)]
+            )
+            if not counts.any():
+                raise RuntimeError("None of the replay-buffer ensemble members can be sampled.")
+            buffer_ids = torch.multinomial(counts / counts.sum(), count, True, generator=self._rng)
         elif self._p is None:
             buffer_ids = torch.randint(len(self._samplers), (count,), generator=self._rng)
         else:
@@ -195,7 +212,7 @@ class SamplerEnsemble(Sampler):
         ready = [len(member) > 0 for member in storage.members]
         if self.sample_from_all:
             return all(ready)
-        if self._p is None:
+        if self._p is None or isinstance(self._p, str):
             return any(ready)
         return any(r and w > 0 for r, w in zip(ready, self._p.tolist(), strict=True))
 
@@ -238,7 +255,7 @@ class SamplerEnsemble(Sampler):
             return self._samplers[members]
         return SamplerEnsemble(
             *(self._samplers[i] for i in members),
-            p=None if self._p is None else self._p[members],
+            p=self._p if self._p is None or isinstance(self._p, str) else self._p[members],
             sample_from_all=self.sample_from_all,
             num_buffer_sampled=self._num_buffer_sampled,
         )

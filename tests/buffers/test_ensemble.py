@@ -215,3 +215,23 @@ def test_storage_ensemble_checkpointer_saves_member_transforms(tmp_path):
     ).exists()
     rb.storage.loads(tmp_path)
     assert len(rb[0]) == 10
+
+
+def test_sampleable_weights_follow_what_members_can_return():
+    rbs = []
+    for size in (0, 10, 30):
+        rb = ReplayBuffer(storage=LazyTensorStorage(50))
+        if size:
+            rb.extend(torch.arange(size) + 1000 * len(rbs))
+        rbs.append(rb)
+    rb = ReplayBufferEnsemble(*rbs, p="sampleable", num_buffer_sampled=400, batch_size=400)
+    torch.manual_seed(0)
+    ids = rb.sample() // 1000
+    assert 0 not in ids.unique().tolist()  # the empty member is never picked
+    share = (ids[:, 0] == 2).float().mean().item()
+    assert 0.65 < share < 0.85  # 30 of the 40 sampleable items
+    with pytest.raises(ValueError, match="sampleable"):
+        SamplerEnsemble(RandomSampler(), p="uniform")
+    empty = ReplayBufferEnsemble(rbs[0], p="sampleable", batch_size=2)
+    with pytest.raises(RuntimeError, match="None of the replay-buffer ensemble members"):
+        empty.sample()

@@ -60,7 +60,8 @@ def _ensemble(lib, storage: str, kind: str, p, num_buffer_sampled, sampler: str)
             rb = lib.ReplayBuffer(
                 storage=store, sampler=lib.SamplerWithoutReplacement(drop_last=True), batch_size=16
             )
-        rb.extend(_member_data(kind, 1000 * (i + 1)))
+        data = _member_data(kind, 1000 * (i + 1))
+        rb.extend(data[: 60 + 15 * i])  # members of different sizes ("sampleable" weighs them)
         rbs.append(rb)
     return lib.ReplayBufferEnsemble(*rbs, p=p, num_buffer_sampled=num_buffer_sampled, batch_size=48)
 
@@ -78,7 +79,7 @@ def _equal(a, b) -> bool:
 
 @pytest.mark.parametrize("storage", ["memmap", "list", "lazy"])
 @pytest.mark.parametrize("kind", ["tensor", "td"])
-@pytest.mark.parametrize("p", [[0.0, 0.9, 0.1], None])
+@pytest.mark.parametrize("p", [[0.0, 0.9, 0.1], None, "sampleable"])
 @pytest.mark.parametrize("num_buffer_sampled", [3, 16, None])
 @pytest.mark.parametrize("sampler", ["random", "without_replacement"])
 def test_ensemble_draws_what_torchrl_draws(storage, kind, p, num_buffer_sampled, sampler):
@@ -293,3 +294,30 @@ def test_her_full_ring_keeps_goals_in_the_episode():
         tail = ~before
         assert (ours["desired_goal"][tail, 0] == 7).all()  # rbdata: slot 7, same episode part
         assert (theirs["desired_goal"][tail, 0] == 3).all()  # torchrl: slot 3, episode 0
+
+
+@pytest.mark.parametrize("track", [False, True])
+def test_routed_writes_as_torchrl(track):
+    out = {}
+    for name, lib in LIBS.items():
+        members = [
+            lib.TensorDictReplayBuffer(
+                storage=lib.LazyTensorStorage(4),
+                writer=lib.TensorDictRoundRobinWriter(track_generations=track),
+            )
+            for _ in range(2)
+        ]
+        rb = lib.ReplayBufferEnsemble(*members, routing_key="member")
+        data = TensorDict(
+            {"member": torch.tensor([1, 0, 1, 1, 1, 1, 0]), "x": torch.arange(7.0)}, [7]
+        )
+        first = rb.extend(data)
+        second = rb.extend(data[:3])
+        out[name] = (first, second, members[0][:]["x"], members[1][:]["x"])
+    for theirs, ours in zip(out["torchrl"], out["rbdata"], strict=True):
+        if isinstance(theirs, torch.Tensor):
+            assert torch.equal(theirs, ours)
+        else:
+            assert set(theirs.keys()) == set(ours.keys())
+            for key in theirs.keys():
+                assert torch.equal(theirs[key], ours[key]), key
