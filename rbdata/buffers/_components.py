@@ -5,7 +5,7 @@
 path, indexing, priority updates, state): the storage, sampler, writer,
 sample unit and transforms, built lazily, with the buffer's settings, its
 lock (``sync``) and its bookkeeping (``stats``, ``prefetcher``,
-``follower``). :class:`_BufferBase` shows them under the names the sharing
+``write_follower``). :class:`_BufferBase` shows them under the names the sharing
 mixins (``_DeferredWrites``, ``_SharedHandle``) are written against.
 """
 
@@ -93,7 +93,7 @@ class _Components:
         self.writer: Writer
         self.transform: Compose
         self.collate_fn: Callable[[Any], Any]
-        self.follower: _WriteFollower
+        self.write_follower: _WriteFollower
 
     # ------------------------------------------------------------ building
     def init(self) -> None:
@@ -125,7 +125,7 @@ class _Components:
             )
         self.storage, self.sampler, self.writer = storage, sampler, writer
         writer.register_storage(storage)
-        self.follower = _WriteFollower(writer.write_count)
+        self.write_follower = _WriteFollower(writer.write_count)
         sampler.set_rng(self.generator)
         sampler.set_consume_after_n(self.consume_after_n)
         factory = args["transform_factory"]
@@ -192,7 +192,7 @@ class _Components:
             copy.sync = self.sync
         copy.storage, copy.writer, copy.transform = self.storage, self.writer, self.transform
         copy.collate_fn = self.collate_fn
-        copy.follower = _WriteFollower(self.follower.seen)
+        copy.write_follower = _WriteFollower(self.write_follower.seen)
         copy.sampler = sampler
         sampler.set_consume_after_n(None)
         copy.initialized = True
@@ -205,7 +205,7 @@ class _Components:
             self.init()
             prev, self.storage = self.storage, storage
             self.writer.register_storage(storage)
-            self.follower.seen = self.writer.write_count
+            self.write_follower.seen = self.writer.write_count
             self.collate_arg = collate_fn
             self.collate_fn = collate_fn or storage.default_collate_fn()
             return prev
@@ -215,7 +215,7 @@ class _Components:
         with self.sync.lock:
             self.init()
             prev, self.sampler = self.sampler, sampler
-            self.follower.seen = self.writer.write_count
+            self.write_follower.seen = self.writer.write_count
             sampler.set_rng(self.generator)
             sampler.set_consume_after_n(self.consume_after_n)
             return prev
@@ -226,7 +226,7 @@ class _Components:
             self.init()
             prev, self.writer = self.writer, writer
             writer.register_storage(self.storage)
-            self.follower.seen = writer.write_count
+            self.write_follower.seen = writer.write_count
             return prev
 
     def set_rng(self, generator: torch.Generator | None) -> None:
@@ -255,10 +255,10 @@ class _Components:
         """Tell the sampler and sample unit of the writes other buffers or processes made."""
         writer = self.writer
         count = writer.write_count
-        if count == self.follower.seen:
+        if count == self.write_follower.seen:
             return
         ring = writer.writes_in_ring_order and self.consume_after_n is None
-        missed = self.follower.missed(count, self.storage.max_size_along_dim0, ring)
+        missed = self.write_follower.missed(count, self.storage.max_size_along_dim0, ring)
         if missed is not None:
             self.note_written(missed)
 

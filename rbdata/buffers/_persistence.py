@@ -294,7 +294,7 @@ class _BufferState:
         c.prefetcher.settle()
         with c.sync.cond:
             load_buffer_state(state_dict, self._parts())
-            c.follower.seen = c.writer.write_count
+            c.write_follower.seen = c.writer.write_count
             c.prefetcher.restore(() if prefetched is None else prefetched["queue"])
             c.sync.cond.notify_all()
 

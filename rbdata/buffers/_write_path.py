@@ -82,7 +82,7 @@ class _WritePath(_DeferredWrites):
             else:
                 slot = c.writer.add(data)
             c.note_written(torch.tensor([slot]))
-            c.follower.seen = c.writer.write_count
+            c.write_follower.seen = c.writer.write_count
             sync.cond.notify_all()
         return slot
 
@@ -113,7 +113,7 @@ class _WritePath(_DeferredWrites):
             index = self._write(data)
             writer = c.writer
             c.note_written(index[index >= 0] if writer.drops_items else index)
-            c.follower.seen = writer.write_count
+            c.write_follower.seen = writer.write_count
             if storage.ndim == 1:
                 self.hooks.after(data, index, update_priority)
                 c.sync.cond.notify_all()
@@ -206,7 +206,7 @@ class _WritePath(_DeferredWrites):
             c.writer._empty(empty_write_count)
             c.sampler._empty()
             c.sample_unit._empty()
-            c.follower.seen = c.writer.write_count
+            c.write_follower.seen = c.writer.write_count
             c.sync.cond.notify_all()
 
 
