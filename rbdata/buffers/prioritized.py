@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from rbdata.buffers._components import _Components
 from rbdata.buffers.replay import ReplayBuffer
 from rbdata.samplers import PrioritizedSampler
 from rbdata.storages import ListStorage, Storage
@@ -54,6 +55,11 @@ def check_sync(owner: str, sync: Any, storage: Storage) -> bool:
             f"{owner} only supports 1-D storages when sync=False, got storage.ndim={storage.ndim}."
         )
     return sync
+
+
+def writes_told(components: _Components) -> int:
+    """The writes (by any process) the buffer's priority tree was told about."""
+    return components.feed.seen
 
 
 def prioritized_sampler_of(buffer: ReplayBuffer) -> PrioritizedSampler:
@@ -124,4 +130,4 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     @property
     def _prioritized_sampler_write_count(self) -> int:
         """The writes (by any process) the priority tree was told about."""
-        return self._components.feed.seen
+        return writes_told(self._components)

@@ -11,7 +11,12 @@ from tensordict import TensorDictBase
 
 from rbdata.buffers._priority_updates import check_priorities
 from rbdata.buffers._write_path import WriteHooks
-from rbdata.buffers.prioritized import check_sync, prioritized_sampler_of, with_prioritized_sampler
+from rbdata.buffers.prioritized import (
+    check_sync,
+    prioritized_sampler_of,
+    with_prioritized_sampler,
+    writes_told,
+)
 from rbdata.buffers.protocol import INFO_KEYS
 from rbdata.buffers.replay import ReplayBuffer
 from rbdata.samplers import PrioritizedSampler
@@ -204,7 +209,7 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
     @property
     def _prioritized_sampler_write_count(self) -> int:
         """The writes (by any process) the priority tree was told about."""
-        return self._components.feed.seen
+        return writes_told(self._components)
 
     def _write_hooks(self) -> WriteHooks:
         return _PriorityEntry(self)
