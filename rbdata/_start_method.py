@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from torch import multiprocessing
+import multiprocessing  # torch.multiprocessing shares the standard library's start method
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ def default_to_spawn() -> None:
     """Set the global start method to ``"spawn"`` if none is set yet.
 
     Examples:
-        >>> from torch import multiprocessing
+        >>> import multiprocessing  # torch.multiprocessing shares the standard library's start method
         >>> default_to_spawn()
         >>> multiprocessing.get_start_method(allow_none=True) is not None
         True

@@ -19,6 +19,7 @@ Examples:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable
 from typing import Any, NamedTuple, Protocol
 
@@ -66,6 +67,11 @@ class _Backend(NamedTuple):
 
 _BACKENDS: dict[str, _Backend] = {}
 
+#: backends rbdata ships, by the module that registers each when imported: a buffer asking
+#: for one imports it then, so ``import rbdata`` stays light (a plugin's own import registers
+#: it the same way)
+_PROVIDERS: dict[str, str] = {"ray": "rbdata.service"}
+
 
 def register_service_backend(
     name: str, attach: ServiceBackend, option_keys: Iterable[str] | None = None
@@ -109,7 +115,7 @@ def _checked_keys(option_keys: Any) -> frozenset[str] | None:
 
 def registered_backends() -> tuple[str, ...]:
     """The names of the registered service backends (``"direct"`` is always there too)."""
-    return tuple(sorted(_BACKENDS))
+    return tuple(sorted(set(_BACKENDS) | set(_PROVIDERS)))
 
 
 def get_service_backend(name: str) -> ServiceBackend:
@@ -131,6 +137,8 @@ def backend_option_keys(name: str) -> frozenset[str] | None:
 
 
 def _entry(name: str) -> _Backend:
+    if name not in _BACKENDS and name in _PROVIDERS:
+        importlib.import_module(_PROVIDERS[name])  # registers it
     try:
         return _BACKENDS[name]
     except KeyError:

@@ -9,9 +9,8 @@ from typing import Protocol
 from tensordict import TensorDictBase
 
 from rbdata.checkpoint import load_tensordict_dir
+from rbdata.cli._formats import FORMATS  # noqa: F401  (re-exported: the sources read these)
 from rbdata.datasets import MinariReader, load_d4rl_hdf5, load_offline_data
-
-FORMATS = ("minari", "d4rl", "dumps", "memmap")  # as offline_data_format names them
 
 
 class Source(Protocol):

@@ -12,15 +12,15 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tensordict import TensorDictBase
-from tqdm.auto import tqdm
+from rbdata.cli._formats import FORMATS
 
-from rbdata.cli._minari_sink import write_minari
-from rbdata.cli._sinks import write_d4rl, write_dump, write_memmap
-from rbdata.cli._sources import FORMATS, Source, open_source
-from rbdata.datasets import offline_data_format
+if TYPE_CHECKING:  # the work imports torch: done in convert(), so that --help stays fast
+    from tensordict import TensorDictBase
+    from tqdm.auto import tqdm
+
+    from rbdata.cli._sources import Source
 
 __all__ = ["add_parser", "convert", "run"]
 
@@ -90,6 +90,13 @@ def convert(
         >>> convert(f"{root}/mm", f"{root}/dump", to="dumps", chunk_rows=4, progress=False)
         ('memmap', 'dumps', 10, [])
     """
+    from tqdm.auto import tqdm
+
+    from rbdata.cli._minari_sink import write_minari
+    from rbdata.cli._sinks import write_d4rl, write_dump, write_memmap
+    from rbdata.cli._sources import open_source
+    from rbdata.datasets import offline_data_format
+
     dst = Path(os.path.abspath(os.path.expanduser(dst)))  # writers may change directory
     src_format = offline_data_format(src)
     dst_format = to or _destination_format(dst)

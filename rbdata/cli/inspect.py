@@ -6,13 +6,11 @@ import argparse
 import json
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from tensordict import TensorDictBase
-
-from rbdata.checkpoint import read_dump
-from rbdata.datasets import load_offline_data
+if TYPE_CHECKING:  # the work imports torch on use, so that building the parser stays fast
+    import torch
+    from tensordict import TensorDictBase
 
 __all__ = ["add_parser", "run", "summarize"]
 
@@ -72,6 +70,10 @@ def summarize(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, t
         >>> summary["policy_versions"]["age_max"], sorted(series)
         (3, ['policy versions'])
     """
+    import torch
+
+    from rbdata.checkpoint import read_dump
+
     manifest, state, _ = read_dump(path)
     length = int(manifest.get("length") or 0)
     components = manifest.get("components", {})
@@ -119,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _items(path: str | os.PathLike[str]) -> TensorDictBase | None:
     """The dump's items oldest first, or None when they are not TensorDicts in a 1-D storage."""
+    from rbdata.datasets import load_offline_data
+
     try:
         return load_offline_data(path, progress=False)
     except ValueError:
@@ -147,6 +151,8 @@ def _item_series(items: TensorDictBase, summary: dict[str, Any]) -> dict[str, to
 
 def _trajectory_lengths(items: TensorDictBase) -> torch.Tensor | None:
     """Lengths of the trajectories that end in the items (by done flags, else episode ids)."""
+    import torch
+
     keys = items.keys(include_nested=True)
     if ("next", "done") in keys:
         done = items["next", "done"].reshape(items.shape[0], -1).any(-1)
@@ -163,6 +169,8 @@ def _trajectory_lengths(items: TensorDictBase) -> torch.Tensor | None:
 
 def _item_bytes(keys: dict[str, dict[str, Any]]) -> int | None:
     """Bytes one item's leaves take, from the dump's spec; None without a full spec."""
+    import torch
+
     total = 0
     for spec in keys.values():
         shape, dtype = spec.get("shape"), getattr(torch, str(spec.get("dtype")), None)

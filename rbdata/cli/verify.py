@@ -7,7 +7,6 @@ import os
 import sys
 from typing import Any
 
-from rbdata.checkpoint import verify_dump
 from rbdata.errors import CheckpointError
 
 __all__ = ["add_parser", "run"]
@@ -32,6 +31,8 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         CheckpointError: when ``args.path`` is not a dump directory at all (exit status 2).
     """
+    from rbdata.checkpoint import verify_dump  # imports torch: not when building the parser
+
     path = args.path
     try:
         summary = verify_dump(path)

@@ -18,8 +18,8 @@ from tensordict import TensorDict
 
 import rbdata
 from rbdata import LazyTensorStorage, ListStorage, ReplayBuffer, TensorDictPrioritizedReplayBuffer
+from rbdata.cli import _sources, main
 from rbdata.cli import convert as convert_module
-from rbdata.cli import main
 from rbdata.cli.inspect import summarize
 from rbdata.datasets import load_minari, load_offline_data
 
@@ -258,7 +258,7 @@ def test_convert_reports_the_keys_a_format_cannot_hold(tmp_path, capsys):
 def _recording(monkeypatch):
     """Record the size of every chunk a conversion reads."""
     sizes: list[int] = []
-    open_source = convert_module.open_source
+    open_source = _sources.open_source
 
     def recording_open(path, fmt):
         source = open_source(path, fmt)
@@ -276,7 +276,7 @@ def _recording(monkeypatch):
 
         return Recorded()
 
-    monkeypatch.setattr(convert_module, "open_source", recording_open)
+    monkeypatch.setattr(_sources, "open_source", recording_open)  # convert() imports it on use
     return sizes
 
 

@@ -106,3 +106,27 @@ def test_help_runs_in_a_fresh_process():
         check=False,
     )
     assert proc.returncode == 0 and proc.stdout.startswith("usage: rbdata")
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import rbdata",
+        "import rbdata.cli; rbdata.cli.build_parser().format_help()",
+        "import rbdata.cli; rbdata.cli.build_parser().parse_args(['verify', 'x'])",
+    ],
+)
+def test_import_and_help_do_not_import_torch(code):
+    """``import rbdata`` and ``rbdata --help`` stay light: torch is imported on first use."""
+    check = f"{code}; import sys; sys.exit('torch' in sys.modules or 'tensordict' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_every_public_name_loads_on_first_use():
+    code = (
+        "import rbdata, sys; missing = [n for n in rbdata.__all__ if getattr(rbdata, n, None) is "
+        "None]; sys.exit(f'{missing}' if missing else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
