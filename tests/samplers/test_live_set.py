@@ -289,3 +289,19 @@ def test_consumed_order_survives_the_state_dict():
     other.load_state_dict(_roundtrip(live.state_dict()))
     assert torch.equal(other.consumed(100), live.consumed(100))
     assert other.consumed(100).numel() == 50
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, "3", None])
+def test_a_bad_reuse_position_is_refused_and_changes_nothing(bad):
+    live = _LiveSet(1)
+    live.add(torch.arange(10))
+    live.take(4, None)
+    before = live.state_dict()
+    state = live.state_dict()
+    state["reuse_at"] = bad
+    other = _LiveSet(1)
+    other.add(torch.arange(3))
+    with pytest.raises(ValueError, match="reuse_at"):
+        other.load_state_dict(state)
+    assert sorted(other.live.tolist()) == [0, 1, 2] and other.consumed(10).numel() == 0
+    assert live.state_dict()["reuse_at"] == before["reuse_at"]
