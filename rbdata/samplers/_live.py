@@ -330,5 +330,5 @@ class _LiveSet:
         freed = torch.as_tensor(state_dict.get("freed", []), dtype=torch.long)
         self._consumed = _ConsumedRing()
         self._consumed.grow(max(capacity, int(freed.max()) + 1 if freed.numel() else 0))
-        self._free(freed.numpy().copy())
+        self._free(np.unique(freed.numpy()))  # each slot once
         self._consumed.reuse_at = reuse_at
