@@ -46,6 +46,10 @@ class _ConsumedRing:
         #: where the search for consumed slots starts (the slot after the last one refilled)
         self.reuse_at = 0
         self._count = 0  # consumed slots
+        # while few slots are consumed: the slots marked since every consumed slot was known
+        # (some may be consumed no longer), so that listing them all skips the block summary
+        self._recent: list[np.ndarray] | None = []
+        self._recent_size = 0
 
     def __len__(self) -> int:
         return self._count
@@ -68,6 +72,12 @@ class _ConsumedRing:
             self._mask[slots] = True
             self._blocks[slots >> _SHIFT] = True
             self._count += slots.size
+            if self._recent is not None:
+                self._recent_size += slots.size
+                if self._recent_size > self._blocks.size:  # no longer few: the summary serves
+                    self._recent, self._recent_size = None, 0
+                else:
+                    self._recent.append(slots.copy())  # the caller may change its array
 
     def refill(self, slots: np.ndarray) -> None:
         """``slots`` (distinct, within the grown capacity) were written: no longer consumed.
@@ -100,6 +110,7 @@ class _ConsumedRing:
         self._blocks.fill(False)
         self.reuse_at = 0
         self._count = 0
+        self._recent, self._recent_size = [], 0
 
     def first(self, k: int) -> np.ndarray:
         """Up to ``k`` consumed slots in ring order from the reuse position (int64)."""
@@ -146,11 +157,18 @@ class _ConsumedRing:
 
     def _all_from(self, start: int) -> np.ndarray:
         """Every consumed slot, in ring order from ``start``."""
-        blocks = np.flatnonzero(self._blocks)
-        window = self._mask.reshape(-1, _BLOCK)[blocks]
-        flat = np.flatnonzero(window)  # row-major: ascending
-        slots = (blocks[flat >> _SHIFT] << _SHIFT) + (flat & (_BLOCK - 1))
-        self._forget_empty(blocks, window)
+        recent = self._recent
+        if recent is not None:  # few slots: those marked lately, still consumed, sorted
+            marked = np.concatenate(recent) if len(recent) != 1 else recent[0]
+            slots = np.unique(marked[self._mask[marked]])
+        else:
+            blocks = np.flatnonzero(self._blocks)
+            window = self._mask.reshape(-1, _BLOCK)[blocks]
+            flat = np.flatnonzero(window)  # row-major: ascending
+            slots = (blocks[flat >> _SHIFT] << _SHIFT) + (flat & (_BLOCK - 1))
+            self._forget_empty(blocks, window)
+        if slots.size <= self._blocks.size:  # every consumed slot, and few: listed from now on
+            self._recent, self._recent_size = [slots.copy()], slots.size
         cut = int(np.searchsorted(slots, start))
         out = np.concatenate([slots[cut:], slots[:cut]]) if cut else slots
         return out.astype(np.int64, copy=False)
