@@ -10,10 +10,19 @@ wrap point), which the writer copies as slices, as it does at its cursor.
 
 The slots are marked in a bool mask with a summary of 64-slot blocks
 (``True``: the block may hold a consumed slot; a block found empty when
-looked at is cleared), so finding ``k`` slots costs O(blocks + k)
-numpy work, never a Python step per slot, whether the consumed slots are a
-dense run (after a drain) or a few hundred scattered over a large buffer
-(the steady state of sample-then-extend).
+looked at is cleared), so finding ``k`` slots costs O(blocks + k) numpy
+work, never a Python step per slot; a run from the reuse position (after a
+drain) is found in O(k). While fewer slots are consumed than there are
+blocks (the steady state of sample-then-extend: a few hundred scattered
+over a large buffer), the slots marked since all of them were last known
+are kept in a list, and listing every consumed slot sorts those (O(k log k))
+instead of scanning the summary.
+
+Measured on a busy 2-core host (CPU time, one thread): rewriting a drained
+``LazyTensorStorage(100_000)`` of transitions takes 8.6 ms (one slice copy
+per leaf) where reusing the slots in the order they were consumed took 45 ms
+(a scatter); ``sample(256)`` then ``extend(256)`` at 1M with 16-byte rows
+takes 210-222 us a step where the consumption-order queue took 167-177 us.
 """
 
 from __future__ import annotations
