@@ -127,13 +127,16 @@ class _ConsumedRing:
         if k <= 0 or not self._count:
             return np.zeros(0, dtype=np.int64)
         start = self.reuse_at if self.reuse_at < size else 0
+        head = start >> _SHIFT
+        if start and not (
+            self._blocks[head + 1 :].any() or self._mask[start : (head + 1) << _SHIFT].any()
+        ):
+            start = head = 0  # nothing consumed from the position on: the ring goes on at 0
         if start + k <= size and self._mask[start : start + k].all():
             return np.arange(start, start + k, dtype=np.int64)  # a run (after a drain)
         if self._count <= k:
             return self._all_from(start)
-        head, offset = start >> _SHIFT, start & (_BLOCK - 1)
-        if not (self._blocks[head + 1 :].any() or self._mask[start : (head + 1) << _SHIFT].any()):
-            start = head = offset = 0  # nothing consumed from the position on: wrap at once
+        offset = start & (_BLOCK - 1)
         candidates = np.flatnonzero(self._blocks)
         cut = int(np.searchsorted(candidates, head))
         order = np.concatenate([candidates[cut:], candidates[:cut]])
