@@ -173,8 +173,8 @@ class _WritePath(_DeferredWrites):
     def _write(self, data: Any) -> torch.Tensor:
         """Write a batch: into consumed slots first (consume-after-n), then at the cursor.
 
-        The consumed slots a batch reuses (the ones consumed first) take its
-        items in the order they were consumed (torchrl's order).
+        The consumed slots a batch reuses take its items in ring order from the
+        sampler's reuse position (``Sampler.reusable_slots``).
         """
         c = self._components
         writer = c.writer

@@ -200,6 +200,11 @@ def check_sampler(manifest: dict[str, Any], sampler: Any, where: str) -> None:
                 raise CheckpointError(
                     f"{where}: the sampler's live set {key!r} must be a 1-d tensor of ints >= 0."
                 )
+        reuse_at = live.get("reuse_at", 0)
+        if type(reuse_at) is not int or reuse_at < 0:
+            raise CheckpointError(
+                f"{where}: the sampler's live set 'reuse_at' must be an int >= 0, got {reuse_at!r}."
+            )
         _check_live_fits(manifest, live, where)
     for key in ("alpha", "beta"):  # as PrioritizedSampler.load_state_dict checks them
         if key in sampler:

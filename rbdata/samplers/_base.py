@@ -174,10 +174,13 @@ class Sampler:
         return live is not None and len(live) == 0
 
     def reusable_slots(self, k: int) -> torch.Tensor:
-        """Up to ``k`` consumed slots new items may be written to, consumed first first.
+        """Up to ``k`` consumed slots new items may be written to, in ring order.
 
-        Without consume-after-n there are none. Looking changes nothing: a slot
-        leaves the list when it is written.
+        From the reuse position (the slot after the last consumed slot written
+        again; slot 0 at first) upwards, wrapping around, skipping the slots
+        that are not consumed: after a drain, one run of slots. Without
+        consume-after-n there are none. Looking changes nothing: a slot leaves
+        the list when it is written.
         """
         if self._live is None:
             return torch.zeros(0, dtype=torch.long)

@@ -10,10 +10,19 @@ wrap point), which the writer copies as slices, as it does at its cursor.
 
 The slots are marked in a bool mask with a summary of 64-slot blocks
 (``True``: the block may hold a consumed slot; a block found empty when
-looked at is cleared), so finding ``k`` slots costs O(blocks + k)
-numpy work, never a Python step per slot, whether the consumed slots are a
-dense run (after a drain) or a few hundred scattered over a large buffer
-(the steady state of sample-then-extend).
+looked at is cleared), so finding ``k`` slots costs O(blocks + k) numpy
+work, never a Python step per slot; a run from the reuse position (after a
+drain) is found in O(k). While fewer slots are consumed than there are
+blocks (the steady state of sample-then-extend: a few hundred scattered
+over a large buffer), the slots marked since all of them were last known
+are kept in a list, and listing every consumed slot sorts those (O(k log k))
+instead of scanning the summary.
+
+Measured on a busy 2-core host (CPU time, one thread): rewriting a drained
+``LazyTensorStorage(100_000)`` of transitions takes 8.6 ms (one slice copy
+per leaf) where reusing the slots in the order they were consumed took 45 ms
+(a scatter); ``sample(256)`` then ``extend(256)`` at 1M with 16-byte rows
+takes 210-222 us a step where the consumption-order queue took 167-177 us.
 """
 
 from __future__ import annotations
@@ -46,6 +55,10 @@ class _ConsumedRing:
         #: where the search for consumed slots starts (the slot after the last one refilled)
         self.reuse_at = 0
         self._count = 0  # consumed slots
+        # while few slots are consumed: the slots marked since every consumed slot was known
+        # (some may be consumed no longer), so that listing them all skips the block summary
+        self._recent: list[np.ndarray] | None = []
+        self._recent_size = 0
 
     def __len__(self) -> int:
         return self._count
@@ -68,6 +81,12 @@ class _ConsumedRing:
             self._mask[slots] = True
             self._blocks[slots >> _SHIFT] = True
             self._count += slots.size
+            if self._recent is not None:
+                self._recent_size += slots.size
+                if self._recent_size > self._blocks.size:  # no longer few: the summary serves
+                    self._recent, self._recent_size = None, 0
+                else:
+                    self._recent.append(slots.copy())  # the caller may change its array
 
     def refill(self, slots: np.ndarray) -> None:
         """``slots`` (distinct, within the grown capacity) were written: no longer consumed.
@@ -100,6 +119,7 @@ class _ConsumedRing:
         self._blocks.fill(False)
         self.reuse_at = 0
         self._count = 0
+        self._recent, self._recent_size = [], 0
 
     def first(self, k: int) -> np.ndarray:
         """Up to ``k`` consumed slots in ring order from the reuse position (int64)."""
@@ -107,13 +127,16 @@ class _ConsumedRing:
         if k <= 0 or not self._count:
             return np.zeros(0, dtype=np.int64)
         start = self.reuse_at if self.reuse_at < size else 0
+        head = start >> _SHIFT
+        if start and not (
+            self._blocks[head + 1 :].any() or self._mask[start : (head + 1) << _SHIFT].any()
+        ):
+            start = head = 0  # nothing consumed from the position on: the ring goes on at 0
         if start + k <= size and self._mask[start : start + k].all():
             return np.arange(start, start + k, dtype=np.int64)  # a run (after a drain)
         if self._count <= k:
             return self._all_from(start)
-        head, offset = start >> _SHIFT, start & (_BLOCK - 1)
-        if not (self._blocks[head + 1 :].any() or self._mask[start : (head + 1) << _SHIFT].any()):
-            start = head = offset = 0  # nothing consumed from the position on: wrap at once
+        offset = start & (_BLOCK - 1)
         candidates = np.flatnonzero(self._blocks)
         cut = int(np.searchsorted(candidates, head))
         order = np.concatenate([candidates[cut:], candidates[:cut]])
@@ -146,11 +169,18 @@ class _ConsumedRing:
 
     def _all_from(self, start: int) -> np.ndarray:
         """Every consumed slot, in ring order from ``start``."""
-        blocks = np.flatnonzero(self._blocks)
-        window = self._mask.reshape(-1, _BLOCK)[blocks]
-        flat = np.flatnonzero(window)  # row-major: ascending
-        slots = (blocks[flat >> _SHIFT] << _SHIFT) + (flat & (_BLOCK - 1))
-        self._forget_empty(blocks, window)
+        recent = self._recent
+        if recent is not None:  # few slots: those marked lately, still consumed, sorted
+            marked = np.concatenate(recent) if len(recent) != 1 else recent[0]
+            slots = np.unique(marked[self._mask[marked]])
+        else:
+            blocks = np.flatnonzero(self._blocks)
+            window = self._mask.reshape(-1, _BLOCK)[blocks]
+            flat = np.flatnonzero(window)  # row-major: ascending
+            slots = (blocks[flat >> _SHIFT] << _SHIFT) + (flat & (_BLOCK - 1))
+            self._forget_empty(blocks, window)
+        if slots.size <= self._blocks.size:  # every consumed slot, and few: listed from now on
+            self._recent, self._recent_size = [slots.copy()], slots.size
         cut = int(np.searchsorted(slots, start))
         out = np.concatenate([slots[cut:], slots[:cut]]) if cut else slots
         return out.astype(np.int64, copy=False)

@@ -308,7 +308,16 @@ class _LiveSet:
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output exactly, order included (missing keys: defaults)."""
+        """Restore :meth:`state_dict`'s output exactly, order included (missing keys: defaults).
+
+        Raises:
+            ValueError: if the reuse position is not an int >= 0 (nothing is changed then).
+        """
+        reuse_at = state_dict.get("reuse_at", 0)
+        if isinstance(reuse_at, torch.Tensor) and reuse_at.numel() == 1:
+            reuse_at = reuse_at.item()
+        if type(reuse_at) is not int or reuse_at < 0:
+            raise ValueError(f"the live set's reuse_at must be an int >= 0, got {reuse_at!r}.")
         self.n = int(state_dict.get("n", self.n))
         counts = torch.as_tensor(state_dict.get("counts", self._counts), dtype=torch.long)
         live = torch.as_tensor(state_dict.get("live", self.live), dtype=torch.long).clone()
@@ -321,5 +330,5 @@ class _LiveSet:
         freed = torch.as_tensor(state_dict.get("freed", []), dtype=torch.long)
         self._consumed = _ConsumedRing()
         self._consumed.grow(max(capacity, int(freed.max()) + 1 if freed.numel() else 0))
-        self._free(freed.numpy().copy())
-        self._consumed.reuse_at = int(state_dict.get("reuse_at", 0))
+        self._free(np.unique(freed.numpy()))  # each slot once
+        self._consumed.reuse_at = reuse_at

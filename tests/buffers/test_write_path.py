@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -75,3 +76,37 @@ def test_a_write_larger_than_the_consumed_slots_continues_at_the_cursor():
             assert index == [*head, 0, 1]
         branches.add(0 in head or 1 in head)
     assert branches == {False, True}
+
+
+def _sampler(name: str):
+    from rbdata import PrioritizedSampler, RandomSampler, SamplerWithoutReplacement
+
+    return {
+        "random": lambda: RandomSampler(),
+        "without_replacement": lambda: SamplerWithoutReplacement(),
+        "prioritized": lambda: PrioritizedSampler(3000, alpha=0.7, beta=0.5),
+    }[name]()
+
+
+@pytest.mark.parametrize("sampler", ["random", "without_replacement", "prioritized"])
+def test_every_consuming_sampler_rewrites_a_drained_buffer_as_one_ring_run(sampler):
+    """Drained: one run from the reuse position (one slice per leaf); then the ring goes on."""
+    capacity = 3000
+    data = TensorDict({"obs": torch.arange(capacity).float().unsqueeze(1)}, [capacity])
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(capacity),
+        sampler=_sampler(sampler),
+        consume_after_n_samples=1,
+        batch_size=256,
+    )
+    rb.extend(data)
+    while len(rb):
+        rb.sample()
+    index = rb.extend(data[:2000] + 10_000)
+    assert index.tolist() == list(range(2000))
+    while len(rb):
+        rb.sample()
+    index = rb.extend(data + 20_000)  # from the slot after the last one reused, wrapping
+    assert index.tolist() == [*range(2000, 3000), *range(2000)]
+    assert torch.equal(rb.storage[index]["obs"], data["obs"] + 20_000)
+    assert len(rb) == capacity

@@ -289,3 +289,45 @@ def test_consumed_order_survives_the_state_dict():
     other.load_state_dict(_roundtrip(live.state_dict()))
     assert torch.equal(other.consumed(100), live.consumed(100))
     assert other.consumed(100).numel() == 50
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, "3", None])
+def test_a_bad_reuse_position_is_refused_and_changes_nothing(bad):
+    live = _LiveSet(1)
+    live.add(torch.arange(10))
+    live.take(4, None)
+    before = live.state_dict()
+    state = live.state_dict()
+    state["reuse_at"] = bad
+    other = _LiveSet(1)
+    other.add(torch.arange(3))
+    with pytest.raises(ValueError, match="reuse_at"):
+        other.load_state_dict(state)
+    assert sorted(other.live.tolist()) == [0, 1, 2] and other.consumed(10).numel() == 0
+    assert live.state_dict()["reuse_at"] == before["reuse_at"]
+
+
+def test_consumed_ring_lists_few_slots_without_the_summary():
+    """Few consumed slots (marked, refilled, marked again): listed, each once, in ring order."""
+    rng = np.random.default_rng(3)
+    ring = _ConsumedRing()
+    ring.grow(100_000)
+    consumed: set[int] = set()
+    for step in range(200):
+        slots = rng.choice(100_000, 64, replace=False)
+        slots = slots[~ring.is_marked(slots)]
+        ring.mark(slots)
+        consumed |= set(slots.tolist())
+        if step % 3 == 0:  # refill a part: some come back marked later (listed twice)
+            back = np.array(sorted(consumed)[:40], dtype=np.int64)
+            ring.refill(back)
+            consumed -= set(back.tolist())
+            ring.mark(back[:10])
+            consumed |= set(back[:10].tolist())
+        expected = _ring_order(consumed, ring.reuse_at)
+        assert ring.first(len(expected) + 1).tolist() == expected
+        assert len(ring) == len(consumed)
+        if step % 7 == 6:  # a write takes them all: nothing consumed, the list starts afresh
+            ring.refill(ring.first(len(consumed)))
+            consumed.clear()
+    assert ring.first(10).tolist() == _ring_order(consumed, ring.reuse_at)[:10]
