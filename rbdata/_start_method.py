@@ -11,7 +11,6 @@ overrides a start method the program already set.
 from __future__ import annotations
 
 import logging
-
 import multiprocessing  # torch.multiprocessing shares the standard library's start method
 
 logger = logging.getLogger(__name__)
@@ -21,7 +20,7 @@ def default_to_spawn() -> None:
     """Set the global start method to ``"spawn"`` if none is set yet.
 
     Examples:
-        >>> import multiprocessing  # torch.multiprocessing shares the standard library's start method
+        >>> import multiprocessing
         >>> default_to_spawn()
         >>> multiprocessing.get_start_method(allow_none=True) is not None
         True
