@@ -32,6 +32,8 @@ __all__ = ["can_reserve", "redraws_freely"]
 _SLOT_SAMPLERS: frozenset[type[Sampler]] = frozenset({RandomSampler, SamplerWithoutReplacement})
 #: writers that place a batch at the cursor, in ring order, counting it on their counters
 _RING_WRITERS: frozenset[type[Writer]] = frozenset({RoundRobinWriter, TensorDictRoundRobinWriter})
+#: the decisions made, by the parts' types (they depend on nothing else)
+_DECIDED: dict[tuple[type, ...], bool] = {}
 
 
 def can_reserve(writer: Writer, sampler: Sampler, sample_unit: SampleUnit) -> bool:
@@ -41,12 +43,16 @@ def can_reserve(writer: Writer, sampler: Sampler, sample_unit: SampleUnit) -> bo
     traced), the sampler must draw from slots only, and the sample unit must
     keep no state of writes (its ``extend`` is the base's no-op).
     """
-    return (
-        type(writer) in _RING_WRITERS
-        and not isinstance(writer.counters, LocalCounters)
-        and type(sampler) in _SLOT_SAMPLERS
-        and type(sample_unit).extend is SampleUnit.extend
-    )
+    key = (type(writer), type(writer.counters), type(sampler), type(sample_unit))
+    known = _DECIDED.get(key)
+    if known is None:
+        known = _DECIDED[key] = (
+            type(writer) in _RING_WRITERS
+            and not issubclass(key[1], LocalCounters)
+            and type(sampler) in _SLOT_SAMPLERS
+            and type(sample_unit).extend is SampleUnit.extend
+        )
+    return known
 
 
 def redraws_freely(sampler: Sampler) -> bool:

@@ -56,13 +56,14 @@ def reserve(writer: Writer, storage: Storage, n: int) -> int:
     start = cells[0]
     cells[0] = (start + n) % capacity
     stamps = storage.slot_generations if writer.tracks_generations else None
-    slots = ring_slots(start, n, capacity)
     if stamps is not None:
+        slots = ring_slots(start, n, capacity)
         stamps.index_add_(0, slots, torch.ones_like(slots))
     cells[1] += n
     stop = start + n
     storage_cells = storage.counters.cells
-    count_written(storage_cells, min(stop, capacity), min(stop, capacity) - 1)
+    end = min(stop, capacity)
+    count_written(storage_cells, end, end - 1)
     if stop > capacity:
         count_written(storage_cells, stop - capacity, stop - capacity - 1)
     return start

@@ -1,0 +1,66 @@
+"""What crashed processes left is swept by the next one (rbdata.sharing.cleanup, .liveness)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+from rbdata.sharing.cleanup import creator_prefix, sweep
+from rbdata.sharing.liveness import alive, identity, this_process
+
+
+def _dead_process() -> tuple[int, int]:
+    """``(pid, start)`` of a child that ran and was reaped."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(write, str(identity(os.getpid())).encode())
+        os._exit(0)
+    os.close(write)
+    start = int(os.read(read, 64))
+    os.close(read)
+    os.waitpid(pid, 0)
+    return pid, start
+
+
+def test_entries_of_dead_creators_go_and_live_ones_stay() -> None:
+    pid, start = _dead_process()
+    assert not alive(pid, start)
+    place = tempfile.gettempdir()
+    dead = os.path.join(place, f"rbdata-{pid}-{start}-lock-test")
+    dead_dir = os.path.join(place, f"rbdata-{pid}-{start}-shared-test")
+    live = os.path.join(place, creator_prefix("lock") + "test")
+    try:
+        for path in (dead, live):
+            with open(path, "w"):
+                pass
+        os.makedirs(os.path.join(dead_dir, "inner"))
+        assert sweep() >= 2
+        assert not os.path.exists(dead) and not os.path.exists(dead_dir)
+        assert os.path.exists(live)
+    finally:
+        for path in (dead, live):
+            if os.path.exists(path):
+                os.unlink(path)
+
+
+def test_a_reused_pid_is_not_the_process_that_died() -> None:
+    pid, start = this_process()
+    assert alive(pid, start)
+    assert not alive(pid, start - 1)  # this pid, another start time: the writer that died
+
+
+def test_a_zombie_is_dead() -> None:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # until it exited (a zombie: not waited for)
+            if identity(pid) is None:
+                break
+            time.sleep(0.001)
+        assert identity(pid) is None
+    finally:
+        os.waitpid(pid, 0)
