@@ -100,7 +100,8 @@ class PromptGroupSampler(Sampler):
         self.strategy = strategy
         self.reward_key = normalize_key(reward_key, "reward_key")
         self.cache_groups = check_bool(cache_groups, "cache_groups")
-        self._groups: dict[Any, torch.Tensor] | None = None
+        self._group_index: dict[Any, torch.Tensor] | None = None  # torchrl's attribute name
+        self._cached_for: tuple[int, int, int] | None = None  # storage id, length, revision
         self._rewards: torch.Tensor | None = None
         self._recency: torch.Tensor | None = None  # per slot: when it was written (-1: unknown)
         self._clock = 0
@@ -132,7 +133,7 @@ class PromptGroupSampler(Sampler):
                 f"PromptGroupSampler only supports 1-dimensional storages, got ndim={storage.ndim}."
             )
         num_groups, per_group = self._shape(batch_size)
-        groups = self._group_index(storage)
+        groups = self._groups_of(storage)
         keys = list(groups)
         order = torch.randperm(len(keys), generator=self._rng)
         chosen = [keys[i] for i in order[:num_groups].tolist()]
@@ -143,16 +144,26 @@ class PromptGroupSampler(Sampler):
         index = torch.cat([self._within(groups[key], per_group) for key in chosen])
         return index, {}
 
-    def _group_index(self, storage: Storage) -> dict[Any, torch.Tensor]:
-        if self._groups is not None and self.cache_groups:
-            return self._groups
+    def _groups_of(self, storage: Storage) -> dict[Any, torch.Tensor]:
+        """The slots of every group, cached until the storage (or its content) changes.
+
+        Another buffer over the same storage may write: its writes move the storage's
+        ``revision``.
+        """
         n = len(storage)
+        if (
+            self._group_index is not None
+            and self.cache_groups
+            and self._cached_for == (id(storage), n, storage.revision)
+        ):
+            return self._group_index
         data = storage[:]
         if not isinstance(data, TensorDictBase):
             raise TypeError(
                 "PromptGroupSampler needs a 1-dimensional storage whose items are "
-                "TensorDicts (LazyTensorStorage, LazyMemmapStorage, LazyStackStorage), got "
-                f"{type(storage).__name__} returning {type(data).__name__}."
+                "TensorDicts (LazyTensorStorage, LazyMemmapStorage, LazyStackStorage). Plain "
+                f"ListStorage is not supported: got {type(storage).__name__} returning "
+                f"{type(data).__name__}."
             )
         values = data.get(self.group_key)
         tensorish = isinstance(values, torch.Tensor | TensorDictBase)  # NonTensorStack: a TD
@@ -170,13 +181,13 @@ class PromptGroupSampler(Sampler):
             reward = data.get(self.reward_key)
             if not isinstance(reward, torch.Tensor):
                 raise TypeError(
-                    f"strategy={self.strategy!r} needs reward_key={self.reward_key!r} to hold a "
-                    f"tensor, got {type(reward).__name__}."
+                    f"The {self.strategy!r} strategy requires reward_key={self.reward_key!r} to "
+                    f"hold a tensor, got {type(reward).__name__}."
                 )
             self._rewards = reward.reshape(n, -1).float().mean(-1).cpu()
         if self.strategy == "recency":
             self._fill_recency(n)
-        self._groups = groups
+        self._group_index, self._cached_for = groups, (id(storage), n, storage.revision)
         return groups
 
     def _within(self, slots: torch.Tensor, k: int) -> torch.Tensor:
@@ -260,15 +271,24 @@ class PromptGroupSampler(Sampler):
     def _on_write(self, index: torch.Tensor) -> None:
         if self.strategy == "recency":
             self._stamp(index.cpu())
-        self._groups, self._rewards = None, None
+        self._group_index, self._rewards = None, None
 
     def _on_update(self, index: torch.Tensor) -> None:
         self._on_write(index)
 
     def _on_empty(self) -> None:
-        self._groups, self._rewards, self._recency = None, None, None
+        self._group_index, self._rewards, self._recency = None, None, None
         self._clock = 0
         self._warned_small = False
+
+    def state_dict(self) -> dict[str, Any]:
+        """The recency stamps (torchrl's keys; empty without them): nothing else is kept."""
+        return self._extra_state()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_group_index"], state["_rewards"], state["_cached_for"] = None, None, None
+        return state
 
     def _extra_state(self) -> dict[str, Any]:
         if self._recency is None:
@@ -282,7 +302,7 @@ class PromptGroupSampler(Sampler):
         clock = check_int(state_dict.get("recency_clock", 0), "recency_clock", minimum=0)
         self._recency = None if recency is None else recency.clone().long().cpu()
         self._clock = clock
-        self._groups, self._rewards = None, None
+        self._group_index, self._rewards = None, None
 
     def __repr__(self) -> str:
         return (

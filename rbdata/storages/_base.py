@@ -102,6 +102,14 @@ class Storage(_CompileHooks, abc.ABC):
         return self._counters[1]
 
     @property
+    def revision(self) -> int:
+        """How many times the content changed (writes, edits, ``empty()``, other processes').
+
+        A cache built from the content (a sampler's index of it) is stale once this moves.
+        """
+        return int(self._mutation_revision)
+
+    @property
     def _last_cursor_index(self) -> int | None:
         """The slot (along the first dim) of the last item written, None before any."""
         last = self._counters[2]

@@ -72,7 +72,7 @@ class ListStorage(Storage):
 
     def __init__(
         self,
-        max_size: int | None = 1000,
+        max_size: int | None = None,
         *,
         compilable: bool = False,
         device: torch.device | str | int | None = None,
@@ -236,7 +236,7 @@ class LazyStackStorage(ListStorage):
 
     def __init__(
         self,
-        max_size: int | None = 1000,
+        max_size: int | None = None,
         *,
         compilable: bool = False,
         stack_dim: int = 0,

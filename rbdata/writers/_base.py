@@ -19,6 +19,9 @@ __all__ = ["Writer", "batch_len", "slice_batch"]
 
 #: consecutive slots given to ``write_at`` are copied as slices when the runs average this
 _RUN_ITEMS = 1024
+#: the slots generations are first allocated for over an unbounded storage (a
+#: ``ListStorage()``): the stamps grow with the slots written, as torchrl's do
+_UNBOUNDED_START = 1024
 
 
 def batch_len(data: Any) -> int:
@@ -155,7 +158,7 @@ class Writer(abc.ABC):
         if self.writes_in_ring_order:
             storage.follow_writes(self._newest_slot)
         if self._track_generations:
-            slots = self._capacity()
+            slots = self._stamp_slots()
             current = self._generation
             if current is None or current.numel() != slots:
                 fits = pending is not None and pending.numel() == slots
@@ -229,10 +232,23 @@ class Writer(abc.ABC):
         stamps = generation[index.clamp(0, n - 1).to(generation.device)].to(index.device)
         return torch.where((index >= 0) & (index < n), stamps, torch.full_like(stamps, -1))
 
+    def _stamp_slots(self) -> int:
+        """How many slots the stamps cover: every slot, or (unbounded storage) a first few."""
+        capacity = self._capacity()
+        if capacity <= 1 << 31:
+            return capacity
+        return max(_UNBOUNDED_START, len(self.storage))
+
     def _stamp(self, index: torch.Tensor | int) -> None:
         generation = self._generation
         if generation is None:
             return
+        top = int(index.max()) if isinstance(index, torch.Tensor) and index.numel() else -1
+        top = max(top, index if isinstance(index, int) else -1)
+        if top >= generation.numel():  # an unbounded storage: the stamps grow (never-written: -1)
+            grown = torch.full((max(2 * generation.numel(), top + 1),), -1, dtype=torch.long)
+            grown[: generation.numel()] = generation
+            self._generation = generation = grown
         if isinstance(index, torch.Tensor):  # repeated slots count once per write
             generation.index_add_(0, index, torch.ones_like(index))
         else:
@@ -354,6 +370,9 @@ class Writer(abc.ABC):
         """
         generation = state_dict.get("_generation")
         current = self._generation
+        grows = self._storage is not None and self._stamp_slots() != self._capacity()
+        if grows and generation is not None and current is not None:
+            current = None  # an unbounded storage: the saved stamps replace these, any length
         if generation is not None and current is not None and generation.shape != current.shape:
             raise ValueError(
                 f"writer generations have shape {tuple(generation.shape)}, expected "
@@ -362,7 +381,7 @@ class Writer(abc.ABC):
         self._cursor = int(state_dict.get("_cursor", self._cursor))
         self._write_count = int(state_dict.get("_write_count", self._write_count))
         if generation is not None:
-            if self._generation is None:
+            if self._generation is None or current is None:
                 self._generation = generation.clone()
             else:
                 self._generation.copy_(generation)

@@ -91,7 +91,9 @@ class TensorDictMaxValueWriter(Writer):
                 f"dimension (got ndim={storage.ndim}): store flat transitions."
             )
         super().register_storage(storage)
-        self._ranks = torch.full((storage.max_size,), float("-inf"), dtype=torch.float64)
+        # an unbounded storage (ListStorage()) is never full: the table grows with the items
+        slots = storage.max_size if storage.max_size <= 1 << 31 else max(1024, len(storage))
+        self._ranks = torch.full((slots,), float("-inf"), dtype=torch.float64)
 
     @property
     def _current_top_values(self) -> list[tuple[float, int]]:
@@ -132,7 +134,14 @@ class TensorDictMaxValueWriter(Writer):
     def _write_batch(self, data: Any) -> torch.Tensor:
         ranks = self._rank(data)
         assert self._ranks is not None
-        n, capacity, filled = ranks.shape[0], self._ranks.shape[0], len(self.storage)
+        n, capacity, filled = ranks.shape[0], self.storage.max_size, len(self.storage)
+        size = self._ranks.shape[0]
+        if size < min(capacity, filled + n):  # an unbounded storage: grow the rank table
+            grown = torch.full(
+                (min(capacity, max(2 * size, filled + n)),), float("-inf"), dtype=torch.float64
+            )
+            grown[:size] = self._ranks
+            self._ranks = grown
         out = torch.full((n,), -1, dtype=torch.long)
         n_free = min(n, capacity - filled)
         out[:n_free] = torch.arange(filled, filled + n_free)
@@ -186,7 +195,13 @@ class TensorDictMaxValueWriter(Writer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the counters, generations and the rank table."""
         ranks = state_dict.get("_ranks", state_dict.get("ranks"))
-        if ranks is not None and self._ranks is not None and ranks.shape != self._ranks.shape:
+        unbounded = self._storage is not None and self._storage.max_size > 1 << 31
+        if (
+            ranks is not None
+            and self._ranks is not None
+            and ranks.shape != self._ranks.shape
+            and not unbounded
+        ):
             raise ValueError(
                 f"saved rank table has shape {tuple(ranks.shape)}, expected "
                 f"{tuple(self._ranks.shape)} (one rank per storage slot)."

@@ -15,6 +15,9 @@ from typing import Any
 
 from ._fuzz_program import LIST_STORAGES, Config
 
+#: the list storages (``"default"``: no storage given, the buffer's ``ListStorage(1000)``)
+_LISTS = (*LIST_STORAGES, "default")
+
 #: stats() entries rbdata adds to torchrl's (deliberate)
 EXTRA_STATS = ("skipped_priority_updates", "capacity_bytes", "resident_bytes")
 
@@ -103,6 +106,32 @@ RULES: tuple[Rule, ...] = (
         lambda s: s.name in ("state_dict", "dumps") and s.ours == s.before,
     ),
     (
+        "state_dict and dumps round-trip every storage and data kind (torchrl raises or converts)",
+        lambda s: (
+            s.name in ("storage", "writer")
+            and s.op[1] in ("state_dict", "dumps")
+            and raises(s.theirs)
+            and not raises(s.ours)
+        ),
+    ),
+    (
+        "consume_after_n_samples: items written through rb.writer itself are not live",
+        lambda s: s.name == "writer" and s.op[1] in ("add", "extend") and s.cfg.consume is not None,
+    ),
+    (
+        "an extend of more items than the storage holds keeps the last ones whole (torchrl's "
+        "write through repeated slots can tear rows: leaves of different items in one row)",
+        lambda s: (
+            s.name == "extend"
+            and s.op[1] > s.cfg.max_size
+            and s.theirs == s.ours
+            and isinstance(s.their_state, dict)
+            and isinstance(s.our_state, dict)
+            and {k: v for k, v in s.their_state.items() if k != "rows"}
+            == {k: v for k, v in s.our_state.items() if k != "rows"}
+        ),
+    ),
+    (
         "TensorDict buffers accept data that is not a TensorDict (a list)",
         lambda s: (
             s.name == "extend"
@@ -171,7 +200,7 @@ RULES: tuple[Rule, ...] = (
     ),
     (
         "lazily stacked (ragged) data in list storages",
-        lambda s: s.mismatched and s.cfg.storage in LIST_STORAGES,
+        lambda s: s.mismatched and s.cfg.storage in _LISTS,
     ),
     (
         "writes to an ndim>1 TensorDict buffer: torchrl RuntimeError (its index entry)",
@@ -253,7 +282,7 @@ RULES: tuple[Rule, ...] = (
         lambda s: (
             s.name in ("sample", "iterate")
             and s.cfg.sampler == "slice"
-            and s.cfg.storage in (*LIST_STORAGES, "tensor")
+            and s.cfg.storage in (*_LISTS, "tensor")
         ),
     ),
     (
@@ -284,7 +313,7 @@ RULES: tuple[Rule, ...] = (
     ),
     (
         "dumps of a ListStorage or LazyStackStorage round-trips",
-        lambda s: s.name == "dumps" and s.cfg.storage in LIST_STORAGES and raises(s.theirs),
+        lambda s: s.name == "dumps" and s.cfg.storage in _LISTS and raises(s.theirs),
     ),
     (
         "TensorDictMaxValueWriter: items outranked later in the same batch count as writes",

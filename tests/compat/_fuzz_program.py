@@ -20,6 +20,7 @@ LIST_STORAGES = ("list", "lazystack")
 
 #: data kinds drawn per storage kind (the pairs torchrl supports; others: test_unsupported_data)
 DATA_FOR_STORAGE = {
+    "default": ("tensor", "tensordict", "objects"),  # no storage given: ListStorage(1000)
     "list": ("tensor", "tensordict", "objects"),
     "lazystack": ("tensor", "tensordict"),
     "tensor": ("tensor", "tensordict", "tensorclass", "pytree", "tuple"),
@@ -47,12 +48,17 @@ class Config:
     transform: str | None
     batch_size: int | None
     consume: int | None
+    #: components built with their default arguments (``ListStorage()``, no storage at
+    #: all, ``SamplerWithoutReplacement()``, ...), the way most scripts build them
+    defaults: bool = False
 
 
 @st.composite
 def configs(draw: st.DrawFn) -> Config:
     """A buffer configuration torchrl 0.14.1 can build."""
-    storage = draw(st.sampled_from(LIST_STORAGES + TENSOR_STORAGES))
+    defaults = draw(st.booleans())
+    storages = LIST_STORAGES + TENSOR_STORAGES + (("default",) if defaults else ())
+    storage = draw(st.sampled_from(storages))
     ndim = draw(st.sampled_from((1, 1, 2))) if storage in ("lazytensor", "memmap") else 1
     data = draw(st.sampled_from(DATA_FOR_STORAGE[storage]))
     if ndim == 2:
@@ -67,7 +73,7 @@ def configs(draw: st.DrawFn) -> Config:
         samplers.append("prioritized")
     sampler = draw(st.sampled_from(samplers))
     sampler_args: dict[str, object] = {}
-    if sampler == "without_replacement":
+    if sampler == "without_replacement" and not defaults:
         sampler_args = {"drop_last": draw(st.booleans()), "shuffle": draw(st.booleans())}
     elif sampler == "slice":
         which = draw(st.sampled_from(("num_slices", "slice_len")))
@@ -106,6 +112,7 @@ def configs(draw: st.DrawFn) -> Config:
         consume=draw(st.sampled_from((None, None, 1, 2)))
         if sampler in ("random", "default") and ndim == 1
         else None,
+        defaults=defaults,
     )
 
 
@@ -144,8 +151,32 @@ def operations(cfg: Config) -> st.SearchStrategy[tuple[object, ...]]:
         st.tuples(st.just("state_dict")),
         st.tuples(st.just("dumps")),
         st.tuples(st.just("iterate"), st.integers(1, 3)),
+        # past 1,000 items in one call (the default list storages' bound is there)
+        st.tuples(st.just("extend"), st.sampled_from((600, 1001, 1100)), st.just("batch")),
+        st.tuples(st.just("storage"), st.sampled_from(STORAGE_METHODS), _indices(cfg)),
+        st.tuples(st.just("writer"), st.sampled_from(WRITER_METHODS)),
     ]
     return st.one_of(*ops)
+
+
+#: the public methods of every storage both libraries have, called by the fuzzer directly
+#: (``get``/``__getitem__`` at an index, ``set`` of a written slot, ``len``, ``max_size``,
+#: ``ndim``, state and dumps round trips into a fresh storage; torchrl's storages have no
+#: public ``empty``, its list storages no ``initialized``)
+STORAGE_METHODS = ("get", "getitem", "set", "len", "max_size", "ndim", "state_dict", "dumps")
+
+#: the public methods of every writer both libraries have (``add``/``extend`` written
+#: straight through the writer, as torchrl's collectors may; state and dumps round trips)
+WRITER_METHODS = (
+    "add",
+    "extend",
+    "state_dict",
+    "dumps",
+    "write_count",
+    "generations_of",
+    "tracks_generations",
+    "write_at",
+)
 
 
 @st.composite

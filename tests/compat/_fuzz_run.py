@@ -99,10 +99,13 @@ def bad_batch(cfg: Config, how: str, start: int) -> Any:
 
 def build(ns: Any, cfg: Config, scratch: Path) -> Any:
     """A buffer of ``cfg`` from the library ``ns``."""
-    if cfg.storage == "list":
-        storage = ns.ListStorage(cfg.max_size)
+    storage: Any = None
+    if cfg.storage == "default":
+        pass  # no storage given: the buffer's default (ListStorage(1000))
+    elif cfg.storage == "list":
+        storage = ns.ListStorage() if cfg.defaults else ns.ListStorage(cfg.max_size)
     elif cfg.storage == "lazystack":
-        storage = ns.LazyStackStorage(cfg.max_size)
+        storage = ns.LazyStackStorage() if cfg.defaults else ns.LazyStackStorage(cfg.max_size)
     elif cfg.storage == "lazytensor":
         storage = ns.LazyTensorStorage(cfg.max_size, ndim=cfg.ndim)
     elif cfg.storage == "memmap":
@@ -110,7 +113,7 @@ def build(ns: Any, cfg: Config, scratch: Path) -> Any:
     else:
         proto = batch(cfg, cfg.max_size, 0)
         storage = ns.TensorStorage(torch.utils._pytree.tree_map(torch.zeros_like, proto))
-    kwargs: dict[str, Any] = {"storage": storage}
+    kwargs: dict[str, Any] = {} if storage is None else {"storage": storage}
     args = dict(cfg.sampler_args)
     if cfg.sampler == "random":
         kwargs["sampler"] = ns.RandomSampler()
@@ -258,6 +261,10 @@ class Program:
                 new = self.fresh()
                 new.loads(path)
                 return state(new, cfg)
+        if name == "storage":
+            return self._storage_call(rb, op[1], op[2])
+        if name == "writer":
+            return self._writer_call(rb, op[1])
         if name == "iterate":
             out = []
             for got in rb:
@@ -266,3 +273,56 @@ class Program:
                     break
             return out
         raise ValueError(name)
+
+    def _storage_call(self, rb: Any, method: str, spec: Any) -> Any:
+        """One public storage method, called on the buffer's storage directly."""
+        storage, cfg = rb.storage, self.cfg
+        if method == "get":
+            return summary(storage.get(_index(spec)), drop_index=stores_index(cfg))
+        if method == "getitem":
+            return summary(storage[_index(spec)], drop_index=stores_index(cfg))
+        if method == "set":
+            if len(storage) == 0 or cfg.ndim != 1 or not isinstance(spec, int):
+                return "skipped"
+            storage.set(spec % len(storage), item(cfg, self._next(1)))
+            return None
+        if method in ("len", "max_size", "ndim", "initialized"):
+            value = len(storage) if method == "len" else getattr(storage, method)
+            return int(value) if not isinstance(value, bool) else value
+        if method == "empty":
+            storage.empty()
+            return len(storage)
+        new = self.fresh().storage
+        if method == "state_dict":
+            new.load_state_dict(storage.state_dict())
+        else:  # dumps
+            with tempfile.TemporaryDirectory() as path:
+                storage.dumps(path)
+                new.loads(path)
+        return (len(new), summary(new[:], drop_index=stores_index(cfg)) if len(new) else None)
+
+    def _writer_call(self, rb: Any, method: str) -> Any:
+        """One public writer method, called on the buffer's writer directly."""
+        writer, cfg = rb.writer, self.cfg
+        if method == "add":
+            return summary(writer.add(item(cfg, self._next(1))))
+        if method == "extend":
+            return summary(writer.extend(batch(cfg, 3, self._next(3))))
+        if method == "write_count":
+            return rb.write_count
+        if method == "generations_of":
+            return summary(writer.generations_of(torch.arange(max(len(rb), 1))))
+        if method == "tracks_generations":
+            return bool(writer.tracks_generations)
+        if method == "write_at":
+            if len(rb) == 0 or cfg.ndim != 1:
+                return "skipped"
+            return summary(writer.write_at(torch.tensor([0]), batch(cfg, 1, self._next(1))))
+        new = self.fresh()
+        if method == "state_dict":
+            new.writer.load_state_dict(writer.state_dict())
+        else:  # dumps
+            with tempfile.TemporaryDirectory() as path:
+                writer.dumps(path)
+                new.writer.loads(path)
+        return (cursor(new.writer), new.write_count)

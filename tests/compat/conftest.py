@@ -18,6 +18,8 @@ else:
     def pytest_configure(config: pytest.Config) -> None:
         """torchrl warns on the scripted edge cases (batch-size overrides, lazy loads)."""
         config.addinivalue_line("filterwarnings", "ignore::UserWarning:torchrl.*")
+        # rbdata's copy of torchrl's warning, on the scripted batch-size overrides
+        config.addinivalue_line("filterwarnings", "ignore:Got conflicting batch_sizes:UserWarning")
 
     @pytest.fixture(params=LIBS)
     def lib(request: pytest.FixtureRequest):

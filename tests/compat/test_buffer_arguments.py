@@ -351,8 +351,7 @@ def test_indexing(lib):
     assert outcome(lambda: rb[5]) == ("raises", "IndexError")
 
 
-def test_unbounded_list_storage(lib, request):
-    parity_gap(request, lib, "ListStorage() defaults to max_size=1000; torchrl's is unbounded")
+def test_unbounded_list_storage(lib):
     rb = lib.ReplayBuffer(storage=lib.ListStorage())
     rb.extend(list(range(1500)))
     assert len(rb) == 1500

@@ -89,3 +89,19 @@ def test_recency_state_round_trip() -> None:
     other = PromptGroupSampler(num_groups=1, strategy="recency")
     other.load_state_dict(rb.sampler.state_dict())
     assert other.state_dict()["recency_clock"] == 12
+
+
+def test_a_write_by_another_buffer_over_the_storage_refreshes_the_groups() -> None:
+    storage = LazyTensorStorage(6)
+    reader = ReplayBuffer(
+        storage=storage, sampler=PromptGroupSampler(num_groups=2, group_key="prompt"), batch_size=4
+    )
+    writer = ReplayBuffer(
+        storage=storage, sampler=PromptGroupSampler(num_groups=2, group_key="prompt"), batch_size=4
+    )
+    writer.extend(TensorDict({"prompt": torch.tensor([0, 0, 0, 1, 1, 1])}, [6]))
+    reader.sample()
+    writer.add(TensorDict({"prompt": 1}, []))  # slot 0: group 1 now (the length stays 6)
+    for _ in range(10):
+        _, counts = reader.sample()["prompt"].unique(return_counts=True)
+        assert counts.tolist() == [2, 2]
