@@ -492,9 +492,9 @@ def buffer_capacity(buffer: ServableBuffer) -> int | None:
     """The most items ``buffer`` can hold (None: unknown, e.g. a remote buffer)."""
     if isinstance(buffer, OfflineToOnlineReplayBuffer):
         return len(buffer.offline) + buffer.online.storage.max_size
-    if isinstance(buffer, ReplayBuffer):
+    if isinstance(buffer, ReplayBuffer) and buffer.service_backend == "direct":
         return buffer.storage.max_size
-    return None
+    return None  # a remote buffer's storage lives elsewhere
 
 
 def _fetcher_class() -> type[Any]:

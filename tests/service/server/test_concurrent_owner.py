@@ -21,6 +21,7 @@ from rbdata import (
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
 )
+from rbdata.buffers._write_path import WriteHooks
 
 pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray", reason="the Ray service tests need the 'ray' extra")
@@ -47,16 +48,26 @@ class Gate:
         self._open.set()
 
 
-class GatedBuffer(TensorDictReplayBuffer):
+class _GatedHooks(WriteHooks):
     """Prepares a batch holding ``gated`` slowly: it waits at the gate, outside the lock."""
+
+    def __init__(self, inner: WriteHooks) -> None:
+        self._inner = inner
+
+    def prepare(self, data: Any) -> Any:
+        if isinstance(data, TensorDict) and "gated" in data.keys():
+            ray.get(GatedBuffer.gate.passing.remote())
+            data = data.exclude("gated")
+        return self._inner.prepare(data)
+
+
+class GatedBuffer(TensorDictReplayBuffer):
+    """A TensorDict buffer whose writes of a ``gated`` batch wait at the gate (``_GatedHooks``)."""
 
     gate: Any = None
 
-    def _prepare(self, data: Any) -> Any:
-        if isinstance(data, TensorDict) and "gated" in data.keys():
-            ray.get(type(self).gate.passing.remote())
-            data = data.exclude("gated")
-        return super()._prepare(data)
+    def _write_hooks(self) -> WriteHooks:
+        return _GatedHooks(super()._write_hooks())
 
 
 def transitions(n: int, start: int = 0) -> TensorDict:
