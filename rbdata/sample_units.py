@@ -301,7 +301,7 @@ class Sequence(SampleUnit):
         if anchor is None:
             return None
         anchor = torch.as_tensor(anchor, dtype=torch.long)
-        ndim = getattr(storage, "ndim", 1)
+        ndim = storage.ndim
         if ndim > 1 and anchor.ndim >= 2 and anchor.shape[-1] == ndim:
             shape = shape_of(storage)
             strides = [math.prod(shape[d + 1 :]) for d in range(ndim)]

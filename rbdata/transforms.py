@@ -45,6 +45,10 @@ class Transform:
     """
 
     filters_rows: bool = False
+    #: Whether :meth:`inv` keeps write state that every writing process must see: a
+    #: shared buffer (``shared=True``) then calls :meth:`share_memory_`, which such a
+    #: transform overrides.
+    requires_shared_write_state: bool = False
     #: Entries ``forward`` reads / writes (None: not declared); queries use them to run only
     #: the transforms a predicate depends on.
     in_keys: list[NestedKey] | None = None
@@ -78,6 +82,24 @@ class Transform:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output."""
+
+    def share_memory_(self) -> Transform:
+        """Move the write state into shared memory (a shared buffer calls it); return self.
+
+        A transform without write state has nothing to move. One that declares
+        ``requires_shared_write_state`` overrides this method.
+
+        Raises:
+            RuntimeError: for a transform that declares ``requires_shared_write_state``
+                but does not override this method.
+        """
+        if self.requires_shared_write_state:
+            raise RuntimeError(
+                f"{type(self).__name__} keeps replay-buffer write state but does not "
+                "implement share_memory_(): a shared buffer cannot use it. Use a writer in one "
+                "process, or a transform whose write state can be shared."
+            )
+        return self
 
 
 def _key_list(keys: NestedKey | Sequence[NestedKey], name: str) -> list[NestedKey]:
@@ -194,6 +216,16 @@ class Compose(Transform):
         for i, t in enumerate(self.transforms):
             if str(i) in state_dict:
                 t.load_state_dict(state_dict[str(i)])
+
+    def share_memory_(self) -> Compose:
+        """Move every transform's write state into shared memory (see ``Transform``).
+
+        Raises:
+            RuntimeError: for a transform of the chain that keeps write state it cannot share.
+        """
+        for t in self.transforms:
+            t.share_memory_()
+        return self
 
     def append(self, transform: Transform) -> None:
         """Add a transform at the end of the chain."""

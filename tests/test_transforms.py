@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from rbdata import LazyTensorStorage, PolicyAgeFilter, ReplayBuffer
+from rbdata import Compose, LazyTensorStorage, PolicyAgeFilter, ReplayBuffer, Transform
 
 
 def test_a_row_of_2d_data_is_kept_only_if_its_oldest_element_is_fresh():
@@ -50,3 +50,39 @@ def test_strict_missing_key_error_names_the_filter():
     assert PolicyAgeFilter(3, max_policy_lag=1)(data).batch_size[0] == 4
     with pytest.raises(KeyError, match="PolicyAgeFilter: policy_version_key 'policy_version'"):
         PolicyAgeFilter(3, max_policy_lag=1, strict=True)(data)
+
+
+class _Counting(Transform):
+    """Keeps write state (a count of rows written) that a shared buffer must share."""
+
+    requires_shared_write_state = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = torch.zeros(1)
+
+    def share_memory_(self) -> _Counting:
+        self.count.share_memory_()
+        return self
+
+
+class _Unshareable(Transform):
+    requires_shared_write_state = True
+
+
+def test_a_shared_buffer_shares_each_transforms_write_state() -> None:
+    counting = _Counting()
+    rb = ReplayBuffer(storage=LazyTensorStorage(4), shared=True, transform=Compose(counting))
+    rb.extend(torch.arange(2))
+    assert counting.count.is_shared()
+    rb.append_transform(lambda x: x)  # a plain callable keeps no write state: nothing to share
+
+
+def test_a_transform_with_write_state_it_cannot_share_is_refused() -> None:
+    assert Transform().share_memory_() is not None  # no write state: nothing to move
+    with pytest.raises(RuntimeError, match="_Unshareable keeps replay-buffer write state"):
+        Compose(lambda x: x, _Unshareable()).share_memory_()
+    with pytest.raises(RuntimeError, match="does not implement share_memory_"):
+        ReplayBuffer(storage=LazyTensorStorage(4), shared=True, transform=_Unshareable()).extend(
+            torch.arange(2)
+        )

@@ -36,6 +36,10 @@ class RemoteTensorDictReplayBuffer(TensorDictReplayBuffer):
     """
 
 
+#: RayReplayBuffer over each hosted class (one subclass per class, built once)
+_OVER: dict[type, type] = {}
+
+
 class RayReplayBuffer(ReplayBuffer):
     """A buffer hosted in a Ray actor, extended and sampled from any process (torchrl's name).
 
@@ -68,11 +72,9 @@ class RayReplayBuffer(ReplayBuffer):
         rb.shutdown()
     """
 
-    #: RayReplayBuffer over each hosted class (one subclass per class, built once)
-    _over: ClassVar[dict[type, type]] = {}
     #: the class of the buffer the actor hosts
     _hosted_cls: ClassVar[type] = ReplayBuffer
-    _transport_kind: str
+    _transport_kind: str = "ray"
 
     def __new__(
         cls,
@@ -108,9 +110,7 @@ class RayReplayBuffer(ReplayBuffer):
         buffer = ReplayBuffer.__new__(
             over, service_backend="ray", service_backend_options=options or None, **kwargs
         )
-        buffer._transport_kind = (
-            "distributed" if kwargs.get("transport") == "distributed" else "ray"
-        )
+        buffer.transport_kind = "distributed" if kwargs.get("transport") == "distributed" else "ray"
         return buffer
 
     @classmethod
@@ -118,20 +118,32 @@ class RayReplayBuffer(ReplayBuffer):
         """This class over ``replay_buffer_cls`` (itself for a plain ReplayBuffer)."""
         if replay_buffer_cls is ReplayBuffer:
             return cls
-        over = RayReplayBuffer._over.get(replay_buffer_cls)
+        over = _OVER.get(replay_buffer_cls)
         if over is None:
             over = type(
                 cls.__name__,
                 (cls, replay_buffer_cls),
                 {"__doc__": cls.__doc__, "_hosted_cls": replay_buffer_cls},
             )
-            RayReplayBuffer._over[replay_buffer_cls] = over
+            _OVER[replay_buffer_cls] = over
         return over
 
     @property
     def transport_kind(self) -> str:
-        """The transport of the payloads: ``"ray"`` or ``"distributed"``."""
+        """The transport of the payloads: ``"ray"`` or ``"distributed"``.
+
+        The constructor sets it from its ``transport`` argument.
+
+        Raises:
+            ValueError: when set to anything but ``"ray"`` or ``"distributed"``.
+        """
         return self._transport_kind
+
+    @transport_kind.setter
+    def transport_kind(self, value: str) -> None:
+        if value not in ("ray", "distributed"):
+            raise ValueError(f'transport_kind must be "ray" or "distributed", got {value!r}.')
+        self._transport_kind = value
 
     def clients(self, num_clients: int) -> list[Any]:
         """``num_clients`` picklable clients, one per concurrent consumer (torchrl's).

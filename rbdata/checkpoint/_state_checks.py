@@ -148,7 +148,7 @@ def check_storage(manifest: dict[str, Any], storage: dict[str, Any], where: str)
         probe = LazyTensorStorage(  # its checks, not its memory: nothing is allocated
             max_size if type(max_size) is int and max_size > 0 else 1, ndim=ndim
         )
-        _parse_state(storage, probe)
+        _parse_state(storage, probe.ndim, probe.max_size, None)
     except (TypeError, ValueError, KeyError, IndexError, RuntimeError) as err:
         raise CheckpointError(f"{where}: the storage state does not load ({err}).") from err
 

@@ -62,7 +62,7 @@ def tensordict_keys(storage: Storage) -> set[NestedKey]:
         keys = storage_keys(storage)
     except TypeError as err:
         raise TypeError(f"query needs a tensordict-backed storage: {err}") from None
-    if not hasattr(storage, "leaf_keys"):
+    if not storage.has_tensordict_leaves:
         first = get_items(storage, torch.zeros(1, dtype=torch.long))
         if first.batch_dims > 1:
             raise TypeError(

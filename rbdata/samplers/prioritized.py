@@ -78,8 +78,8 @@ class PrioritizedSampler(Sampler):
     Examples:
         >>> import torch
         >>> from rbdata.samplers import PrioritizedSampler
-        >>> class Slots:
-        ...     max_size = 4
+        >>> class Slots:  # what a sampler reads of a storage (a Storage declares these)
+        ...     max_size, device = 4, None
         ...     def __len__(self):
         ...         return 4
         >>> sampler = PrioritizedSampler(max_capacity=4, alpha=1.0, beta=1.0)
@@ -186,7 +186,7 @@ class PrioritizedSampler(Sampler):
         """With ``device=None``, move the priorities to a CUDA storage's device (as torchrl)."""
         if self._requested_device is not None or not self._follows_storage_device:
             return
-        device = getattr(storage, "device", None)
+        device: Any = storage.device
         if type(device) is not torch.device:
             if device is None or device == "auto":
                 return

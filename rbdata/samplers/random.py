@@ -48,6 +48,6 @@ class RandomSampler(Sampler):
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         if live is None:
             if torch.compiler.is_compiling():  # not traced: len would be guarded (torchrl's way)
-                return storage._rand_given_ndim(batch_size, self._rng), {}
+                return storage.random_slots(batch_size, self._rng), {}
             return torch.randint(len(storage), (batch_size,), generator=self._rng), {}
         return live.take(batch_size, self._rng), {}

@@ -126,12 +126,11 @@ class RemoteAttribute(Generic[T]):
     @overload
     def __get__(self, obj: None, owner: type) -> RemoteAttribute[T]: ...
     @overload
-    def __get__(self, obj: object, owner: type) -> T: ...
-    def __get__(self, obj: object, owner: type) -> RemoteAttribute[T] | T:
+    def __get__(self, obj: ForwardedMethods, owner: type) -> T: ...
+    def __get__(self, obj: ForwardedMethods | None, owner: type) -> RemoteAttribute[T] | T:
         if obj is None:
             return self
-        value = obj._cached(self.name) if self._cached else obj._read(self.name)  # type: ignore[attr-defined]
-        return self._convert(value)
+        return self._convert(obj.read_hosted(self.name, cached=self._cached))
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -149,6 +148,10 @@ class ForwardedMethods:
 
     def _cached(self, name: str) -> Any:
         raise NotImplementedError  # the client provides it
+
+    def read_hosted(self, name: str, *, cached: bool = False) -> Any:
+        """The hosted buffer's attribute ``name``, read once per client with ``cached``."""
+        return self._cached(name) if cached else self._read(name)
 
     # ----------------------------------------------------------- attributes
     batch_size = RemoteAttribute(

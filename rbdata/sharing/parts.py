@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rbdata.transforms import Transform
+
 __all__ = ["check_shared_prefetch", "share_transform"]
 
 
@@ -19,22 +21,12 @@ def check_shared_prefetch(shared: bool, prefetch: int | None) -> None:
 def share_transform(transform: Any) -> None:
     """Move a transform's write state to shared memory (each of a Compose's).
 
+    A plain callable keeps no write state: only a :class:`~rbdata.transforms.Transform`
+    has some to move (:meth:`~rbdata.transforms.Transform.share_memory_`).
+
     Raises:
         RuntimeError: for a transform that keeps write state
             (``requires_shared_write_state``) but has no ``share_memory_()``.
     """
-    parts = getattr(transform, "transforms", None)
-    if parts is not None and not callable(getattr(transform, "share_memory_", None)):
-        for part in parts:
-            share_transform(part)
-        return
-    share_memory = getattr(transform, "share_memory_", None)
-    if callable(share_memory):
-        share_memory()
-        return
-    if getattr(transform, "requires_shared_write_state", False):
-        raise RuntimeError(
-            f"{type(transform).__name__} keeps replay-buffer write state but does not "
-            "implement share_memory_(): a shared buffer cannot use it. Use a writer in one "
-            "process, or a transform whose write state can be shared."
-        )
+    if isinstance(transform, Transform):
+        transform.share_memory_()

@@ -405,9 +405,44 @@ class Storage(_CompileHooks, abc.ABC):
         """
         return {}
 
-    def _reads_own_memory(self, data: Any) -> bool:
-        """Whether ``data`` is a view of this storage's memory (writes must copy it first)."""
+    def reads_own_memory(self, data: Any) -> bool:
+        """Whether ``data`` is a view of this storage's memory (writes must copy it first).
+
+        Writers ask before a write split into runs: a later run must not read what an
+        earlier one overwrote. The base holds no memory of its own: False.
+        """
         return False
+
+    # ------------------------------------------------------- tensor layout
+    @property
+    def device(self) -> torch.device | None:
+        """The device of the items; None for a storage of Python objects (no one device)."""
+        return None
+
+    @property
+    def shape(self) -> torch.Size:
+        """``[max_size]``: the slots along one dim (tensor storages add their lead dims)."""
+        return torch.Size([self.max_size])
+
+    @property
+    def has_tensordict_leaves(self) -> bool:
+        """Whether the items are TensorDicts laid out as leaves (:meth:`get_leaf` reads them).
+
+        False here (not a tensor storage: read the items with :meth:`get`).
+        """
+        return False
+
+    def leaf_keys(self) -> list[Any]:
+        """The stored leaf keys (``"obs"``, ``("next", "obs")``); none in this base."""
+        return []
+
+    def get_leaf(self, key: Any) -> torch.Tensor:
+        """A writable view ``[capacity, *shape]`` of the leaf ``key`` over the whole storage.
+
+        Raises:
+            NotImplementedError: for a storage not laid out in leaves (this base).
+        """
+        raise NotImplementedError(f"{type(self).__name__} is not laid out in leaves")
 
     # -------------------------------------------------------------- hooks
     @abc.abstractmethod
@@ -573,5 +608,4 @@ def shape_of(storage: Storage) -> tuple[int, ...]:
         >>> shape_of(ListStorage(5)), shape_of(LazyTensorStorage(5))
         ((5,), (5,))
     """
-    shape = getattr(storage, "shape", None)  # TensorStorage.shape; a list storage has none
-    return (storage.max_size,) if shape is None else tuple(shape)
+    return tuple(storage.shape)

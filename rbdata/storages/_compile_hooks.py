@@ -65,7 +65,7 @@ class _CompileHooks:
         """
         return None
 
-    def _rand_given_ndim(
+    def random_slots(
         self, batch_size: int, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         """``batch_size`` uniform slots (flat cells on ndim>1 storages) among the filled ones.
@@ -77,11 +77,17 @@ class _CompileHooks:
         """
         return self._rand_given_ndim_impl(batch_size, generator)
 
+    def _rand_given_ndim(
+        self, batch_size: int, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """:meth:`random_slots` under torchrl's name (torchrl's samplers call it)."""
+        return self.random_slots(batch_size, generator)
+
     @not_traced
     def _rand_given_ndim_impl(
         self, batch_size: int, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        """The draw of :meth:`_rand_given_ndim`, outside the graph (a graph break)."""
+        """The draw of :meth:`random_slots`, outside the graph (a graph break)."""
         return torch.randint(len(self), (batch_size,), generator=generator)
 
 

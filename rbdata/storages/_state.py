@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -18,42 +18,53 @@ def _parse_dtype(name: Any, key: str) -> torch.dtype:
     return dtype
 
 
+class LaidOut(NamedTuple):
+    """How an initialized tensor storage lays its items out (what a saved state must match)."""
+
+    structure: _Structure
+    layout: _PackedLayout
+    lead: tuple[int, ...]  # the leading cell shape of an item (ndim > 1)
+    capacity: int  # items along the first dim
+
+
 def _mismatch(
-    storage: Any, structure: _Structure, layout: _PackedLayout, lead: tuple[int, ...]
+    ours: LaidOut, structure: _Structure, layout: _PackedLayout, lead: tuple[int, ...]
 ) -> str | None:
     """Describe how a saved layout differs from an initialized storage's (None if it does not)."""
-    ours = dict(
+    mine = dict(
         zip(
-            storage._structure.names,
-            zip(storage._layout.dtypes, storage._layout.shapes, strict=True),
+            ours.structure.names,
+            zip(ours.layout.dtypes, ours.layout.shapes, strict=True),
             strict=True,
         )
     )
     theirs = dict(zip(structure.names, zip(layout.dtypes, layout.shapes, strict=True), strict=True))
-    missing = [k for k in ours if k not in theirs]
-    extra = [k for k in theirs if k not in ours]
+    missing = [k for k in mine if k not in theirs]
+    extra = [k for k in theirs if k not in mine]
     if missing or extra:
-        return f"saved keys lack {missing} and add {extra}; storage keys are {list(ours)}"
+        return f"saved keys lack {missing} and add {extra}; storage keys are {list(mine)}"
     for key, (dtype, shape) in theirs.items():
-        if ours[key] != (dtype, shape):
+        if mine[key] != (dtype, shape):
             return (
                 f"key {key!r} was saved with shape {list(shape)} and dtype {dtype}, the storage "
-                f"has shape {list(ours[key][1])} and dtype {ours[key][0]}"
+                f"has shape {list(mine[key][1])} and dtype {mine[key][0]}"
             )
-    if lead != storage._lead:
-        return f"saved leading cell shape {list(lead)}, the storage has {list(storage._lead)}"
-    if structure.state() != storage._structure.state():
+    if lead != ours.lead:
+        return f"saved leading cell shape {list(lead)}, the storage has {list(ours.lead)}"
+    if structure.state() != ours.structure.state():
         return (
             f"saved structure {structure.state()} differs from the storage's "
-            f"{storage._structure.state()}"
+            f"{ours.structure.state()}"
         )
     return None
 
 
 def _parse_state(
-    state_dict: dict[str, Any], storage: Any
+    state_dict: dict[str, Any], ndim: int, max_size: int, ours: LaidOut | None
 ) -> tuple[_Structure, _PackedLayout, tuple[int, ...], int, list[torch.Tensor]] | None:
-    """Validate a tensor storage's saved state against ``storage``.
+    """Validate a tensor storage's saved state against a storage's ``ndim`` and ``max_size``.
+
+    ``ours`` is the storage's layout once initialized (None before: the saved one is taken).
 
     Returns:
         ``None`` for the state of an uninitialized storage, else the structure,
@@ -80,18 +91,18 @@ def _parse_state(
         dtypes.append(_parse_dtype(entry["dtype"], name))
         shapes.append(tuple(int(x) for x in entry["shape"]))
     layout = _PackedLayout(dtypes, shapes)
-    if len(lead) != storage.ndim - 1:
+    if len(lead) != ndim - 1:
         raise ValueError(
-            f"saved leading cell shape {list(lead)} does not fit an ndim={storage.ndim} storage."
+            f"saved leading cell shape {list(lead)} does not fit an ndim={ndim} storage."
         )
     cells = math.prod(lead)
-    if storage.initialized:
-        problem = _mismatch(storage, structure, layout, lead)
+    if ours is not None:
+        problem = _mismatch(ours, structure, layout, lead)
         if problem is not None:
             raise ValueError(f"saved storage does not match this storage: {problem}.")
-        capacity = storage._capacity
+        capacity = ours.capacity
     else:
-        capacity = -(-storage.max_size // cells)  # ceil, as the storage allocates
+        capacity = -(-max_size // cells)  # ceil, as the storage allocates
     if not isinstance(filled, int) or filled < 0 or filled % cells or filled // cells > capacity:
         raise ValueError(
             f"saved len {filled!r} does not fit: expected a multiple of {cells} up to "

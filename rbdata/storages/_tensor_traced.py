@@ -97,13 +97,12 @@ class _TracedRows(_TensorRows):
         offsets = torch.arange(self._cells, device=index.device)
         return (index.unsqueeze(1) * self._cells + offsets).reshape(-1)
 
+    @not_traced
+    def _len_eagerly(self) -> int:
+        """``len(self)`` outside the graph (a graph break), as torchrl's compilable storages do.
 
-@not_traced
-def _len_eagerly(storage: _TracedRows) -> int:
-    """``len(storage)`` outside the graph (a graph break), as torchrl's compilable storages read it.
-
-    Traced, the length is guarded as a constant: a function reading it recompiles
-    at every write. Read eagerly, it comes back into the graph as a value dynamo
-    makes dynamic after one change.
-    """
-    return storage._len * storage._cells
+        Traced, the length is guarded as a constant: a function reading it recompiles
+        at every write. Read eagerly, it comes back into the graph as a value dynamo
+        makes dynamic after one change.
+        """
+        return self._len * self._cells

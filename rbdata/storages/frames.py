@@ -125,6 +125,11 @@ class FrameDedupStorage(Storage):
             stats["resident_bytes"] = stats.get("resident_bytes", 0) + stats["side_bytes"]
         return stats
 
+    @property
+    def has_tensordict_leaves(self) -> bool:
+        """True: the items are TensorDicts, read by leaf (:meth:`get_leaf`)."""
+        return True
+
     def leaf_keys(self) -> list[Any]:
         """Stored leaf keys, as a plain storage lists them (deduplicated ones included)."""
         inner = self._inner.leaf_keys()
@@ -216,7 +221,7 @@ class FrameDedupStorage(Storage):
         views = self._views() if filled else []
         self._chain.before_write(views, slots, filled)
         self._inner.set(slots, stored)
-        after = self._inner._len
+        after = len(self._inner)  # ndim=1: items are cells
         self._chain.after_write(self._views(), slots, values, nexts, after)
         return after
 

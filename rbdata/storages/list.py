@@ -82,8 +82,17 @@ class ListStorage(Storage):
             # the items live in this process only: so does the length, so that what a
             # forked child writes into its copy never moves the length of this one
             self._counters = component_counters([0, 0, -1], process_local=True)
-        self.device = None if device is None else torch.device(device)
+        self._device = None if device is None else torch.device(device)
         self._items: list[Any] = []
+
+    @property
+    def device(self) -> torch.device | None:
+        """Where written items that have a ``.to()`` are moved (None: kept as given)."""
+        return self._device
+
+    @device.setter
+    def device(self, value: torch.device | str | int | None) -> None:
+        self._device = None if value is None else torch.device(value)
 
     def __getstate__(self) -> dict[str, Any]:
         if spawning():
@@ -114,8 +123,8 @@ class ListStorage(Storage):
         return data if isinstance(data, list | TensorDictBase | torch.Tensor) else list(data)
 
     def _place(self, item: Any) -> Any:
-        if self.device is not None and hasattr(item, "to"):
-            return item.to(self.device)
+        if self._device is not None and hasattr(item, "to"):
+            return item.to(self._device)
         return item
 
     @property

@@ -23,8 +23,8 @@ from ._coordinates import cells_at
 from ._pytree import _Structure
 from ._row_layout import _PackedLayout
 from ._stack import _stacked
-from ._state import _parse_state, _spec
-from ._tensor_traced import _len_eagerly, _TracedRows
+from ._state import LaidOut, _parse_state, _spec
+from ._tensor_traced import _TracedRows
 from ._torchrl import is_torchrl_layout, tensor_storage_state
 from ._validate import _check_leaves, _check_ndim, _tails
 from .checkpointers import TensorStorageCheckpointer
@@ -148,7 +148,8 @@ class TensorStorage(_TracedRows):
         return torch.Size([self._capacity, *self._lead])
 
     @property
-    def _is_tensordict(self) -> bool:
+    def has_tensordict_leaves(self) -> bool:
+        """Whether the items are TensorDicts laid out as leaves (False before the first write)."""
         return self._structure is not None and self._structure.is_tensordict
 
     @property
@@ -167,7 +168,7 @@ class TensorStorage(_TracedRows):
 
     def __len__(self) -> int:
         if self._compilable and torch.compiler.is_compiling():
-            return _len_eagerly(self)
+            return self._len_eagerly()
         return self._len * self._cells
 
     @property
@@ -287,7 +288,8 @@ class TensorStorage(_TracedRows):
         return leaves, _check_leaves(structure, leaves, layout.dtypes, self._tails, batched)
 
     # ---------------------------------------------------------------- write
-    def _reads_own_memory(self, data: Any) -> bool:
+    def reads_own_memory(self, data: Any) -> bool:
+        """Whether ``data`` views these rows (a write split in runs must copy it first)."""
         if self._rows is None or self._structure is None:
             return False
         try:
@@ -479,7 +481,11 @@ class TensorStorage(_TracedRows):
             # an uninitialized storage of the same capacity lays rows out as rbdata saves them
             scratch = TensorStorage(TensorDict(batch_size=[self.max_size]))
             state_dict = tensor_storage_state(state_dict, self, scratch)
-        parsed = _parse_state(state_dict, self)
+        ours = None
+        if self._rows is not None:
+            structure, layout, _ = self._allocated()
+            ours = LaidOut(structure, layout, self._lead, self._capacity)
+        parsed = _parse_state(state_dict, self.ndim, self.max_size, ours)
         if parsed is None:
             self.empty()
             return

@@ -8,14 +8,12 @@ from dataclasses import dataclass
 import torch
 
 from rbdata._component.checks import NestedKey
+from rbdata._component.done_keys import DEFAULT_DONE_KEYS
 from rbdata.storages import Storage
 from rbdata.trajectories.reading import LeafSource, read_leaf
 
 __all__ = ["DEFAULT_DONE_KEYS", "QUERY_TRAJ_KEYS", "SLICE_TRAJ_KEYS", "Markers", "resolve_markers"]
 
-#: torchrl's end-of-trajectory flags (``torchrl.data.DEFAULT_DONE_KEYS``): the entries, at
-#: the root or under ``"next"``, whose truth ends a trajectory
-DEFAULT_DONE_KEYS: tuple[NestedKey, ...] = ("done", "truncated", "terminated")
 SLICE_TRAJ_KEYS: tuple[NestedKey, ...] = ("episode", ("collector", "traj_ids"), "traj_ids")
 QUERY_TRAJ_KEYS: tuple[NestedKey, ...] = (("collector", "traj_ids"), "traj_ids", "episode")
 _END_KEYS: tuple[tuple[NestedKey, ...], ...] = (

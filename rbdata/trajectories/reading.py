@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import torch
 from tensordict import TensorDictBase
@@ -22,7 +22,7 @@ class LeafSource(Protocol):
 
 def storage_keys(storage: Storage) -> set[NestedKey]:
     """The nested keys of the items held by ``storage`` (a TensorDict layout is required)."""
-    if hasattr(storage, "leaf_keys") and getattr(storage, "_is_tensordict", True):
+    if storage.has_tensordict_leaves:
         return {normalize_key(k) for k in storage.leaf_keys()}
     item = get_items(storage, torch.zeros(1, dtype=torch.long)) if len(storage) else None
     if isinstance(item, TensorDictBase):
@@ -43,8 +43,8 @@ def get_items(storage: Storage, slots: torch.Tensor) -> Any:
 
 def read_leaf(storage: Storage | LeafSource, key: NestedKey, slots: torch.Tensor) -> torch.Tensor:
     """Read the entry ``key`` of the items at ``slots`` (a 1-D LongTensor)."""
-    if hasattr(storage, "get_leaf") and getattr(storage, "_is_tensordict", True):
+    if not isinstance(storage, Storage) or storage.has_tensordict_leaves:
         leaf: torch.Tensor = storage.get_leaf(key)
         return leaf.index_select(0, slots.to(leaf.device, non_blocking=True))
-    value: torch.Tensor = get_items(cast(Storage, storage), slots).get(key)  # no leaves: a Storage
+    value: torch.Tensor = get_items(storage, slots).get(key)
     return value

@@ -329,7 +329,7 @@ class Writer(abc.ABC):
             storage.set(slice(first, first + items), data)
             return
         storage.validate(data, True)  # every run or none
-        if storage._reads_own_memory(data):  # an early run would change what a later one reads
+        if storage.reads_own_memory(data):  # an early run would change what a later one reads
             data = tree_map(torch.clone, data)
         at = 0
         for first, items in runs:

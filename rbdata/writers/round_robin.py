@@ -79,7 +79,7 @@ class RoundRobinWriter(Writer):
         else:
             cut = capacity - first_slot
             tail = slice_batch(data, slice(cut, None))
-            if storage._reads_own_memory(tail):  # the first write would change it
+            if storage.reads_own_memory(tail):  # the first write would change it
                 tail = tree_map(torch.clone, tail)
             storage.set(slice(first_slot, capacity), slice_batch(data, slice(0, cut)))
             storage.set(slice(0, stop - capacity), tail)

@@ -45,6 +45,10 @@ def test_ray_replay_buffer_hosts_the_class_and_stops_cleanly() -> None:
         assert isinstance(rb, RayReplayBuffer) and isinstance(rb, ReplayBuffer)
         assert isinstance(td, RayReplayBuffer) and isinstance(td, TensorDictReplayBuffer)
         assert rb.service_backend == "ray" and rb.transport_kind == "ray"
+        assert td.transport_kind == "ray"
+        with pytest.raises(ValueError, match="transport_kind must be"):
+            rb.transport_kind = "pipe"
+        assert rb.transport_kind == "ray"
         assert len(rb.clients(2)) == 2
         rb.extend(torch.arange(8))
         assert rb.sample().shape == (4,) and len(rb) == 8

@@ -17,7 +17,10 @@ from rbdata.samplers import (
 
 
 class Slots:
-    """The only part of a storage samplers read."""
+    """The only part of a storage samplers read (declared by ``Storage``: length, size, device)."""
+
+    ndim = 1
+    device = None
 
     def __init__(self, n: int, max_size: int | None = None) -> None:
         self.n = n

@@ -308,3 +308,14 @@ def test_h5_checkpointer_file_name(tmp_path):
     copy.checkpointer = H5StorageCheckpointer()
     copy.loads(tmp_path / "direct.h5")
     assert len(copy) == 3
+
+
+def test_ted_flat_defaults_to_the_one_done_keys_constant() -> None:
+    import inspect
+
+    from rbdata import DEFAULT_DONE_KEYS
+    from rbdata.storages.checkpointers.ted_flat import Flat2TED, TED2Flat
+
+    for cls in (TED2Flat, Flat2TED):
+        default = inspect.signature(cls).parameters["done_keys"].default
+        assert default is DEFAULT_DONE_KEYS  # one source, not a copy that may drift

@@ -175,7 +175,7 @@ def test_round_trip_every_data_kind(kind, data_kind, tmp_path):
     data = make(8)
     storage.set(slice(0, 8), data)
     assert storage.initialized and len(storage) == 8
-    assert storage._is_tensordict == (data_kind == "tensordict")
+    assert storage.has_tensordict_leaves == (data_kind == "tensordict")
     index = torch.tensor([7, 0, 3, 3])
     out = storage.get(index)
     assert_same(out, select(data, index))
@@ -309,7 +309,7 @@ def test_get_leaf_is_a_writable_full_view():
 def test_properties_and_empty():
     storage = LazyTensorStorage(8, device="cpu")
     assert storage.device == torch.device("cpu") and storage.shape == torch.Size([8])
-    assert storage.leaf_keys() == [] and not storage._is_tensordict
+    assert storage.leaf_keys() == [] and not storage.has_tensordict_leaves
     storage.set(slice(0, 3), make_td(3))
     assert set(storage.leaf_keys()) == {
         "obs",
@@ -485,7 +485,7 @@ def test_state_dict_round_trip(kind, data_kind, tmp_path):
     assert state["len"] == 7 and set(state["spec"]) == set(state["content"])
     fresh = LazyTensorStorage(12)
     fresh.load_state_dict(state)
-    assert len(fresh) == 7 and fresh._is_tensordict == storage._is_tensordict
+    assert len(fresh) == 7 and fresh.has_tensordict_leaves == storage.has_tensordict_leaves
     assert_same(fresh[:], data)
     if data_kind == "pytree":
         out = fresh[:]

@@ -27,11 +27,9 @@ import torch
 from tensordict import NonTensorData, TensorDict, TensorDictBase
 
 from rbdata._component.checks import NestedKey, normalize_key
+from rbdata._component.done_keys import DEFAULT_DONE_KEYS
 
 __all__ = ["Flat2TED", "TED2Flat"]
-
-#: torchrl's ``DEFAULT_DONE_KEYS``
-_DONE_KEYS: tuple[str, ...] = ("done", "truncated", "terminated")
 
 
 def _keys(keys: Iterable[Any], name: str) -> set[NestedKey]:
@@ -113,7 +111,7 @@ class TED2Flat(_Layout):
         done_key: NestedKey = ("next", "done"),
         shift_key: NestedKey = "shift",
         is_full_key: NestedKey = "is_full",
-        done_keys: Iterable[NestedKey] = _DONE_KEYS,
+        done_keys: Iterable[NestedKey] = DEFAULT_DONE_KEYS,
         reward_keys: Iterable[NestedKey] = ("reward",),
     ) -> None:
         super().__init__(done_key, shift_key, is_full_key, done_keys, reward_keys)
@@ -206,7 +204,7 @@ class Flat2TED(_Layout):
         done_key: NestedKey = "done",
         shift_key: NestedKey = "shift",
         is_full_key: NestedKey = "is_full",
-        done_keys: Iterable[NestedKey] = _DONE_KEYS,
+        done_keys: Iterable[NestedKey] = DEFAULT_DONE_KEYS,
         reward_keys: Iterable[NestedKey] = ("reward",),
     ) -> None:
         super().__init__(done_key, shift_key, is_full_key, done_keys, reward_keys)
