@@ -14,9 +14,9 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
+from rbdata._component.prefetch_state import check_queue_state
 from rbdata._component.stateful import transaction
 from rbdata.buffers._components import _Components
-from rbdata.buffers._prefetch import check_prefetch_state
 from rbdata.buffers._torchrl_dump import is_torchrl_dump, read_torchrl_dump
 from rbdata.checkpoint import read_dump, write_dump
 from rbdata.errors import CheckpointError
@@ -292,7 +292,7 @@ class _BufferState:
         c = self._components
         c.init()
         prefetched = state_dict.get("_prefetch_state")
-        check_prefetch_state(prefetched, c.prefetch)
+        check_queue_state(prefetched, c.prefetch)
         c.prefetcher.settle()
         with c.sync.cond:
             load_buffer_state(state_dict, self._parts())

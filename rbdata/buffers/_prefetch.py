@@ -20,7 +20,7 @@ import torch
 from tensordict import is_tensor_collection
 from torch.utils._pytree import tree_map
 
-_STATE_VERSION = 1
+from rbdata._component.prefetch_state import QUEUE_STATE_VERSION
 
 
 def _copy_leaf(value: Any) -> Any:
@@ -36,46 +36,6 @@ def _copy_leaf(value: Any) -> Any:
 def _copy_result(result: Any) -> Any:
     """A copy of a queued ``(batch, info)`` (or None: nothing was sampleable)."""
     return tree_map(_copy_leaf, result, is_leaf=is_tensor_collection)
-
-
-def check_prefetch_state(state: Any, depth: int) -> None:
-    """Check a saved prefetch state (``state_dict()["_prefetch_state"]``) before loading it.
-
-    Args:
-        state: the saved state, or None (a state saved without one: nothing to restore).
-        depth: the loading buffer's ``prefetch``.
-
-    Raises:
-        TypeError: if ``state`` or its queue has the wrong type.
-        ValueError: for an unknown version, a bad capacity, or more queued
-            batches than the capacity.
-        RuntimeError: if batches are queued and the capacity differs from ``depth``.
-    """
-    if state is None:
-        return
-    if not isinstance(state, dict):
-        raise TypeError(f"the prefetch state must be a dict, got {type(state).__name__}.")
-    if state.get("version") != _STATE_VERSION:
-        raise ValueError(
-            f"unsupported prefetch state version {state.get('version')!r}; "
-            f"expected {_STATE_VERSION}."
-        )
-    capacity, queue = state.get("capacity"), state.get("queue")
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
-        raise ValueError(f"the prefetch state's capacity must be an int >= 0, got {capacity!r}.")
-    if not isinstance(queue, list | tuple):
-        raise TypeError(
-            f"the prefetch state's queue must be a list or tuple, got {type(queue).__name__}."
-        )
-    if len(queue) > capacity:
-        raise ValueError(
-            f"the prefetch state holds {len(queue)} queued batches but its capacity is {capacity}."
-        )
-    if queue and capacity != depth:
-        raise RuntimeError(
-            f"Cannot restore a prefetch queue with capacity {capacity} into a replay buffer "
-            f"with capacity {depth} (prefetch={depth}); build it with prefetch={capacity}."
-        )
 
 
 class _BatchPrefetcher:
@@ -149,7 +109,7 @@ class _BatchPrefetcher:
             Exception: what sampling a queued batch raised.
         """
         queue = tuple(_copy_result(future.result()) for future in self._futures)
-        return {"version": _STATE_VERSION, "capacity": self.depth, "queue": queue}
+        return {"version": QUEUE_STATE_VERSION, "capacity": self.depth, "queue": queue}
 
     def restore(self, queue: Iterable[Any]) -> None:
         """Forget the queue, then queue copies of ``queue``'s results, handed out first."""
