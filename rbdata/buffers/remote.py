@@ -113,6 +113,21 @@ class RayReplayBuffer(ReplayBuffer):
         buffer.transport_kind = "distributed" if kwargs.get("transport") == "distributed" else "ray"
         return buffer
 
+    def __init__(
+        self,
+        replay_buffer_cls: type = ReplayBuffer,
+        *,
+        ray_init_config: dict[str, Any] | None = None,
+        remote_config: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Take torchrl's constructor arguments (see the class docstring).
+
+        :meth:`__new__` hands them to the Ray backend, whose object is what
+        this call returns; that object's own ``__init__`` takes them, so this
+        one only declares the signature (``inspect.signature``, IDEs).
+        """
+
     @classmethod
     def _over_class(cls, replay_buffer_cls: type) -> type:
         """This class over ``replay_buffer_cls`` (itself for a plain ReplayBuffer)."""

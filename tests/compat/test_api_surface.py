@@ -23,9 +23,6 @@ MISSING_PARAMS = {
     "Transform": {"in_keys_inv", "out_keys_inv"},
     "Compose": {"in_keys", "out_keys", "in_keys_inv", "out_keys_inv"},
     "OfflineToOnlineReplayBuffer": {"offline_dataset", "transform"},
-    "StoreStorage": {"checkpointer"},
-    "RayReplayBuffer": {"checkpointer"},
-    "RemoteTensorDictReplayBuffer": {"checkpointer"},
 }
 
 _BUFFER = {"can_sample", "mark_update", "submit_update_if_present", "synchronize"}
