@@ -94,13 +94,15 @@ class ReplayDataset(IterableDataset[Any]):
     fetches one ahead) sets ``ds.held_back = n`` so that checkpoints treat
     them as not handed out.
 
-    **Workers.** ``num_workers > 0`` is supported for a RandomSampler or a
-    SamplerWithoutReplacement (no consume-after-n) over a LazyMemmapStorage or
-    a shared-memory storage: workers read the buffer as it was when they
-    started, draw with distinct deterministic seeds (from the DataLoader's
-    seed) and split a without-replacement pass without duplicates;
-    ``num_batches`` counts batches across all workers. Other buffers raise a
-    RuntimeError pointing to ``prefetch``, the thread-based alternative.
+    **Workers.** ``num_workers > 0`` works with every sampler over a
+    LazyMemmapStorage or a shared-memory storage: the buffer's own sampler
+    draws each batch in this process, in batch order (batch ``k`` goes to
+    worker ``k % num_workers``), and the worker gathers and transforms it, so
+    workers see new rows, priority updates and consumption counts, at most
+    ``prefetch_factor * num_workers`` batches late; ``num_batches`` counts
+    batches across all workers. Other storages raise a RuntimeError pointing
+    to ``prefetch``, the thread-based alternative. :meth:`close` stops the
+    thread that draws for the workers.
 
     Args:
         buffer: an rbdata replay buffer.
