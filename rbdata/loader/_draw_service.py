@@ -23,11 +23,14 @@ every worker's snapshot and continues from the latest.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import socket
 import threading
+import weakref
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, Listener
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from typing import Any
 
 from rbdata._component.prefetch_state import draw_record, read_draw_records
@@ -68,20 +71,25 @@ class _Pass:
 class DrawService:
     """Draws batches for DataLoader workers from ``engine``'s buffer, in batch order.
 
+    The service holds the engine weakly (the engine holds its dataset): a
+    dataset that is collected closes its service (``weakref.finalize``).
+
     Args:
         engine: the dataset's pass engine (its waits: ``min_size``, rate
             limiter, ``timeout``) over the buffer whose sampler draws.
     """
 
     def __init__(self, engine: _PassEngine) -> None:
-        self._engine = engine
+        self._engine_ref = weakref.ref(engine)
         self._buffer = engine.buffer
         self._lock = threading.Condition(threading.RLock())
         self._stop = threading.Event()
         self._pass: _Pass | None = None
         key = os.urandom(32)
         address = f"\0rbdata-draws-{os.getpid()}-{key[:8].hex()}"
-        self._listener = Listener(address, family="AF_UNIX", authkey=key)
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._socket.bind(address)
+        self._socket.listen()
         self.access = DrawAccess(address, key)
         self._connections: list[Connection] = []
         self._accept = threading.Thread(target=self._accept_loop, name="rbdata-draws", daemon=True)
@@ -97,29 +105,51 @@ class DrawService:
         if self._stop.is_set():
             return
         self._stop.set()
-        self._listener.close()
+        engine = self._engine_ref()
+        if engine is not None:  # a draw waiting for data sees the stop
+            engine.wake_waiters()
+        with contextlib.suppress(OSError):  # wakes the accept loop (Linux), which closes it
+            self._socket.shutdown(socket.SHUT_RDWR)
         with self._lock:
             self._lock.notify_all()
             connections, self._connections = self._connections, []
-        for conn in connections:
-            conn.close()
-        self._engine.wake_waiters()
+        for conn in connections:  # wake the threads reading them (close alone does not)
+            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(conn.fileno())) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+
+    @property
+    def _engine(self) -> _PassEngine:
+        engine = self._engine_ref()
+        if engine is None:
+            raise RuntimeError("the ReplayDataset these workers draw from was garbage-collected")
+        return engine
 
     # ------------------------------------------------------------ connections
     def _accept_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn = self._listener.accept()
-            except OSError:  # closed
-                return
-            except Exception:  # a client with the wrong key: refuse it, go on
-                _log.warning("rbdata draw service: refused a connection", exc_info=True)
-                continue
-            with self._lock:
-                self._connections.append(conn)
-            threading.Thread(
-                target=self._serve, args=(conn,), name="rbdata-draws-worker", daemon=True
-            ).start()
+        try:
+            while not self._stop.is_set():
+                try:
+                    sock, _ = self._socket.accept()
+                except OSError:  # shut down by close()
+                    return
+                conn = Connection(sock.detach())
+                try:  # what multiprocessing's Listener does: both sides prove the key
+                    deliver_challenge(conn, self.access.key)
+                    answer_challenge(conn, self.access.key)
+                except Exception:  # a client without the key: refuse it, go on
+                    _log.warning("rbdata draw service: refused a connection", exc_info=True)
+                    conn.close()
+                    continue
+                with self._lock:
+                    if self._stop.is_set():
+                        conn.close()
+                        return
+                    self._connections.append(conn)
+                threading.Thread(
+                    target=self._serve, args=(conn,), name="rbdata-draws-worker", daemon=True
+                ).start()
+        finally:
+            self._socket.close()
 
     def _serve(self, conn: Connection) -> None:
         try:
@@ -133,6 +163,9 @@ class DrawService:
         except (EOFError, OSError):  # the worker ended (or died), or the service closed
             pass
         finally:
+            with self._lock:
+                if conn in self._connections:
+                    self._connections.remove(conn)
             conn.close()
 
     def _handle(self, request: tuple[Any, ...]) -> tuple[Any, ...]:

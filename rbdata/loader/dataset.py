@@ -315,6 +315,7 @@ class ReplayDataset(IterableDataset[Any]):
         if self._draws is None:
             self._draws = DrawService(self._engine)
             self.draw_access = self._draws.access
+            weakref.finalize(self, self._draws.close)
         return self._draws.access
 
     def __enter__(self) -> ReplayDataset:

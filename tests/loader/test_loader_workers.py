@@ -7,13 +7,16 @@ default start method, a plain DataLoader and a seeded ``generator``.
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 import traceback
 from collections import Counter
 
 import pytest
 import torch
 from tensordict import TensorDict
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, get_worker_info
 
 from rbdata import (
     LazyMemmapStorage,
@@ -208,3 +211,52 @@ def worker_error(ds) -> str:
         traceback.clear_frames(err.__traceback__)  # frees the loader now, not at a later gc
         return str(err)
     return ""
+
+
+class _DieInSecondWorker:
+    """A sample-path transform that kills DataLoader worker 1 (a crash mid-batch)."""
+
+    def __call__(self, data):
+        info = get_worker_info()
+        if info is not None and info.id == 1:
+            os._exit(3)
+        return data
+
+
+def test_a_dead_worker_leaves_the_training_process_drawing():
+    rb = shared_buffer(RandomSampler(), transform=_DieInSecondWorker())
+    with ReplayDataset(rb, num_batches=8) as ds:
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match="worker"):
+            list(ds.dataloader(num_workers=2, **FORK))
+        assert time.monotonic() - start < 30
+        rb.extend(transitions(4, start=50))  # the lock is free
+        batches = list(ds.dataloader(num_workers=1, **FORK))  # the draws go on
+    assert len(batches) == 8
+    check_data(batches)
+
+
+def test_a_forked_plain_dataloader_needs_the_draws_started_first():
+    rb = shared_buffer(RandomSampler())
+    with ReplayDataset(rb, num_batches=2) as ds:
+        loader = DataLoader(ds, batch_size=None, num_workers=1, **FORK)
+        with pytest.raises(RuntimeError, match="ds.dataloader"):
+            list(loader)
+        ds.dataloader(num_workers=1)  # starts them: now the plain loader works too
+        assert len(list(loader)) == 2
+
+
+def test_closing_the_dataset_stops_its_draws():
+    rb = shared_buffer(RandomSampler())
+    ds = ReplayDataset(rb, num_batches=2)
+    ds.dataloader(num_workers=1)
+    names = {t.name for t in threading.enumerate()}
+    assert "rbdata-draws" in names
+    ds.close()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(
+        t.name == "rbdata-draws" for t in threading.enumerate()
+    ):
+        time.sleep(0.01)
+    assert not any(t.name == "rbdata-draws" for t in threading.enumerate())
+    assert ds.draw_access is None
