@@ -8,10 +8,10 @@ default start method, a plain DataLoader and a seeded ``generator``.
 from __future__ import annotations
 
 import os
-import threading
 import time
 import traceback
 from collections import Counter
+from multiprocessing.connection import Client
 
 import pytest
 import torch
@@ -250,13 +250,17 @@ def test_closing_the_dataset_stops_its_draws():
     rb = shared_buffer(RandomSampler())
     ds = ReplayDataset(rb, num_batches=2)
     ds.dataloader(num_workers=1)
-    names = {t.name for t in threading.enumerate()}
-    assert "rbdata-draws" in names
+    access = ds.draw_access
+    assert access is not None
+    Client(access.address, family="AF_UNIX", authkey=access.key).close()  # serving
     ds.close()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(
-        t.name == "rbdata-draws" for t in threading.enumerate()
-    ):
-        time.sleep(0.01)
-    assert not any(t.name == "rbdata-draws" for t in threading.enumerate())
     assert ds.draw_access is None
+    deadline = time.monotonic() + 5
+    refused = False
+    while not refused and time.monotonic() < deadline:
+        try:
+            Client(access.address, family="AF_UNIX", authkey=access.key).close()
+            time.sleep(0.01)
+        except (ConnectionRefusedError, FileNotFoundError):
+            refused = True
+    assert refused
