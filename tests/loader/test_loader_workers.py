@@ -264,3 +264,19 @@ def test_closing_the_dataset_stops_its_draws():
         except (ConnectionRefusedError, FileNotFoundError):
             refused = True
     assert refused
+
+
+def test_persistent_workers_run_a_new_pass_each_epoch():
+    rb = shared_buffer(SamplerWithoutReplacement(), n=20)
+    with ReplayDataset(rb) as ds:
+        loader = ds.dataloader(num_workers=2, persistent_workers=True, **FORK)
+        for _ in range(2):
+            index = torch.cat([b["index"] for b in loader])
+            assert sorted(index.tolist()) == list(range(20))
+
+
+def test_waits_happen_in_the_training_process_and_time_out_there():
+    rb = shared_buffer(RandomSampler(), n=0)
+    with ReplayDataset(rb, min_size=10, timeout=0.5) as ds:
+        with pytest.raises(RuntimeError, match="TimeoutError.*min_size=10"):
+            list(ds.dataloader(num_workers=1, **FORK))
