@@ -133,13 +133,6 @@ class DrawService:
                 except OSError:  # shut down by close()
                     return
                 conn = Connection(sock.detach())
-                try:  # what multiprocessing's Listener does: both sides prove the key
-                    deliver_challenge(conn, self.access.key)
-                    answer_challenge(conn, self.access.key)
-                except Exception:  # a client without the key: refuse it, go on
-                    _log.warning("rbdata draw service: refused a connection", exc_info=True)
-                    conn.close()
-                    continue
                 with self._lock:
                     if self._stop.is_set():
                         conn.close()
@@ -153,6 +146,15 @@ class DrawService:
 
     def _serve(self, conn: Connection) -> None:
         try:
+            try:  # what multiprocessing's Listener does (here, so a stalled client stalls
+                # only its own thread): both sides prove they hold the key
+                deliver_challenge(conn, self.access.key)
+                answer_challenge(conn, self.access.key)
+            except (EOFError, OSError):
+                raise
+            except Exception:
+                _log.warning("rbdata draw service: refused a connection", exc_info=True)
+                return
             while not self._stop.is_set():
                 request = conn.recv()
                 try:

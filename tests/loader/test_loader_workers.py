@@ -11,6 +11,7 @@ import os
 import time
 import traceback
 from collections import Counter
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client
 
 import pytest
@@ -256,6 +257,8 @@ def test_closing_the_dataset_stops_its_draws():
     access = ds.draw_access
     assert access is not None
     Client(access.address, family="AF_UNIX", authkey=access.key).close()  # serving
+    with pytest.raises(AuthenticationError):  # only to holders of the key
+        Client(access.address, family="AF_UNIX", authkey=b"guess")
     ds.close()
     assert ds.draw_access is None
     deadline = time.monotonic() + 5
