@@ -34,6 +34,7 @@ from multiprocessing.connection import Connection, answer_challenge, deliver_cha
 from typing import Any
 
 from rbdata._component.prefetch_state import draw_record, read_draw_records
+from rbdata.buffers.replay import ReplayBuffer
 from rbdata.loader._pass import _PassEngine, _Record
 
 __all__ = ["DrawAccess", "DrawService"]
@@ -180,6 +181,8 @@ class DrawService:
             return self._next(int(request[1]))
         if kind == "snapshot":
             return ("snapshot", self._snapshot(int(request[1])))
+        if kind == "generations":  # the stamps of rows now (a worker drops rewritten ones)
+            return ("generations", self._generations(request[1]))
         raise ValueError(f"unknown request {kind!r}")
 
     # ------------------------------------------------------------ passes
@@ -277,6 +280,12 @@ class DrawService:
         if record.ends_pass:
             current.ended_at = number + 1
         return True
+
+    def _generations(self, index: Any) -> Any:
+        buffer = self._buffer
+        if not isinstance(buffer, ReplayBuffer):
+            raise TypeError(f"{type(buffer).__name__} has no slot generations")
+        return buffer.writer.generations_of(index)
 
     # ------------------------------------------------------------ checkpoints
     def _snapshot(self, number: int) -> dict[str, Any]:

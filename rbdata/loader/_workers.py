@@ -17,8 +17,11 @@ a ``StatefulDataLoader`` checkpoint resumes exactly.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from multiprocessing.connection import Client, Connection
 from typing import Any
+
+import torch
 
 from rbdata._generator_pickling import install as _install_generator_pickling
 from rbdata.buffers.protocol import Draw, ReadableByWorkers, ServableBuffer, aligned_info
@@ -133,6 +136,31 @@ def _request(conn: Connection, message: tuple[Any, ...]) -> tuple[Any, ...]:
     return reply
 
 
+def _drop_rewritten(
+    batch: Any, info: dict[str, Any], generations: Callable[[torch.Tensor], torch.Tensor]
+) -> tuple[Any, dict[str, Any]]:
+    """``batch`` without the rows written again between their draw and this gather.
+
+    Only a writer that tracks generations tells (the draw's
+    ``index_generation``; ``generations(index)`` gives the stamps now, after
+    the gather): a ring that wrapped, or a consumed slot written again, while
+    the batch waited for its worker.
+    """
+    drawn = info.get("index_generation")
+    if not isinstance(drawn, torch.Tensor) or drawn.ndim == 0:
+        return batch, info
+    keep = (generations(info["index"]) == drawn).reshape(drawn.shape[0], -1).all(-1)
+    if bool(keep.all()) or batch.batch_size[0] != keep.shape[0]:
+        return batch, info
+    kept = {
+        key: value[keep]
+        if isinstance(value, torch.Tensor) and value.ndim and value.shape[0] == keep.shape[0]
+        else value
+        for key, value in info.items()
+    }
+    return as_replay_batch(batch[keep]), kept
+
+
 def _batches(ds: DatasetSettings, reader: ServableBuffer, access: DrawAccess, info: Any) -> Any:
     position = ds.worker_position
     conn = _connection(access)
@@ -147,13 +175,18 @@ def _batches(ds: DatasetSettings, reader: ServableBuffer, access: DrawAccess, in
         state: dict[str, Any] = _request(conn, ("snapshot", batch))[1]
         return state
 
+    def generations(index: torch.Tensor) -> torch.Tensor:
+        stamps: torch.Tensor = _request(conn, ("generations", index))[1]
+        return stamps
+
     position.snapshot = snapshot
     while True:
         reply = _request(conn, ("next", number))
         if reply[0] == "end":
             return
         draw = Draw(reply[1], dict(reply[2]))
-        batch = as_replay_batch(reader.gather(draw))
+        batch, info = _drop_rewritten(as_replay_batch(reader.gather(draw)), draw.info, generations)
+        draw = Draw(draw.index, info)
         position.batch = number
         number += workers
         yield (batch, aligned_info(batch, draw.info)) if ds.return_info else batch

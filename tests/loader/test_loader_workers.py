@@ -31,6 +31,7 @@ from rbdata import (
     SamplerWithoutReplacement,
     SliceSampler,
     TensorDictReplayBuffer,
+    TensorDictRoundRobinWriter,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")
@@ -288,3 +289,28 @@ def test_waits_happen_in_the_training_process_and_time_out_there():
         pytest.raises(RuntimeError, match="TimeoutError.*min_size=10"),
     ):
         list(ds.dataloader(num_workers=1, **FORK))
+
+
+def test_rows_written_again_before_their_gather_are_dropped():
+    # each write stamps obs with its write number; the ring wraps while batches wait
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(32, shared_init=True),
+        writer=TensorDictRoundRobinWriter(track_generations=True),
+        batch_size=16,
+        generator=torch.Generator().manual_seed(0),
+    )
+    rb.extend(transitions(32))
+    written = 32
+    with ReplayDataset(rb, num_batches=30) as ds:
+        batches = []
+        for batch in ds.dataloader(num_workers=2, prefetch_factor=2, **FORK):
+            batches.append(batch)
+            rb.extend(transitions(4, start=written))
+            written += 4
+    rows = sum(b.batch_size[0] for b in batches)
+    assert 0 < rows < 30 * 16  # some rows were written again while their batch waited
+    late = torch.cat([b["obs"] for b in batches[15:]])
+    assert (late >= 32).any()  # rows written after the workers started reach them
+    for batch in batches:  # what a row holds is the write its generation names
+        assert torch.equal(batch["obs"].squeeze(-1).long() % 32, batch["index"])
+        assert torch.equal(batch["obs"].squeeze(-1).long() // 32, batch["index_generation"])
