@@ -180,7 +180,7 @@ class _Components:
         """
         self.init()
         copy = _Components(
-            self.args,
+            {**self.args, "sampler": sampler},  # the reader's own (pickled with it)
             self.sample_unit,
             default_writer=self.default_writer,
             collate_fn=self.collate_arg,

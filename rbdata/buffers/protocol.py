@@ -213,10 +213,10 @@ class ServableBuffer(Protocol):
 class ReadableByWorkers(Protocol):
     """A buffer that DataLoader worker processes (``num_workers > 0``) can read.
 
-    Each worker draws from its own reader: a buffer over the same storage with
-    the sampler :meth:`~rbdata.samplers.Sampler.for_worker` gives it (and a
-    lock of its own). The loader asks the sampler whether it can be split
-    between workers, and the storage whether workers read its memory.
+    The training process draws every batch with the buffer's own sampler
+    (``sampler``); each worker gathers the rows it is told, through its own
+    reader (a buffer over the same storage, with a lock of its own). The
+    loader asks the storage whether workers read its memory.
 
     Examples:
         >>> from rbdata import LazyTensorStorage, ReplayBuffer
@@ -227,7 +227,7 @@ class ReadableByWorkers(Protocol):
 
     @property
     def sampler(self) -> Sampler:
-        """The sampler whose kind each worker's sampler is."""
+        """The sampler that draws the workers' batches (in the training process)."""
         ...
 
     @property

@@ -1,39 +1,45 @@
 """ReplayDataset in DataLoader worker processes (``num_workers > 0``).
 
-Workers are separate processes: each holds a copy of the buffer's bookkeeping
-taken when the DataLoader started it (fork) or pickled for it (spawn), and
-reads the items through the storage's memory. That is safe only when
+A worker gathers and transforms batches whose rows the training process
+draws (:mod:`rbdata.loader._draw_service`): one sampler, the buffer's own, so
+priorities, consumption counts, trajectory indexes and without-replacement
+passes are the ones the training process sees, and rows committed after the
+workers started reach them. The worker reads the rows itself, from the
+storage's memory, which other processes must be able to read: a
+LazyMemmapStorage or a storage in shared memory (``shared=True``,
+``LazyTensorStorage(..., shared_init=True)``).
 
-- the storage is memory that other processes read: a LazyMemmapStorage or a
-  storage in shared memory (``shared=True``), and
-- the sampler keeps no state that must be shared between the workers and the
-  main process: a RandomSampler, or a SamplerWithoutReplacement whose pass is
-  split between the workers here, without consume-after-n.
-
-Prioritized sampling (priorities updated by the main process) and
-consume-after-n (counts shared by everyone) are not; they get a clear error
-pointing to ``prefetch``, the thread-based way to overlap sampling with
-training. Seeds come from the DataLoader (``worker_info.seed``), so they
-differ between workers and repeat with a seeded DataLoader.
+Batch ``k`` of a pass is drawn after batches ``0 .. k-1`` and gathered by
+worker ``k % num_workers`` (the DataLoader hands batches out round-robin), so
+a seeded buffer ``generator`` gives the same batches whatever the timing, and
+a ``StatefulDataLoader`` checkpoint resumes exactly.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator
+from collections.abc import Callable
+from multiprocessing.connection import Client, Connection
 from typing import Any
 
 import torch
 
-from rbdata.buffers.protocol import ReadableByWorkers, ServableBuffer, aligned_info
+from rbdata._generator_pickling import install as _install_generator_pickling
+from rbdata.buffers.protocol import Draw, ReadableByWorkers, ServableBuffer, aligned_info
 from rbdata.loader._batch import as_replay_batch
+from rbdata.loader._draw_service import DrawAccess
 from rbdata.loader._settings import DatasetSettings
-from rbdata.storages import LazyMemmapStorage, Storage, TensorStorage
+from rbdata.samplers import RandomSampler
+from rbdata.storages import LazyMemmapStorage, LazyTensorStorage, Storage, TensorStorage
 
 _USE_PREFETCH = (
     "use num_workers=0 with ReplayDataset(prefetch=k), which samples on a background thread "
     "of the main process"
 )
+
+_install_generator_pickling()
+
+#: this worker process's connection to each draw service it talks to (by address)
+_CLIENTS: dict[str, Connection] = {}
 
 
 def check(ds: DatasetSettings) -> ReadableByWorkers:
@@ -42,34 +48,20 @@ def check(ds: DatasetSettings) -> ReadableByWorkers:
     if not isinstance(buffer, ReadableByWorkers):
         raise RuntimeError(
             f"num_workers > 0 needs a buffer whose workers each read it through a reader of "
-            f"their own (a ReplayBuffer), got {type(buffer).__name__}, whose sampling state "
-            f"worker processes cannot share; {_USE_PREFETCH}."
-        )
-    sampler = buffer.sampler
-    if sampler.for_worker(0, 1, 0) is None:
-        if sampler.consume_after_n is not None:
-            raise RuntimeError(
-                f"num_workers > 0 cannot count consumption (consume_after_n_samples="
-                f"{sampler.consume_after_n}) across worker processes; {_USE_PREFETCH}."
-            )
-        raise RuntimeError(
-            f"num_workers > 0 needs a sampler whose state worker processes need not share (a "
-            f"RandomSampler or a SamplerWithoutReplacement); this buffer uses "
-            f"{type(sampler).__name__}; {_USE_PREFETCH}."
+            f"their own (a ReplayBuffer), got {type(buffer).__name__}; {_USE_PREFETCH}."
         )
     storage = buffer.storage
     if not _readable_by_workers(storage):
         raise RuntimeError(
             f"num_workers > 0 needs a storage that worker processes can read without copying "
-            f"it: a LazyMemmapStorage or a shared-memory storage (shared=True); got "
-            f"{type(storage).__name__}; {_USE_PREFETCH}."
+            f"it: a LazyMemmapStorage or a shared-memory storage (shared=True, or "
+            f"LazyTensorStorage(..., shared_init=True)); got {type(storage).__name__}; "
+            f"{_USE_PREFETCH}."
         )
     main_only = {
         "prefetch": ds.prefetch != 0,
         "pin_memory": ds.pin_memory,
         "device": ds.device is not None,
-        "timeout": ds.timeout is not None,
-        "samples_per_insert/rate_limiter": ds.rate_limiter is not None,
     }
     used = [name for name, on in main_only.items() if on]
     if used:
@@ -84,47 +76,117 @@ def check(ds: DatasetSettings) -> ReadableByWorkers:
 def _readable_by_workers(storage: Storage) -> bool:
     if isinstance(storage, LazyMemmapStorage):
         return True
-    if not (isinstance(storage, TensorStorage) and storage.initialized):
+    if not isinstance(storage, TensorStorage):
         return False
+    if not storage.initialized:
+        return isinstance(storage, LazyTensorStorage) and storage.shared_init
     return all(storage.get_leaf(key).is_shared() for key in storage.leaf_keys())
 
 
-def iterate(ds: DatasetSettings, info: Any) -> Iterator[Any]:
-    """The batches of worker ``info.id``: its share of the pass, from its own seed."""
-    position = ds.worker_position
+def iterate(ds: DatasetSettings, access: DrawAccess | None, info: Any) -> Any:
+    """The batches of worker ``info.id``: batches ``id, id + num_workers, ...`` of the pass."""
     buffer = check(ds)
-    n = len(buffer)
-    if n < ds.min_size:
+    if access is None:
         raise RuntimeError(
-            f"the buffer holds {n} items, fewer than min_size={ds.min_size}, when the DataLoader "
-            "started its workers; workers see the buffer as it was then and cannot wait for a "
-            f"collector; fill it first, or {_USE_PREFETCH}."
+            "this DataLoader worker cannot reach the training process's draws: the dataset was "
+            "copied into the worker without them (a DataLoader with the 'fork' start method); "
+            "build the loader with ds.dataloader(num_workers=...), or use the 'spawn' start "
+            "method (rbdata's default)."
         )
-    if n == 0:
-        return iter(())
-    batch_size, workers, worker = ds.batch_size, info.num_workers, info.id
-    original = buffer.sampler
-    sampler = original.for_worker(worker, workers, pass_seed=info.seed - info.id)
-    if sampler is None:  # check() above refused it
-        raise RuntimeError(f"{type(original).__name__} cannot be split between workers.")
-    total = ds.num_batches
-    if total is None:
-        total = original.batches_per_pass(n, batch_size)
-    sampler.set_rng(torch.Generator().manual_seed(info.seed))
-    # The worker's copy of the buffer draws with its own sampler, under its own lock (a
-    # lock held by a parent thread at fork time would stay locked in the child forever).
-    reader = buffer.reader(sampler)
-    mine = itertools.count() if total is None else range(len(range(worker, total, workers)))
-    skip, position.skip, position.yielded = position.skip, 0, 0
-    return _batches(ds, reader, mine, skip)
+    # The worker's copy of the buffer gathers under its own lock (a lock held by a parent
+    # thread at fork time would stay locked in the child forever).
+    return _batches(ds, buffer.reader(buffer.sampler), access, info)
 
 
-def _batches(ds: DatasetSettings, reader: ServableBuffer, mine: Any, skip: int) -> Iterator[Any]:
+def worker_copy(buffer: ServableBuffer) -> ServableBuffer:
+    """What a spawned worker gets of ``buffer``: a reader that gathers, and never draws.
+
+    Its sampler is a fresh RandomSampler and it has no generator: the
+    training process draws, so the sampler's state (a priority tree) need not
+    travel, nor the generator (torch cannot pass a ``torch.Generator`` to a
+    spawned process: "unable to resize file ... Invalid argument").
+    """
+    if not isinstance(buffer, ReadableByWorkers):
+        return buffer
+    reader = buffer.reader(RandomSampler())
+    reader.set_rng(None)
+    return reader
+
+
+def _connection(access: DrawAccess) -> Connection:
+    conn = _CLIENTS.get(access.address)
+    if conn is None or conn.closed:
+        conn = Client(access.address, family="AF_UNIX", authkey=access.key)
+        _CLIENTS[access.address] = conn
+    return conn
+
+
+def _request(conn: Connection, message: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Send ``message``; the reply (the service's end of file: the training process is gone)."""
+    try:
+        conn.send(message)
+        reply: tuple[Any, ...] = conn.recv()
+    except (EOFError, OSError) as error:
+        raise RuntimeError(
+            "the training process's draw service closed (ReplayDataset.close(), or the "
+            "process ended) while a DataLoader worker was running"
+        ) from error
+    if reply[0] == "error":
+        raise RuntimeError(f"the training process could not draw a batch: {reply[1]}")
+    return reply
+
+
+def _drop_rewritten(
+    batch: Any, info: dict[str, Any], generations: Callable[[torch.Tensor], torch.Tensor]
+) -> tuple[Any, dict[str, Any]]:
+    """``batch`` without the rows written again between their draw and this gather.
+
+    Only a writer that tracks generations tells (the draw's
+    ``index_generation``; ``generations(index)`` gives the stamps now, after
+    the gather): a ring that wrapped, or a consumed slot written again, while
+    the batch waited for its worker.
+    """
+    drawn = info.get("index_generation")
+    if not isinstance(drawn, torch.Tensor) or drawn.ndim == 0:
+        return batch, info
+    keep = (generations(info["index"]) == drawn).reshape(drawn.shape[0], -1).all(-1)
+    if bool(keep.all()) or batch.batch_size[0] != keep.shape[0]:
+        return batch, info
+    kept = {
+        key: value[keep]
+        if isinstance(value, torch.Tensor) and value.ndim and value.shape[0] == keep.shape[0]
+        else value
+        for key, value in info.items()
+    }
+    return as_replay_batch(batch[keep]), kept
+
+
+def _batches(ds: DatasetSettings, reader: ServableBuffer, access: DrawAccess, info: Any) -> Any:
     position = ds.worker_position
-    for i in mine:
-        draw = reader.draw(ds.batch_size)
-        if i < skip:  # resumed: these batches were yielded before the checkpoint
-            continue
-        batch = as_replay_batch(reader.gather(draw))
-        position.yielded = i + 1
+    conn = _connection(access)
+    workers, worker = info.num_workers, info.id
+    restored, position.restored = position.restored, None
+    number = worker
+    if restored is not None and position.batch is not None:
+        number = position.batch + workers
+    _request(conn, ("begin", worker, workers, info.seed - worker, restored))
+
+    def snapshot(batch: int) -> dict[str, Any]:
+        state: dict[str, Any] = _request(conn, ("snapshot", batch))[1]
+        return state
+
+    def generations(index: torch.Tensor) -> torch.Tensor:
+        stamps: torch.Tensor = _request(conn, ("generations", index))[1]
+        return stamps
+
+    position.snapshot = snapshot
+    while True:
+        reply = _request(conn, ("next", number))
+        if reply[0] == "end":
+            return
+        draw = Draw(reply[1], dict(reply[2]))
+        batch, info = _drop_rewritten(as_replay_batch(reader.gather(draw)), draw.info, generations)
+        draw = Draw(draw.index, info)
+        position.batch = number
+        number += workers
         yield (batch, aligned_info(batch, draw.info)) if ds.return_info else batch

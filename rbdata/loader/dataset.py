@@ -19,6 +19,7 @@ from rbdata.buffers.offline_to_online import OfflineToOnlineReplayBuffer
 from rbdata.buffers.protocol import ServableBuffer
 from rbdata.buffers.replay import ReplayBuffer
 from rbdata.loader import _workers
+from rbdata.loader._draw_service import DrawAccess, DrawService
 from rbdata.loader._pass import _PassEngine, _Record
 from rbdata.loader._prefetch import _PrefetchThread
 from rbdata.loader._worker_position import WorkerPosition
@@ -93,13 +94,15 @@ class ReplayDataset(IterableDataset[Any]):
     fetches one ahead) sets ``ds.held_back = n`` so that checkpoints treat
     them as not handed out.
 
-    **Workers.** ``num_workers > 0`` is supported for a RandomSampler or a
-    SamplerWithoutReplacement (no consume-after-n) over a LazyMemmapStorage or
-    a shared-memory storage: workers read the buffer as it was when they
-    started, draw with distinct deterministic seeds (from the DataLoader's
-    seed) and split a without-replacement pass without duplicates;
-    ``num_batches`` counts batches across all workers. Other buffers raise a
-    RuntimeError pointing to ``prefetch``, the thread-based alternative.
+    **Workers.** ``num_workers > 0`` works with every sampler over a
+    LazyMemmapStorage or a shared-memory storage: the buffer's own sampler
+    draws each batch in this process, in batch order (batch ``k`` goes to
+    worker ``k % num_workers``), and the worker gathers and transforms it, so
+    workers see new rows, priority updates and consumption counts, at most
+    ``prefetch_factor * num_workers`` batches late; ``num_batches`` counts
+    batches across all workers. Other storages raise a RuntimeError pointing
+    to ``prefetch``, the thread-based alternative. :meth:`close` stops the
+    thread that draws for the workers.
 
     Args:
         buffer: an rbdata replay buffer.
@@ -213,6 +216,8 @@ class ReplayDataset(IterableDataset[Any]):
                 stacklevel=2,
             )
         self._device = None if device is None or device.type == "cpu" else device
+        #: how DataLoader workers reach this dataset's draws (set once workers are served)
+        self.draw_access: DrawAccess | None = None
         self._setup_runtime()
 
     @property
@@ -235,6 +240,7 @@ class ReplayDataset(IterableDataset[Any]):
         self._active: weakref.ref[_ReplayIterator] | None = None
         self._resume = False
         self._worker = WorkerPosition()
+        self._draws: DrawService | None = None
         self._stats = _StatsSource(self._engine)
         self._stats_handle: RemovableHandle | None = self.buffer.register_stats_source(self._stats)
         weakref.finalize(self, self._stats_handle.remove)
@@ -244,7 +250,7 @@ class ReplayDataset(IterableDataset[Any]):
         _refuse_auto_batching(self, sys._getframe(1))
         info = get_worker_info()
         if info is not None:
-            return _workers.iterate(self, info)
+            return _workers.iterate(self, self.draw_access, info)
         return _ReplayIterator(self, self._engine, self._activate)
 
     def __len__(self) -> int:
@@ -276,6 +282,7 @@ class ReplayDataset(IterableDataset[Any]):
             )
         if kwargs.get("num_workers", 0):
             _workers.check(self)
+            self._serve_workers()
         return StatefulDataLoader(self, batch_size=None, **kwargs)
 
     # ------------------------------------------------------------ lifecycle
@@ -298,6 +305,18 @@ class ReplayDataset(IterableDataset[Any]):
         if self._stats_handle is not None:
             self._stats_handle.remove()
             self._stats_handle = None
+        draws, self._draws = self._draws, None
+        if draws is not None:
+            draws.close()
+            self.draw_access = None
+
+    def _serve_workers(self) -> DrawAccess:
+        """Draw for DataLoader workers from this process (started once; see ``close``)."""
+        if self._draws is None:
+            self._draws = DrawService(self._engine)
+            self.draw_access = self._draws.access
+            weakref.finalize(self, self._draws.close)
+        return self._draws.access
 
     def __enter__(self) -> ReplayDataset:
         return self
@@ -355,10 +374,12 @@ class ReplayDataset(IterableDataset[Any]):
 
     # ------------------------------------------------------------ pickling
     def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
         if spawning():  # a spawned DataLoader worker: refuse here, with the fork's message
             _workers.check(self)
-        state = dict(self.__dict__)
-        for key in ("_engine", "_active", "_stats", "_stats_handle", "_resume"):
+            state["draw_access"] = self._serve_workers()
+            state["buffer"] = _workers.worker_copy(self.buffer)
+        for key in ("_engine", "_active", "_stats", "_stats_handle", "_resume", "_draws"):
             state.pop(key, None)
         return state
 

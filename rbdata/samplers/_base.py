@@ -93,24 +93,6 @@ class Sampler:
         """The number of cells this sampler keeps state for (None: as many as the storage)."""
         return None
 
-    def for_worker(self, worker: int, num_workers: int, pass_seed: int) -> Sampler | None:
-        """A sampler of this kind for DataLoader worker ``worker`` of ``num_workers``.
-
-        Each worker process draws from its own copy of the buffer's bookkeeping,
-        with the sampler returned here (the caller seeds it). ``pass_seed`` is
-        the same for every worker of a DataLoader (samplers that split passes
-        between the workers draw the same permutations with it).
-
-        Returns:
-            None (here): the sampler keeps state the workers and the main process
-            would have to share (priorities, consumption counts, trajectories).
-        """
-        return None
-
-    def batches_per_pass(self, items: int, batch_size: int) -> int | None:
-        """How many batches of ``batch_size`` a pass over ``items`` items has (None: no passes)."""
-        return None
-
     def priority_mass(self) -> PriorityMass | None:
         """The weights this sampler draws by, summed (None: it does not draw by priority).
 

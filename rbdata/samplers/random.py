@@ -34,15 +34,6 @@ class RandomSampler(Sampler):
         tensor([4, 9, 3, 0, 3])
     """
 
-    def for_worker(self, worker: int, num_workers: int, pass_seed: int) -> Sampler | None:
-        """A fresh RandomSampler (None with consume-after-n: counts are shared by everyone).
-
-        A subclass (which may draw otherwise) declares its own; here it gets None.
-        """
-        if type(self) is not RandomSampler or self.consume_after_n is not None:
-            return None
-        return RandomSampler()
-
     def _sample(
         self, storage: Storage, batch_size: int, live: _LiveSet | None
     ) -> tuple[torch.Tensor, dict[str, Any]]:

@@ -8,7 +8,6 @@ import torch
 
 from rbdata.samplers._base import Sampler
 from rbdata.samplers._live import _LiveSet
-from rbdata.samplers._worker_passes import WorkerPasses
 from rbdata.storages import Storage
 
 
@@ -52,20 +51,6 @@ class SamplerWithoutReplacement(Sampler):
         self._cursor = 0
         self._ran_out = False
         self._drawn_ahead: int | None = None  # len(storage) when the next pass was drawn ahead
-
-    def for_worker(self, worker: int, num_workers: int, pass_seed: int) -> Sampler | None:
-        """Worker ``worker``'s share of passes split between the workers (see WorkerPasses).
-
-        None with consume-after-n (counts are shared by everyone), and for a
-        subclass (which may draw otherwise) that does not declare its own.
-        """
-        if type(self) is not SamplerWithoutReplacement or self.consume_after_n is not None:
-            return None
-        return WorkerPasses(worker, num_workers, pass_seed, self.shuffle, self.drop_last)
-
-    def batches_per_pass(self, items: int, batch_size: int) -> int:
-        """``items / batch_size`` batches, the last short one left out with ``drop_last``."""
-        return items // batch_size if self.drop_last else -(-items // batch_size)
 
     @property
     def ran_out(self) -> bool:

@@ -453,27 +453,3 @@ def test_the_priority_mass_sums_the_weights_drawn_by():
     assert (mass.total, mass.smallest, mass.beta) == pytest.approx((7.5, 0.5, 0.25))
     sampler.beta = 0.75  # the declared exponent, as set
     assert sampler.priority_mass().beta == 0.75
-
-
-# ---------------------------------------------------------------- DataLoader workers
-def test_uniform_samplers_split_between_workers_and_stateful_ones_do_not():
-    assert isinstance(RandomSampler().for_worker(1, 2, pass_seed=0), RandomSampler)
-    assert PrioritizedSampler(8, alpha=1.0, beta=1.0).for_worker(0, 2, pass_seed=0) is None
-    consumed = RandomSampler()
-    consumed.set_consume_after_n(1)
-    assert consumed.for_worker(0, 2, pass_seed=0) is None
-
-    class Drawing(RandomSampler):  # a subclass may draw otherwise: it declares its own
-        pass
-
-    assert Drawing().for_worker(0, 2, pass_seed=0) is None
-
-
-def test_workers_cover_each_without_replacement_pass_once():
-    sampler = SamplerWithoutReplacement(drop_last=True)
-    assert sampler.batches_per_pass(10, 4) == 2
-    assert SamplerWithoutReplacement().batches_per_pass(10, 4) == 3
-    assert RandomSampler().batches_per_pass(10, 4) is None
-    workers = [SamplerWithoutReplacement().for_worker(w, 3, pass_seed=5) for w in range(3)]
-    drawn = [w.sample(Slots(10), 4)[0] for w in workers]  # batches 0, 1, 2 of the first pass
-    assert sorted(torch.cat(drawn).tolist()) == list(range(10))
