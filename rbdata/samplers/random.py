@@ -34,6 +34,9 @@ class RandomSampler(Sampler):
         tensor([4, 9, 3, 0, 3])
     """
 
+    reads_only_length = True
+    draws_independent = True
+
     def for_worker(self, worker: int, num_workers: int, pass_seed: int) -> Sampler | None:
         """A fresh RandomSampler (None with consume-after-n: counts are shared by everyone).
 
