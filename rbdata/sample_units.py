@@ -52,6 +52,15 @@ class SampleUnit:
         """
         return None
 
+    @property
+    def tracks_trajectories(self) -> bool:
+        """Whether the unit keeps state of the data written: it overrides :meth:`extend`.
+
+        A unit that does not is told of writes for nothing; a shared buffer
+        then copies a batch's rows outside its lock (:mod:`rbdata.sharing`).
+        """
+        return type(self).extend is not SampleUnit.extend
+
     def extend(self, index: torch.Tensor) -> None:
         """Note that the slots ``index`` were written (no-op unless the unit tracks writes)."""
 

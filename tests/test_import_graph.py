@@ -128,3 +128,19 @@ def test_the_service_server_never_imports_sharding():
 def test_the_checkpoint_format_never_imports_the_buffers():
     # the buffers write and load dumps through rbdata.checkpoint: the arrow runs one way
     assert not _imports_under(import_graph(), "rbdata.checkpoint", "rbdata.buffers")
+
+
+def test_the_sharing_layer_never_imports_the_components():
+    # storages, writers and samplers take their counters, segments and rendezvous from
+    # rbdata.sharing: it names what it calls on them as protocols (rbdata.sharing.components)
+    graph = import_graph()
+    above = (
+        "rbdata.storages",
+        "rbdata.writers",
+        "rbdata.samplers",
+        "rbdata.sample_units",
+        "rbdata.transforms",
+        "rbdata.buffers",
+    )
+    arrows = set().union(*(_imports_under(graph, "rbdata.sharing", target) for target in above))
+    assert not arrows, "rbdata.sharing imports upward:\n" + "\n".join(sorted(arrows))

@@ -31,6 +31,10 @@ class PriorityMass(NamedTuple):
     beta: float
 
 
+#: what a sampler says of its draws, declared by each class for itself (not inherited)
+_OWN_CAPABILITIES = ("reads_only_length", "draws_independent")
+
+
 class Sampler:
     """Base class of every sampler: it owns the public methods, subclasses fill small hooks.
 
@@ -82,6 +86,24 @@ class Sampler:
 
     #: whether a pass leaves out a last, short batch (samplers without replacement)
     drop_last: bool = False
+
+    #: whether a draw depends on nothing of the storage but its length: the sampler
+    #: keeps no state of the items written (none of its own draws read them either)
+    reads_only_length: ClassVar[bool] = False
+
+    #: whether each draw is independent of the others (it moves only the random state)
+    draws_independent: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass declares :attr:`reads_only_length` and :attr:`draws_independent` itself.
+
+        Neither is inherited (a subclass may keep state its base does not):
+        unless its own body sets them, they are False.
+        """
+        super().__init_subclass__(**kwargs)
+        for name in _OWN_CAPABILITIES:
+            if name not in cls.__dict__:
+                setattr(cls, name, False)
 
     @property
     def prioritized(self) -> bool:

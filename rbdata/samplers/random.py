@@ -34,6 +34,9 @@ class RandomSampler(Sampler):
         tensor([4, 9, 3, 0, 3])
     """
 
+    reads_only_length = True
+    draws_independent = True
+
     def _sample(
         self, storage: Storage, batch_size: int, live: _LiveSet | None
     ) -> tuple[torch.Tensor, dict[str, Any]]:

@@ -43,6 +43,8 @@ class SamplerWithoutReplacement(Sampler):
         (tensor([3, 4]), True)
     """
 
+    reads_only_length = True
+
     def __init__(self, drop_last: bool = False, shuffle: bool = True) -> None:
         super().__init__()
         self.drop_last = bool(drop_last)

@@ -17,7 +17,10 @@ segments, pids or memory ordering:
 - :mod:`.sync`: the buffer's guards (:class:`~.sync._BufferSync`);
 - :mod:`.handle`: export/attach of a shared buffer by name;
 - :mod:`.slot_ring`: the Ray transport's shared slots;
-- :mod:`.parts`: the other parts of a buffer when it is shared.
+- :mod:`.parts`: the other parts of a buffer when it is shared;
+- :mod:`.components`: what the layer calls on storages, writers, samplers,
+  sample units and transforms, as protocols (it imports none of them);
+- :mod:`.ring`: the slots of a ring write.
 
 The protocol and its invariants are described in ``docs/internals.md``.
 Submodules are imported where used (this package imports nothing, so the

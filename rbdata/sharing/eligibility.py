@@ -8,8 +8,11 @@ of it later through the feed, :mod:`.feed`, as of other processes' writes).
 A reader whose batch holds rows still being copied draws again, rather than
 wait, only when a draw changes nothing but the sampler's random state.
 
-The components carry no flag for this: the sharing layer knows the parts
-it can trust (an exact type: a subclass may keep state the base does not).
+The components carry no flag for this: each says what it is in its own terms
+(:mod:`.components`: the writer writes in ring order, the sampler's draws
+read only the length or are independent of each other, the sample unit tracks
+trajectories), and the sharing layer decides from that. A sampler declares its
+capabilities for its own class (a subclass may keep state the base does not).
 
 Examples:
     >>> from rbdata import LazyTensorStorage, RandomSampler, RoundRobinWriter, Transition
@@ -21,40 +24,34 @@ Examples:
 
 from __future__ import annotations
 
-from rbdata.sample_units import SampleUnit
-from rbdata.samplers import RandomSampler, Sampler, SamplerWithoutReplacement
+from rbdata.sharing.components import Cursor, Draws, WriteNotes
 from rbdata.sharing.counters import LocalCounters
-from rbdata.writers import RoundRobinWriter, TensorDictRoundRobinWriter, Writer
 
 __all__ = ["can_reserve", "redraws_freely"]
 
-#: samplers whose draws read nothing but slot numbers and the storage's length
-_SLOT_SAMPLERS: frozenset[type[Sampler]] = frozenset({RandomSampler, SamplerWithoutReplacement})
-#: writers that place a batch at the cursor, in ring order, counting it on their counters
-_RING_WRITERS: frozenset[type[Writer]] = frozenset({RoundRobinWriter, TensorDictRoundRobinWriter})
 #: the decisions made, by the parts' types (they depend on nothing else)
 _DECIDED: dict[tuple[type, ...], bool] = {}
 
 
-def can_reserve(writer: Writer, sampler: Sampler, sample_unit: SampleUnit) -> bool:
+def can_reserve(writer: Cursor, sampler: Draws, sample_unit: WriteNotes) -> bool:
     """Whether a write through these parts may reserve its rows and copy them outside the lock.
 
-    The writer's counters must be shared cells (a ``compilable`` writer's are
-    traced), the sampler must draw from slots only, and the sample unit must
-    keep no state of writes (its ``extend`` is the base's no-op).
+    The writer must write in ring order on shared cells (a ``compilable``
+    writer's are traced), the sampler's draws must read only the storage's
+    length, and the sample unit must track no trajectories.
     """
     key = (type(writer), type(writer.counters), type(sampler), type(sample_unit))
     known = _DECIDED.get(key)
     if known is None:
         known = _DECIDED[key] = (
-            type(writer) in _RING_WRITERS
+            writer.writes_in_ring_order
             and not issubclass(key[1], LocalCounters)
-            and type(sampler) in _SLOT_SAMPLERS
-            and type(sample_unit).extend is SampleUnit.extend
+            and sampler.reads_only_length
+            and not sample_unit.tracks_trajectories
         )
     return known
 
 
-def redraws_freely(sampler: Sampler) -> bool:
+def redraws_freely(sampler: Draws) -> bool:
     """Whether a batch drawn again is as likely as the first (a draw moves only the RNG)."""
-    return type(sampler) is RandomSampler
+    return sampler.draws_independent

@@ -38,6 +38,7 @@ import torch
 
 from rbdata.sharing.counters import SharedCounters
 from rbdata.sharing.liveness import alive, this_process
+from rbdata.sharing.ring import Ranges, ring_ranges
 
 __all__ = [
     "LOG",
@@ -66,8 +67,6 @@ _ORPHAN_CHECK_S = 0.01  # a lock-free length looks for dead writers at most this
 _READER_WAIT_S = 0.01  # a lock-free reader waits this long for rows in flight, then locks
 _LISTED = 4096  # a probe of at most this many rows checks ranges by bisection in Python
 
-#: two row ranges ``(a, b, c, d)``: ``[a, b)`` then ``[c, d)`` (empty when ``c == d``)
-Ranges = tuple[int, int, int, int]
 #: ``(sequence number, the ranges in flight)`` before a lock-free copy
 Snapshot = tuple[int, list[Ranges]]
 #: the counters a reservation moves, as they were before: cursor, write count, length
@@ -75,19 +74,6 @@ Journal = tuple[int, int, int]
 #: what the lock's holder does with the ranges a dead writer reserved (:mod:`.reclaim`):
 #: with the journal when the writer died while reserving (the counters go back to it)
 Reclaim = Callable[[Ranges, "Journal | None"], None]
-
-
-def ring_ranges(start: int, n: int, capacity: int) -> Ranges:
-    """The rows ``start .. start + n - 1`` of a ring of ``capacity`` rows, as two ranges.
-
-    Examples:
-        >>> ring_ranges(6, 4, 8)
-        (6, 8, 0, 2)
-    """
-    stop = start + n
-    if stop <= capacity:
-        return start, stop, 0, 0
-    return start, capacity, 0, stop - capacity
 
 
 def _overlap(ranges: Ranges, a: int, b: int, c: int, d: int) -> bool:

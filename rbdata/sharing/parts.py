@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rbdata.transforms import Transform
+from rbdata.sharing.components import SharesMemory
 
 __all__ = ["check_shared_prefetch", "share_transform"]
 
@@ -21,12 +21,13 @@ def check_shared_prefetch(shared: bool, prefetch: int | None) -> None:
 def share_transform(transform: Any) -> None:
     """Move a transform's write state to shared memory (each of a Compose's).
 
-    A plain callable keeps no write state: only a :class:`~rbdata.transforms.Transform`
-    has some to move (:meth:`~rbdata.transforms.Transform.share_memory_`).
+    A plain callable keeps no write state: only a transform with a
+    ``share_memory_()`` (:class:`~.components.SharesMemory`, as every
+    :class:`~rbdata.transforms.Transform`) has some to move.
 
     Raises:
         RuntimeError: for a transform that keeps write state
             (``requires_shared_write_state``) but has no ``share_memory_()``.
     """
-    if isinstance(transform, Transform):
+    if isinstance(transform, SharesMemory):
         transform.share_memory_()

@@ -34,16 +34,13 @@ from __future__ import annotations
 
 import torch
 
+from rbdata.sharing.components import Cursor, Rows
 from rbdata.sharing.in_flight import Journal, Ranges
-from rbdata.storages import Storage
-from rbdata.writers import Writer
 
 __all__ = ["reclaim"]
 
 
-def reclaim(
-    storage: Storage, writer: Writer, ranges: Ranges, journal: Journal | None = None
-) -> None:
+def reclaim(storage: Rows, writer: Cursor, ranges: Ranges, journal: Journal | None = None) -> None:
     """Drop the rows ``ranges`` reserved by a dead writer (see the module docstring).
 
     With a ``journal`` (the writer died reserving, holding the lock: no other
@@ -89,7 +86,7 @@ def _ring(start: int, n: int, capacity: int) -> torch.Tensor:
     return torch.arange(start, start + n).remainder_(capacity)
 
 
-def _move(storage: Storage, source: torch.Tensor, start: int) -> None:
+def _move(storage: Rows, source: torch.Tensor, start: int) -> None:
     """Copy the rows ``source`` (in order) to the rows ``start ..`` (wrapping)."""
     capacity = storage.max_size_along_dim0
     leaves = storage.batch_leaves(storage.get(source))

@@ -31,8 +31,6 @@ from rbdata._trust import check_trusted_dir, private_dir
 from rbdata.sharing.cleanup import creator_prefix, sweep
 from rbdata.sharing.file_lock import shared_dir
 from rbdata.sharing.segments import check_space
-from rbdata.storages._pytree import _Structure
-from rbdata.storages._row_layout import _PackedLayout
 
 try:
     import fcntl
@@ -98,7 +96,7 @@ class _Rendezvous:
         """The rows and layout: made from ``layout`` if nobody wrote yet, else the existing ones.
 
         Args:
-            layout: what this process would lay out (JSON-able: see :func:`layout_record`).
+            layout: what this process would lay out (JSON values: the storage's own record).
             rows: number of rows to create.
             width: bytes a row.
             mapper: maps ``(path, rows, width)`` to a ``uint8 [rows, width]`` tensor.
@@ -160,46 +158,6 @@ class _Rendezvous:
 def _private_file(path: str) -> Any:
     """``path`` opened for writing (truncated), made with mode 0600 if it is new."""
     return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
-
-
-def layout_record(
-    structure: _Structure, layout: _PackedLayout, lead: tuple[int, ...]
-) -> dict[str, Any]:
-    """A storage's layout as JSON values, for the processes that map the same rows.
-
-    Raises:
-        TypeError: if the data's structure holds a value JSON cannot describe.
-    """
-    record = {
-        "structure": structure.state(),
-        "dtypes": [str(dtype).removeprefix("torch.") for dtype in layout.dtypes],
-        "shapes": [list(shape) for shape in layout.shapes],
-        "lead": list(lead),
-    }
-    try:  # as the other processes will read it back
-        normalized: dict[str, Any] = json.loads(json.dumps(record))
-    except (TypeError, ValueError) as err:
-        raise TypeError(
-            f"a shared_init storage describes its data's layout as JSON for the other "
-            f"processes, and this data's structure cannot be ({err})."
-        ) from err
-    return normalized
-
-
-def layout_from_record(
-    record: dict[str, Any],
-) -> tuple[_Structure, _PackedLayout, tuple[int, ...]]:
-    """The structure, row layout and leading cell shape of a :func:`layout_record`."""
-    dtypes = [getattr(torch, name) for name in record["dtypes"]]
-    layout = _PackedLayout(dtypes, [tuple(shape) for shape in record["shapes"]])
-    return _Structure.from_state(record["structure"]), layout, tuple(record["lead"])
-
-
-def describe_record(record: dict[str, Any]) -> str:
-    """The leaves of a :func:`layout_record`, for messages: ``float32[3], int64[]``."""
-    return ", ".join(
-        f"{dtype}{shape}" for dtype, shape in zip(record["dtypes"], record["shapes"], strict=True)
-    )
 
 
 def map_shared_file(path: str, rows: int, width: int) -> torch.Tensor:

@@ -23,21 +23,17 @@ from collections.abc import Callable
 
 import torch
 
-from rbdata.sample_units import SampleUnit
-from rbdata.samplers import Sampler
+from rbdata.sharing.components import Cursor, Draws, Rows, WriteNotes
 from rbdata.sharing.counters import count_written
 from rbdata.sharing.eligibility import can_reserve
 from rbdata.sharing.faults import armed, fault_point
-from rbdata.sharing.in_flight import ring_ranges
+from rbdata.sharing.ring import ring_ranges, ring_slots
 from rbdata.sharing.sync import _BufferSync
-from rbdata.storages import Storage
-from rbdata.writers import Writer
-from rbdata.writers.round_robin import ring_slots
 
 __all__ = ["extend_reserved", "reserve"]
 
 
-def reserve(writer: Writer, storage: Storage, n: int) -> int:
+def reserve(writer: Cursor, storage: Rows, n: int) -> int:
     """Place ``n`` items at the writer's cursor, stamped and counted, without writing them.
 
     Moves the writer's cursor and write count, the slots' generations and the
@@ -71,7 +67,7 @@ def reserve(writer: Writer, storage: Storage, n: int) -> int:
 
 def extend_reserved(
     sync: _BufferSync,
-    parts: Callable[[], tuple[Storage, Writer, Sampler, SampleUnit]],
+    parts: Callable[[], tuple[Rows, Cursor, Draws, WriteNotes]],
     data: object,
     validate: Callable[[], None],
 ) -> torch.Tensor | None:

@@ -8,21 +8,19 @@ from typing import Any, TypeVar
 
 import torch
 
-from rbdata.samplers import Sampler
 from rbdata.sharing.cleanup import sweep
+from rbdata.sharing.components import Cursor, Draws, Rows
 from rbdata.sharing.counters import SharedCounters
 from rbdata.sharing.eligibility import redraws_freely
 from rbdata.sharing.file_lock import FileLock
 from rbdata.sharing.in_flight import InFlightRows, Journal, Ranges
 from rbdata.sharing.lock import LocalThenShared, SharedCondition, SharedLock
 from rbdata.sharing.reclaim import reclaim
-from rbdata.storages import Storage
-from rbdata.writers import Writer
 
 _REDRAWS = 3  # a reader draws again at most this often to avoid rows being copied
 Drawn = TypeVar("Drawn", bound=tuple[torch.Tensor, Any])
 #: the storage and writer whose rows a dead writer's reservation is reclaimed from
-Parts = Callable[[], tuple[Storage, Writer]]
+Parts = Callable[[], tuple[Rows, Cursor]]
 
 
 class _BufferSync:
@@ -125,7 +123,7 @@ class _BufferSync:
                 return copy()
         return self._cross.read(copy, rows)
 
-    def draw_clear(self, draw: Callable[[], Drawn], sampler: Sampler) -> Drawn:
+    def draw_clear(self, draw: Callable[[], Drawn], sampler: Draws) -> Drawn:
         """``draw()``'s batch ``(index, info)``, drawn again while it holds rows being copied.
 
         A batch holding rows another process is still copying would wait for

@@ -16,16 +16,11 @@ from typing import Any, TypeVar
 import torch
 
 from rbdata.sharing.counters import spawning
-from rbdata.sharing.rendezvous import (
-    _Rendezvous,
-    describe_record,
-    layout_from_record,
-    layout_record,
-    map_shared_file,
-)
+from rbdata.sharing.rendezvous import _Rendezvous, map_shared_file
 from rbdata.sharing.segments import reserve, reserve_shared
 
 from ._base import Storage
+from ._layout_record import describe_record, layout_from_record, layout_record
 from ._packed import _PackedRows
 from ._pages import compact, expand, row_memory
 from ._pytree import PathKey, _Structure

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -15,7 +14,7 @@ from rbdata.writers._base import Writer, batch_len, slice_batch
 if TYPE_CHECKING:
     from rbdata.storages import Storage
 
-__all__ = ["RoundRobinWriter", "TensorDictRoundRobinWriter", "ring_slots"]
+__all__ = ["RoundRobinWriter", "TensorDictRoundRobinWriter"]
 
 
 class RoundRobinWriter(Writer):
@@ -89,24 +88,6 @@ class RoundRobinWriter(Writer):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(cursor={self._cursor}, write_count={self._write_count})"
-
-
-@functools.lru_cache(maxsize=16)
-def _first(n: int) -> torch.Tensor:
-    return torch.arange(n)
-
-
-def ring_slots(start: int, n: int, capacity: int) -> torch.Tensor:
-    """The slots ``start .. start + n - 1`` of a ring of ``capacity`` slots (``n <= capacity``).
-
-    Examples:
-        >>> ring_slots(3, 3, 4).tolist()
-        [3, 0, 1]
-    """
-    index = _first(n) + start  # a new tensor: the cached arange is never changed
-    if start + n > capacity:
-        index %= capacity
-    return index
 
 
 @own_frame
