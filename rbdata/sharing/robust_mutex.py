@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import mmap
 import os
 import sys
@@ -88,6 +89,9 @@ def _libc() -> Any:
 
 
 _LIBC = _libc()
+_TRYLOCK = None if _LIBC is None else _LIBC.pthread_mutex_trylock
+_UNLOCK = None if _LIBC is None else _LIBC.pthread_mutex_unlock
+_log = logging.getLogger(__name__)
 
 
 def robust_mutexes() -> bool:
@@ -98,9 +102,9 @@ def robust_mutexes() -> bool:
 class RobustMutexLock(FileLock):
     """An exclusive lock across processes: no system call uncontended, recovered from a dead holder.
 
-    The interface is :class:`.file_lock.FileLock`'s. :attr:`recovered` tells
-    whether the last successful acquire took the lock over from a holder
-    that died (exactly one waiter is told of each death).
+    The interface is :class:`.file_lock.FileLock`'s. :attr:`recoveries`
+    counts the acquires that took the lock over from a holder that died
+    (exactly one waiter is told of each death, with a warning logged).
 
     Args:
         path: the lock file (None: create one and its mutex, removed when this
@@ -114,8 +118,8 @@ class RobustMutexLock(FileLock):
         >>> other.acquire(block=False), other.acquire(timeout=0.01)
         (False, False)
         >>> lock.release()
-        >>> other.acquire(block=False), other.recovered
-        (True, False)
+        >>> other.acquire(block=False), other.recoveries
+        (True, 0)
         >>> other.release()
     """
 
@@ -125,8 +129,8 @@ class RobustMutexLock(FileLock):
                 "robust process-shared mutexes need Linux with glibc: use FileLock here."
             )
         super().__init__(path)
-        #: whether the last acquire took the lock over from a holder that died
-        self.recovered = False
+        #: how many acquires of this object took the lock over from a holder that died
+        self.recoveries = 0
         self._map(create=path is None)
 
     def _map(self, create: bool) -> None:
@@ -153,7 +157,9 @@ class RobustMutexLock(FileLock):
             RuntimeError: the mutex is unusable (a holder died and its
                 successor released it without repairing it: never done here).
         """
-        got = _LIBC.pthread_mutex_trylock(self._mutex)
+        got = _TRYLOCK(self._mutex)
+        if not got:  # the common case: one compare-and-swap, nothing else written
+            return True
         if got == errno.EBUSY and block:
             got = self._wait(timeout)
         return self._taken(got)
@@ -174,11 +180,13 @@ class RobustMutexLock(FileLock):
 
     def _taken(self, got: int) -> bool:
         if got == 0:
-            self.recovered = False
             return True
         if got == errno.EOWNERDEAD:  # the holder died: this process owns it now
             _check(_LIBC.pthread_mutex_consistent(self._mutex), "pthread_mutex_consistent")
-            self.recovered = True
+            self.recoveries += 1
+            _log.warning(
+                "a process died holding the lock %s of a shared buffer: taken over", self.path
+            )
             return True
         if got in (errno.EBUSY, errno.ETIMEDOUT):
             return False
@@ -188,11 +196,13 @@ class RobustMutexLock(FileLock):
 
     def release(self) -> None:
         """Release the lock."""
-        _check(_LIBC.pthread_mutex_unlock(self._mutex), "pthread_mutex_unlock")
+        code = _UNLOCK(self._mutex)
+        if code:
+            _check(code, "pthread_mutex_unlock")
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        self.recovered = False
+        self.recoveries = 0
         self._map(create=False)
 
 

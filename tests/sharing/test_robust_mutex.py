@@ -41,9 +41,9 @@ def test_a_lock_held_by_a_killed_process_is_taken_over_at_once() -> None:
     start = time.monotonic()
     assert lock.acquire(timeout=5.0)
     assert time.monotonic() - start < 1.0
-    assert lock.recovered  # told: the holder died
+    assert lock.recoveries == 1  # told: the holder died
     lock.release()
-    assert lock.acquire(block=False) and not lock.recovered  # repaired: an ordinary lock again
+    assert lock.acquire(block=False) and lock.recoveries == 1  # repaired: an ordinary lock again
     lock.release()
 
 
@@ -58,7 +58,7 @@ def test_a_zombie_holds_nothing() -> None:
     os.read(read, 1)
     _wait_zombie(pid)
     try:
-        assert lock.acquire(timeout=5.0) and lock.recovered
+        assert lock.acquire(timeout=5.0) and lock.recoveries == 1
         lock.release()
     finally:
         os.waitpid(pid, 0)
@@ -120,7 +120,7 @@ def test_exactly_one_of_two_waiters_takes_a_dead_holders_lock_over() -> None:
             time.sleep(0.05)  # hold it: the other waiter must not get in meanwhile
             inside, overlaps = struct.unpack_from("qq", shared)
             struct.pack_into("qq", shared, 0, inside - 1, overlaps)
-            recovered = lock.recovered
+            recovered = lock.recoveries
             lock.release()
             os.write(out_w, b"R" if recovered else b"n")
             os._exit(0)
