@@ -89,8 +89,8 @@ def _libc() -> Any:
 
 
 _LIBC = _libc()
-_TRYLOCK = None if _LIBC is None else _LIBC.pthread_mutex_trylock
-_UNLOCK = None if _LIBC is None else _LIBC.pthread_mutex_unlock
+_TRYLOCK: Any = None if _LIBC is None else _LIBC.pthread_mutex_trylock
+_UNLOCK: Any = None if _LIBC is None else _LIBC.pthread_mutex_unlock
 _log = logging.getLogger(__name__)
 
 
