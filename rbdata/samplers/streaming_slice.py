@@ -34,8 +34,9 @@ class StreamingSliceSampler(SliceSampler):
 
     Keyword Args:
         slice_len: the length of every slice (a positive int; required).
-        end_key, end_keys, traj_key, cache_values, truncated_key, init_key,
-        strict_length, pad_output, compile, span, use_gpu: as :class:`SliceSampler`'s.
+        **kwargs: ``end_key``, ``end_keys``, ``traj_key``, ``cache_values``,
+            ``truncated_key``, ``init_key``, ``strict_length``, ``pad_output``,
+            ``compile``, ``span``, ``use_gpu``: as :class:`SliceSampler`'s.
 
     Raises:
         TypeError: if ``slice_len`` is not an int.

@@ -6,7 +6,9 @@ environment: the ``n``-th time (counting from 1) the process passes the
 point named, it sends itself ``SIGKILL``, as the OOM killer or a preemption
 would. The points:
 
-- ``holding-lock``: just after taking the cross-process lock;
+- ``took-lock``: the cross-process lock just taken, nothing else done (not
+  even the version moved);
+- ``holding-lock``: just after taking the cross-process lock (the version moved);
 - ``after-reserve``: rows reserved, the lock released, nothing copied;
 - ``mid-copy``: half of a reserved batch's fields copied;
 - ``before-commit``: every row copied, the reservation not yet released.
@@ -21,7 +23,7 @@ import signal
 
 __all__ = ["POINTS", "arm", "armed", "fault_point"]
 
-POINTS = ("holding-lock", "after-reserve", "mid-copy", "before-commit")
+POINTS = ("took-lock", "holding-lock", "after-reserve", "mid-copy", "before-commit")
 
 _POINT = os.environ.get("RBDATA_FAULT_POINT") or None
 _AFTER = [int(os.environ.get("RBDATA_FAULT_AFTER", "1") or 1)]

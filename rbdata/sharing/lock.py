@@ -144,6 +144,7 @@ class SharedLock:
             return True
         try:
             if self._take_inner(block, timeout):
+                fault_point("took-lock")
                 return True
         except BaseException:
             self._threads.release()

@@ -16,6 +16,7 @@ from rbdata.sharing.file_lock import FileLock
 from rbdata.sharing.in_flight import InFlightRows, Journal, Ranges
 from rbdata.sharing.lock import LocalThenShared, SharedCondition, SharedLock
 from rbdata.sharing.reclaim import reclaim
+from rbdata.sharing.robust_mutex import cross_process_lock
 
 _REDRAWS = 3  # a reader draws again at most this often to avoid rows being copied
 Drawn = TypeVar("Drawn", bound=tuple[torch.Tensor, Any])
@@ -68,7 +69,7 @@ class _BufferSync:
         sweep()
         version = SharedCounters([0, 0])  # the version, the notifications
         version.share()
-        self._adopt(FileLock(), version, InFlightRows())
+        self._adopt(cross_process_lock(), version, InFlightRows())
 
     def _adopt(
         self, lock: FileLock, version: SharedCounters, in_flight: InFlightRows | None

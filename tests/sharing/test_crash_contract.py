@@ -146,6 +146,34 @@ def test_a_writer_killed_holding_the_lock_stops_nobody() -> None:
     assert check_contents(rb) == 40
 
 
+@pytest.mark.parametrize("after", [1, 2, 3])
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_a_writer_killed_the_instant_it_took_the_lock_stops_nobody(
+    prioritized: bool, after: int
+) -> None:
+    """Killed right after the lock is taken, before the version moved or anything was written.
+
+    The lock's owner is in its word from the instant it is taken: the next
+    process is told of the death, not left waiting on an unnamed holder.
+    ``after`` lands the kill in successive holds (a reservation's, a commit's).
+    """
+    if prioritized:
+        rb: Any = PrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(64))
+        rb.share()
+    else:
+        rb = shared_buffer(64)
+    rb.extend(rows(1, 20))
+    writer = fork_writer(rb, 1000, 4, 8, "took-lock", after=after)
+    wait_dead(writer)
+    assert writer.exitcode == -signal.SIGKILL
+    start = time.monotonic()
+    within(BOUND_S, lambda: rb.extend(rows(2000, 8)))
+    assert time.monotonic() - start < 2.0
+    n = check_contents(rb)
+    assert n in range(28, 61, 8)  # the dead writer's committed batches and the new one
+    assert rb.write_count == n
+
+
 @pytest.mark.parametrize("fill", ["first", "wrapped"])
 @pytest.mark.parametrize("point", ["after-reserve", "mid-copy", "before-commit"])
 def test_a_writer_killed_before_it_commits_leaves_no_row_behind(point: str, fill: str) -> None:
