@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["Stateful", "transaction"]
+__all__ = ["Stateful", "load_members_state", "members_state", "transaction"]
 
 
 @runtime_checkable
@@ -86,3 +86,37 @@ def transaction(*components: Stateful) -> Iterator[None]:
         for component, state in zip(components, saved, strict=True):
             component.load_state_dict(state)
         raise
+
+
+def members_state(members: Sequence[Stateful]) -> dict[str, Any]:
+    """The state of an ensemble's members, ``{"0": member 0's state_dict, ...}``.
+
+    Examples:
+        >>> from rbdata import RandomSampler
+        >>> sorted(members_state([RandomSampler(), RandomSampler()]))
+        ['0', '1']
+    """
+    return {str(i): member.state_dict() for i, member in enumerate(members)}
+
+
+def load_members_state(
+    members: Sequence[Stateful], state_dict: dict[str, Any], *, strict: bool
+) -> None:
+    """Load each member's state from ``state_dict[str(i)]`` (see :func:`members_state`).
+
+    Args:
+        members: the ensemble's members, in order.
+        state_dict: what :func:`members_state` returned.
+        strict: raise for a member whose state is missing (else that member keeps its own).
+
+    Raises:
+        KeyError: with ``strict``, naming the members whose states are missing; no member
+            is changed then.
+    """
+    if strict:
+        missing = [str(i) for i in range(len(members)) if str(i) not in state_dict]
+        if missing:
+            raise KeyError(f"state_dict lacks the states of members {missing}.")
+    for i, member in enumerate(members):
+        if str(i) in state_dict:
+            member.load_state_dict(state_dict[str(i)])

@@ -20,6 +20,7 @@ from torch.utils._pytree import tree_map
 
 from rbdata._component.checks import check_optional_int, normalize_key
 from rbdata._component.members import select_members
+from rbdata._component.stateful import load_members_state, members_state
 from rbdata.samplers.ensemble import SamplerEnsemble
 from rbdata.storages.ensemble import StorageEnsemble
 from rbdata.transforms import Compose
@@ -401,15 +402,11 @@ class ReplayBufferEnsemble:
 
     def state_dict(self) -> dict[str, Any]:
         """``{"0": member 0's state_dict, ...}``."""
-        return {str(i): rb.state_dict() for i, rb in enumerate(self._rbs)}
+        return members_state(self._rbs)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load each member's state from ``state_dict[str(i)]``."""
-        missing = [str(i) for i in range(len(self._rbs)) if str(i) not in state_dict]
-        if missing:
-            raise KeyError(f"state_dict lacks the states of members {missing}.")
-        for i, rb in enumerate(self._rbs):
-            rb.load_state_dict(state_dict[str(i)])
+        load_members_state(self._rbs, state_dict, strict=True)
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
         """Save every member buffer in the sub-folder ``<i>`` of ``path`` (each atomically)."""

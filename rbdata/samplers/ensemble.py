@@ -12,6 +12,7 @@ from tensordict import TensorDict, TensorDictBase, lazy_stack
 
 from rbdata._component.checks import check_bool, check_int, check_optional_int
 from rbdata._component.members import select_members
+from rbdata._component.stateful import load_members_state, members_state
 from rbdata.storages._base import Storage
 from rbdata.storages.ensemble import StorageEnsemble
 
@@ -219,13 +220,11 @@ class SamplerEnsemble(Sampler):
     # ------------------------------------------------------------ members
     def state_dict(self) -> dict[str, Any]:
         """``{"0": sampler 0's state_dict, ...}``."""
-        return {str(i): sampler.state_dict() for i, sampler in enumerate(self._samplers)}
+        return members_state(self._samplers)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load each member sampler's state from ``state_dict[str(i)]``."""
-        for i, sampler in enumerate(self._samplers):
-            if str(i) in state_dict:
-                sampler.load_state_dict(state_dict[str(i)])
+        load_members_state(self._samplers, state_dict, strict=False)
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
         """Save each member sampler in the sub-folder ``<i>`` of ``path``."""

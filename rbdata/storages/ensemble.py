@@ -9,6 +9,7 @@ from typing import Any
 from tensordict import TensorDictBase
 
 from rbdata._component.members import select_members
+from rbdata._component.stateful import load_members_state, members_state
 
 from ._base import Index, Storage
 from .checkpointers import StorageEnsembleCheckpointer
@@ -142,15 +143,11 @@ class StorageEnsemble(Storage):
     # --------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
         """``{"0": member 0's state_dict, "1": ...}``."""
-        return {str(i): storage.state_dict() for i, storage in enumerate(self._storages)}
+        return members_state(self._storages)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load each member's state from ``state_dict[str(i)]``."""
-        missing = [str(i) for i in range(len(self._storages)) if str(i) not in state_dict]
-        if missing:
-            raise KeyError(f"state_dict lacks the states of members {missing}.")
-        for i, storage in enumerate(self._storages):
-            storage.load_state_dict(state_dict[str(i)])
+        load_members_state(self._storages, state_dict, strict=True)
 
     def __repr__(self) -> str:
         storages = textwrap.indent(f"storages={self._storages}", " " * 4)

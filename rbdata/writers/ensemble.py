@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from rbdata._component.members import select_members
+from rbdata._component.stateful import load_members_state, members_state
 from rbdata.storages._base import Storage
 from rbdata.storages.ensemble import StorageEnsemble
 
@@ -89,13 +90,11 @@ class WriterEnsemble(Writer):
 
     def state_dict(self) -> dict[str, Any]:
         """``{"0": writer 0's state_dict, ...}``."""
-        return {str(i): writer.state_dict() for i, writer in enumerate(self._writers)}
+        return members_state(self._writers)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load each member writer's state from ``state_dict[str(i)]``."""
-        for i, writer in enumerate(self._writers):
-            if str(i) in state_dict:
-                writer.load_state_dict(state_dict[str(i)])
+        load_members_state(self._writers, state_dict, strict=False)
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
         """Save each member writer in the sub-folder ``<i>`` of ``path``."""
