@@ -51,7 +51,7 @@ def check(ds: DatasetSettings) -> ReadableByWorkers:
             f"their own (a ReplayBuffer), got {type(buffer).__name__}; {_USE_PREFETCH}."
         )
     storage = buffer.storage
-    if not _readable_by_workers(storage):
+    if not readable_by_workers(storage):
         raise RuntimeError(
             f"num_workers > 0 needs a storage that worker processes can read without copying "
             f"it: a LazyMemmapStorage or a shared-memory storage (shared=True, or "
@@ -73,7 +73,7 @@ def check(ds: DatasetSettings) -> ReadableByWorkers:
     return buffer
 
 
-def _readable_by_workers(storage: Storage) -> bool:
+def readable_by_workers(storage: Storage) -> bool:
     if isinstance(storage, LazyMemmapStorage):
         return True
     if not isinstance(storage, TensorStorage):
