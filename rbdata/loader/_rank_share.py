@@ -28,6 +28,7 @@ file and raises.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -185,6 +186,7 @@ class GlobalDraws(SocketServer):
         self._base = 0  # where the sequence (re)started: ranks resumed elsewhere wait
         self._attempt = 0  # moves when a draw found nothing sampleable
         self._ranks: dict[int, tuple[int, int]] = {0: this_process()}
+        self._cancelled: dict[int, int] = {}  # rank -> the draw it no longer waits for
         super().__init__("rank-draws")
         #: what the other ranks need to join (broadcast to them)
         self.rank_access = RankShareAccess(self.access, sender_key(), this_process(), world_size)
@@ -218,6 +220,9 @@ class GlobalDraws(SocketServer):
             return ("ok",)
         if kind == "snapshot":
             return ("snapshot", self.snapshot(int(request[1])))
+        if kind == "cancel":
+            self.cancel(int(request[1]), int(request[2]))
+            return ("ok",)
         raise ValueError(f"unknown request {kind!r}")
 
     @property
@@ -238,8 +243,12 @@ class GlobalDraws(SocketServer):
         """
         deadline = time.monotonic() + self.rank_wait_s
         with self._cond:
+
+            def cancelled() -> bool:
+                return self._cancelled.get(rank) == number
+
             self._wait(
-                lambda: self._base == base,
+                lambda: self._base == base or cancelled(),
                 deadline,
                 lambda: (
                     f"rank {rank} resumed the shared buffer's draws at global draw {base}, but "
@@ -250,6 +259,9 @@ class GlobalDraws(SocketServer):
             )
             if number in self._drawn:
                 return self._drawn[number]
+            if cancelled():
+                del self._cancelled[rank]
+                return None
             if number != self._next:
                 raise RuntimeError(
                     f"rank {rank} asked for global draw {number}, but the next one is {self._next} "
@@ -262,7 +274,7 @@ class GlobalDraws(SocketServer):
                 return self._make(number, batch_size * self.world_size)
             self._cond.notify_all()
             self._wait(
-                lambda: number in self._drawn or self._attempt != attempt,
+                lambda: number in self._drawn or self._attempt != attempt or cancelled(),
                 deadline,
                 lambda: (
                     f"global draw {number}: ranks {sorted(set(range(self.world_size)) - asked)} "
@@ -271,7 +283,16 @@ class GlobalDraws(SocketServer):
                 ),
                 tuple(r for r in range(self.world_size) if r not in asked),
             )
+            if number not in self._drawn and cancelled():
+                del self._cancelled[rank]
+                asked.discard(rank)
             return self._drawn.get(number)
+
+    def cancel(self, rank: int, number: int) -> None:
+        """Rank ``rank`` stops waiting for draw ``number`` (its loader stopped): None for it."""
+        with self._cond:
+            self._cancelled[rank] = number
+            self._cond.notify_all()
 
     def _make(self, number: int, rows: int) -> Draw | None:
         """Draw ``number`` now (every rank asked; the lock held); None if nothing is sampleable."""
@@ -343,6 +364,8 @@ class _Draws(Protocol):
 
     def snapshot(self, first: int) -> dict[str, Any]: ...
 
+    def cancel(self, rank: int, number: int) -> None: ...
+
 
 class _RemoteDraws:
     """A rank's connection to the owner's :class:`GlobalDraws`."""
@@ -352,6 +375,8 @@ class _RemoteDraws:
         self.rank = rank
         self._lock = threading.Lock()
         self._conn: Connection | None = connect(access.server)
+        self._control: Connection | None = None  # for cancels, while a draw waits
+        self._control_lock = threading.Lock()
         self.call(("hello", rank, this_process()))
 
     def call(self, message: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -370,11 +395,21 @@ class _RemoteDraws:
         state: dict[str, Any] = self.call(("snapshot", first))[1]
         return state
 
+    def cancel(self, rank: int, number: int) -> None:
+        """Tell the owner this rank no longer waits for draw ``number`` (a second connection)."""
+        with self._control_lock:
+            if self._control is None:
+                self._control = connect(self.access.server)
+            with contextlib.suppress(RuntimeError, TimeoutError):  # the owner is gone: done
+                request(self._control, ("cancel", rank, number), 60.0, "the shared buffer")
+
     def close(self) -> None:
-        with self._lock:
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+        with self._lock, self._control_lock:
+            conns = (self._conn, self._control)
+            self._conn = self._control = None
+        for conn in conns:
+            if conn is not None:
+                conn.close()
 
 
 class RankShareBuffer:
@@ -414,6 +449,7 @@ class RankShareBuffer:
         self._base = 0  # where the sequence (re)started
         self._info_keys: tuple[str, ...] = ("index", "index_generation")
         self._closed = False
+        self._waiting: int | None = None  # the global draw this rank waits for
 
     @classmethod
     def owned(
@@ -492,7 +528,11 @@ class RankShareBuffer:
     def draw(self, batch_size: int) -> Draw:
         """This rank's share (``batch_size`` rows) of the next global draw; empty: none yet."""
         with self._lock:
-            got = self._draws.draw(self.rank, self._next, self._base, batch_size)
+            self._waiting = self._next
+            try:
+                got = self._draws.draw(self.rank, self._next, self._base, batch_size)
+            finally:
+                self._waiting = None
             if got is None:
                 return Draw.empty()
             self._next += 1
@@ -567,8 +607,11 @@ class RankShareBuffer:
         return self._local.wait_for_data(predicate, timeout)
 
     def notify_waiters(self) -> None:
-        """Wake this process's waiters."""
+        """Wake this process's waiters; a draw waiting for the other ranks ends empty."""
         self._local.notify_waiters()
+        number = self._waiting
+        if number is not None:
+            self._draws.cancel(self.rank, number)
 
     def register_stats_source(self, source: StatsSource) -> RemovableHandle:
         """Merge ``source()``'s counters into this rank's :meth:`stats`."""

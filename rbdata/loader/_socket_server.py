@@ -8,6 +8,12 @@ namespace (nothing on disk, gone with the process); a random key
 authenticates both sides (``multiprocessing``'s challenge), so only a
 process given the :class:`ServerAccess` is served. Each connection gets a
 thread, so a client that stalls stalls only its own.
+
+Messages are plain pickles (:func:`send`, :func:`receive`), tensors by value:
+``Connection.send`` would pickle tensors as torch does for a child process,
+moving each to shared memory and passing its descriptor through the
+sender's resource sharer, which only processes holding its ``authkey`` (its
+children) can reach, and which costs a shared segment a message.
 """
 
 from __future__ import annotations
@@ -15,13 +21,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import pickle
 import socket
 import threading
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
 from typing import Any
 
-__all__ = ["ServerAccess", "SocketServer", "connect", "request"]
+__all__ = ["ServerAccess", "SocketServer", "connect", "receive", "request", "send"]
 
 _log = logging.getLogger("rbdata.loader")
 
@@ -121,12 +128,12 @@ class SocketServer:
                 _log.warning("rbdata %s: refused a connection", type(self).__name__, exc_info=True)
                 return
             while not self._stop.is_set():
-                message = conn.recv()
+                message = receive(conn)
                 try:
                     reply = self.handle(message)
                 except Exception as error:  # the client raises it
                     reply = ("error", f"{type(error).__name__}: {error}")
-                conn.send(reply)
+                send(conn, reply)
         except (EOFError, OSError):  # the client ended (or died), or the server closed
             pass
         finally:
@@ -134,6 +141,16 @@ class SocketServer:
                 if conn in self._connections:
                     self._connections.remove(conn)
             conn.close()
+
+
+def send(conn: Connection, message: Any) -> None:
+    """Send ``message`` as a plain pickle (tensors by value; see the module doc)."""
+    conn.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+
+
+def receive(conn: Connection) -> Any:
+    """Receive what :func:`send` sent (from an authenticated peer)."""
+    return pickle.loads(conn.recv_bytes())
 
 
 def connect(access: ServerAccess) -> Connection:
@@ -151,10 +168,10 @@ def request(
         TimeoutError: if no reply came within ``timeout``.
     """
     try:
-        conn.send(message)
+        send(conn, message)
         if timeout is not None and not conn.poll(timeout):
             raise TimeoutError(f"{server} did not answer {message[0]!r} within {timeout:g} s")
-        reply: tuple[Any, ...] = conn.recv()
+        reply: tuple[Any, ...] = receive(conn)
     except (EOFError, OSError) as error:
         raise RuntimeError(f"{server} closed (its process ended, or it was closed)") from error
     if reply[0] == "error":

@@ -188,3 +188,21 @@ def test_share_of_splits_every_info_entry():
     draw = share_of(Draw(torch.arange(5), {"w": torch.arange(5.0)}, True), 1, 2)
     assert draw.index.tolist() == [2, 3, 4] and draw.info["w"].tolist() == [2.0, 3.0, 4.0]
     assert draw.ends_pass
+
+
+@pytest.mark.parametrize("waiting", [0, 1])
+def test_a_stopping_loader_ends_its_wait_for_the_other_ranks(waiting: int):
+    ranks = _ranks(_buffer(), 2)
+    try:
+        got: list[Draw] = []
+        thread = threading.Thread(target=lambda: got.append(ranks[waiting].draw(4)))
+        thread.start()
+        thread.join(0.3)
+        assert thread.is_alive()  # waits for the other rank
+        ranks[waiting].notify_waiters()  # what closing its loader does
+        thread.join(10)
+        assert not thread.is_alive() and got[0].rows == 0
+        shares = _in_threads(ranks, 1, 4)  # later draws are not disturbed
+        assert shares[0][0].rows == shares[1][0].rows == 4
+    finally:
+        _close(ranks)
