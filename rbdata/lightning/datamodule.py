@@ -46,8 +46,12 @@ class ReplayDataModule(pl.LightningDataModule):
     sampler: endless for random and prioritized samplers, so bound the run
     with ``max_steps``).
 
-    Under DDP each rank samples with its own deterministic seed,
-    ``seed + global_rank``; a Ray-backed buffer (``service_backend="ray"``) is
+    Under DDP each rank builds its own buffer and samples with its own
+    deterministic seed, ``seed + global_rank``, unless ``share_across_ranks``:
+    then the factory runs once, on local rank 0, the other ranks map that
+    buffer (shared memory, no copy), and each step the ranks train on disjoint
+    shares of one global batch of ``batch_size * world_size`` rows drawn by
+    its one sampler (see the Lightning guide's DDP section). A Ray-backed buffer (``service_backend="ray"``) is
     one buffer shared by all ranks and is left as it is: with a factory, rank 0
     builds it (the actor, with ``offline_data`` loaded once) and every other
     rank gets its ``client()`` through the strategy's broadcast.
@@ -93,22 +97,36 @@ class ReplayDataModule(pl.LightningDataModule):
             Trainer an epoch that would hand out no batch at all raises a
             RuntimeError instead (``fit`` never runs empty epochs).
         seed: seed of the buffer's sampling generator (rank ``r`` uses
-            ``seed + r``); None takes ``torch.initial_seed()``, which
+            ``seed + r``; with ``share_across_ranks``, the one sampler uses
+            ``seed``); None takes ``torch.initial_seed()``, which
             ``lightning.seed_everything`` sets.
+        share_across_ranks: under DDP on one node, one buffer for every rank:
+            local rank 0 runs the factory and holds the sampler, the other
+            ranks attach to it; rows any rank writes are sampled by all,
+            priorities and policy versions of every rank reach the one
+            sampler, a checkpoint saves it once and resumes with any world
+            size. The buffer must be one processes can share (a ReplayBuffer
+            over a CPU tensor or memmap storage, shared here if need be).
+            Without a Trainer it has no effect.
 
     Raises:
-        TypeError: if ``buffer`` is neither a buffer nor a callable, or ``seed``
-            is not an int.
+        TypeError: if ``buffer`` is neither a buffer nor a callable, ``seed``
+            is not an int, or ``share_across_ranks`` not a bool.
         ValueError: if a count is not an int in range, ``pin_memory`` is not
             a bool or ``"auto"``, or ``min_size`` exceeds the buffer's capacity
-            (here for a buffer, in ``setup`` for a factory).
+            (here for a buffer, in ``setup`` for a factory); with
+            ``share_across_ranks``, in ``setup``, if the buffer cannot be shared
+            between processes or the run spans several nodes (use
+            ``service_backend="ray"`` there).
 
     Note:
         Under DDP with a buffer per rank, every rank dumps its own buffer while a
         checkpoint is made (into ``<default_root_dir>/.rbdata-rank-buffers``, then
         moved beside the checkpoint as ``rank<r>`` folders), and every rank
         resumes from its own; Lightning keeps rank 0's data-loader position only.
-        A Ray-backed buffer shared by the ranks is saved once, by rank 0.
+        A buffer shared by the ranks (``share_across_ranks``, or Ray-backed) is
+        saved once, by rank 0, with the loader's state as the global draws, so
+        a run resumes with another number of ranks.
 
     Examples:
         >>> import torch

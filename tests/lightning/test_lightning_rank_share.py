@@ -262,3 +262,23 @@ def test_ddp_ranks_take_disjoint_shares_of_the_seeded_global_draws(tmp_path: Pat
         if step == 0:  # rank 1 wrote during step 0, before both ranks asked for draw 1
             ids = torch.arange(2) + 500
             reference.extend(TensorDict({"id": ids, "x": torch.zeros(2, 1)}, [2]))
+
+
+def test_the_documented_example_runs_on_two_ddp_ranks(tmp_path: Path):
+    """examples/ddp_shared_buffer.py, shown in docs/lightning.md, as a user runs it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("MASTER_PORT", None)
+    env.pop("LOCAL_RANK", None)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "ddp_shared_buffer.py"), str(tmp_path)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["batch_rows"] == ranks[1]["batch_rows"] == [16] * 4
+    assert ranks[0]["size"] == ranks[1]["size"] == 256 + 4 * 8  # one buffer
+    assert ranks[0]["collected"] == 32  # rank 1's collector's rows, on rank 0
