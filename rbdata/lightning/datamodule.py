@@ -51,8 +51,9 @@ class ReplayDataModule(pl.LightningDataModule):
     then the factory runs once, on local rank 0, the other ranks map that
     buffer (shared memory, no copy), and each step the ranks train on disjoint
     shares of one global batch of ``batch_size * world_size`` rows drawn by
-    its one sampler (see the Lightning guide's DDP section). A Ray-backed buffer (``service_backend="ray"``) is
-    one buffer shared by all ranks and is left as it is: with a factory, rank 0
+    its one sampler (see the Lightning guide's DDP section). A Ray-backed
+    buffer (``service_backend="ray"``) is one buffer shared by all ranks and
+    is left as it is: with a factory, rank 0
     builds it (the actor, with ``offline_data`` loaded once) and every other
     rank gets its ``client()`` through the strategy's broadcast.
 
@@ -411,7 +412,9 @@ class ReplayDataModule(pl.LightningDataModule):
                 buffer, fresh = previous.local, False
             else:
                 buffer, fresh = self._build_buffer_here(), True
-            if _backend(buffer) == "ray":
+            if _backend(buffer) == "ray":  # shared already, on every node
+                if fresh and self.offline_data is not None:
+                    _fill(buffer, load_offline_data(self.offline_data))
                 mine, offer = buffer, ("ray", cast(_RayBacked, buffer).client())
             else:
                 _check_min_size(self.min_size, buffer)

@@ -44,7 +44,7 @@ from torch.utils.hooks import RemovableHandle
 
 from rbdata._component.prefetch_state import draw_record, read_draw_records
 from rbdata.buffers.protocol import Draw, ReadableByWorkers, ServableBuffer, StatsSource
-from rbdata.loader._socket_server import ServerAccess, SocketServer, connect, request
+from rbdata.loader._socket_server import ServerAccess, SocketServer, connect, hang_up, request
 from rbdata.loader._workers import readable_by_workers, worker_copy
 from rbdata.sharing.fd_handoff import dump_with_fds, load_with_fds, sender_key
 from rbdata.sharing.liveness import alive, this_process
@@ -368,27 +368,35 @@ class _Draws(Protocol):
 
 
 class _RemoteDraws:
-    """A rank's connection to the owner's :class:`GlobalDraws`."""
+    """A rank's connections to the owner's :class:`GlobalDraws`.
+
+    Draws go through one connection (a draw may wait for the other ranks),
+    everything else through another, so that a priority update or a cancel
+    never queues behind a waiting draw.
+    """
 
     def __init__(self, access: RankShareAccess, rank: int) -> None:
         self.access = access
         self.rank = rank
-        self._lock = threading.Lock()
-        self._conn: Connection | None = connect(access.server)
-        self._control: Connection | None = None  # for cancels, while a draw waits
+        self._draw_lock = threading.Lock()
         self._control_lock = threading.Lock()
+        self._draws: Connection | None = connect(access.server)
+        self._control: Connection | None = connect(access.server)
         self.call(("hello", rank, this_process()))
 
     def call(self, message: tuple[Any, ...]) -> tuple[Any, ...]:
-        """One request to the owner, answered within the ranks' wait bound."""
-        with self._lock:
-            conn = self._conn
-            if conn is None:
-                raise RuntimeError("this rank's connection to the shared buffer was closed")
-            return request(conn, message, RANK_WAIT_S + 60.0, "local rank 0's shared buffer")
+        """One request to the owner (not a draw)."""
+        with self._control_lock:
+            return self._request(self._control, message)
+
+    def _request(self, conn: Connection | None, message: tuple[Any, ...]) -> tuple[Any, ...]:
+        if conn is None:
+            raise RuntimeError("this rank's connection to the shared buffer was closed")
+        return request(conn, message, RANK_WAIT_S + 60.0, "local rank 0's shared buffer")
 
     def draw(self, rank: int, number: int, base: int, batch_size: int) -> Draw | None:
-        reply = self.call(("draw", rank, number, base, batch_size))
+        with self._draw_lock:
+            reply = self._request(self._draws, ("draw", rank, number, base, batch_size))
         return None if reply[0] == "empty" else Draw(reply[1], dict(reply[2]), bool(reply[3]))
 
     def snapshot(self, first: int) -> dict[str, Any]:
@@ -396,19 +404,17 @@ class _RemoteDraws:
         return state
 
     def cancel(self, rank: int, number: int) -> None:
-        """Tell the owner this rank no longer waits for draw ``number`` (a second connection)."""
-        with self._control_lock:
-            if self._control is None:
-                self._control = connect(self.access.server)
-            with contextlib.suppress(RuntimeError, TimeoutError):  # the owner is gone: done
-                request(self._control, ("cancel", rank, number), 60.0, "the shared buffer")
+        """Tell the owner this rank no longer waits for draw ``number``."""
+        with contextlib.suppress(RuntimeError, TimeoutError):  # the owner is gone: done
+            self.call(("cancel", rank, number))
 
     def close(self) -> None:
-        with self._lock, self._control_lock:
-            conns = (self._conn, self._control)
-            self._conn = self._control = None
-        for conn in conns:
+        with self._control_lock:
+            conns = (self._draws, self._control)
+            self._draws = self._control = None
+        for conn in conns:  # a draw waiting on its connection gets end of file
             if conn is not None:
+                hang_up(conn)
                 conn.close()
 
 

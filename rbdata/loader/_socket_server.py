@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
 from typing import Any
 
-__all__ = ["ServerAccess", "SocketServer", "connect", "receive", "request", "send"]
+__all__ = ["ServerAccess", "SocketServer", "connect", "hang_up", "receive", "request", "send"]
 
 _log = logging.getLogger("rbdata.loader")
 
@@ -93,9 +93,8 @@ class SocketServer:
             self._socket.shutdown(socket.SHUT_RDWR)
         with self._clients_lock:
             connections, self._connections = self._connections, []
-        for conn in connections:  # wake the threads reading them (close alone does not)
-            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(conn.fileno())) as sock:
-                sock.shutdown(socket.SHUT_RDWR)
+        for conn in connections:
+            hang_up(conn)
 
     def _accept_loop(self) -> None:
         try:
@@ -141,6 +140,12 @@ class SocketServer:
                 if conn in self._connections:
                     self._connections.remove(conn)
             conn.close()
+
+
+def hang_up(conn: Connection) -> None:
+    """Shut ``conn`` down: a thread blocked reading it gets end of file (close alone does not)."""
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(conn.fileno())) as sock:
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def send(conn: Connection, message: Any) -> None:

@@ -206,3 +206,31 @@ def test_a_stopping_loader_ends_its_wait_for_the_other_ranks(waiting: int):
         assert shares[0][0].rows == shares[1][0].rows == 4
     finally:
         _close(ranks)
+
+
+def test_ranks_loading_ahead_share_the_same_draws_and_close_without_waiting():
+    reference = _buffer()
+    reference.set_rng(torch.Generator().manual_seed(1))
+    expected = [reference.draw(8).index for _ in range(3)]
+    buffer = _buffer()
+    buffer.set_rng(torch.Generator().manual_seed(1))
+    ranks = _ranks(buffer, 2)
+    got: list[list[torch.Tensor]] = [[], []]
+
+    def run(r: int) -> None:
+        with ReplayDataset(ranks[r], batch_size=4, prefetch=2) as ds:
+            it = iter(ds)
+            got[r] = [next(it)["index"] for _ in range(3)]
+        # closing stopped the prefetch thread, which may have waited for the other rank
+
+    try:
+        threads = [threading.Thread(target=run, args=(r,)) for r in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert not any(t.is_alive() for t in threads)
+    finally:
+        _close(ranks)
+    for step in range(3):
+        assert torch.equal(torch.cat([got[0][step], got[1][step]]), expected[step])
