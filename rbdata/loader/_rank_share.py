@@ -124,6 +124,8 @@ def make_shareable(buffer: ServableBuffer) -> ServableBuffer:
         raise ValueError(f"{what}; got {type(buffer).__name__}.")
     if not buffer.writer.writes_in_ring_order:
         raise ValueError(f"{what}; its writer is {type(buffer.writer).__name__}.")
+    if buffer.sampler.consume_after_n is not None:  # the ranks' writes would miss consumed slots
+        raise ValueError(f"{what}, and without consume_after_n_samples.")
     try:
         buffer.share()
     except (RuntimeError, TypeError, ValueError) as error:

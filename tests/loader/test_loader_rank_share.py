@@ -18,6 +18,7 @@ from tensordict import TensorDict
 from rbdata import (
     LazyTensorStorage,
     ListStorage,
+    PolicyAgeFilter,
     ReplayBuffer,
     ReplayDataset,
     SamplerWithoutReplacement,
@@ -179,9 +180,17 @@ def test_a_rank_whose_owner_closed_raises():
         ranks[1].close()
 
 
-def test_a_buffer_processes_cannot_share_is_refused_with_what_to_pass():
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ReplayBuffer(storage=ListStorage(8)),
+        lambda: ReplayBuffer(storage=LazyTensorStorage(8), consume_after_n_samples=1),
+    ],
+    ids=["list-storage", "consume-after-n"],
+)
+def test_a_buffer_the_ranks_cannot_share_is_refused_with_what_to_pass(make: Any):
     with pytest.raises(ValueError, match="LazyMemmapStorage"):
-        RankShareBuffer.owned(ReplayBuffer(storage=ListStorage(8)), 2)
+        RankShareBuffer.owned(make(), 2)
 
 
 def test_share_of_splits_every_info_entry():
@@ -234,3 +243,18 @@ def test_ranks_loading_ahead_share_the_same_draws_and_close_without_waiting():
         _close(ranks)
     for step in range(3):
         assert torch.equal(torch.cat([got[0][step], got[1][step]]), expected[step])
+
+
+def test_a_rank_publishes_the_policy_version_to_the_owners_filters():
+    buffer = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(16), transform=PolicyAgeFilter(0, max_policy_lag=1)
+    )
+    buffer.extend(TensorDict({"policy_version": torch.arange(8)}, [8]))
+    ranks = _ranks(buffer, 2)
+    try:
+        assert len(buffer.sample(64)) == 64  # live version 0: no row is too old
+        ranks[1].publish_policy_version(7)
+        kept = buffer.sample(64)["policy_version"]
+        assert len(kept) > 0 and bool((kept >= 6).all())  # the owner filters with version 7
+    finally:
+        _close(ranks)
