@@ -347,15 +347,19 @@ class GlobalDraws(SocketServer):
             ]
             return {"sampler": sampler, "records": records}
 
-    def restore(self, state: dict[str, Any], base: int) -> None:
-        """Load the sampler ``state`` and restart the sequence at global draw ``base``."""
+    def restore(self, state: dict[str, Any], first: int, draws: list[Draw]) -> None:
+        """Load the sampler ``state``; ``draws`` were global draws ``first, first + 1, ...``.
+
+        The sequence restarts after them (the ranks hand them out again from
+        their own states, and a checkpoint before they did saves them again).
+        """
         with self._cond:
             buffer = self.buffer
             with buffer.lock:
                 buffer.load_sampling_state(state)
-            self._drawn.clear()
+            self._drawn = {first + i: draw for i, draw in enumerate(draws)}
             self._asked.clear()
-            self._next = self._base = base
+            self._next = self._base = first + len(draws)
             self._cond.notify_all()
 
 
@@ -569,7 +573,11 @@ class RankShareBuffer:
         base = first + len(records)
         with self._lock:
             if self._server is not None:
-                self._server.restore(state, base)
+                draws = [
+                    Draw(index, info, ends)
+                    for index, info, ends in read_draw_records(records, "the global draws")
+                ]
+                self._server.restore(state, first, draws)
             self._next = self._base = base
 
     def pass_state(self, engine_state: dict[str, Any]) -> dict[str, Any]:

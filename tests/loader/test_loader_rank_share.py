@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -111,14 +112,19 @@ def test_loader_state_resumes_with_another_world_size():
     buffer.set_rng(torch.Generator().manual_seed(0))
     ranks = _ranks(buffer, 1)
     try:
-        ds = ReplayDataset(ranks[0], batch_size=4, num_batches=8)
+        ds = ReplayDataset(ranks[0], batch_size=4, num_batches=8, prefetch=2)
         it = iter(ds)
         first = [next(it)["id"] for _ in range(3)]
+        deadline = time.monotonic() + 10
         state = ds.state_dict()
+        while len(state["rank_share"]["records"]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the prefetch thread draws 2 ahead
+            state = ds.state_dict()
         rest = [b["id"] for b in it]
     finally:
         _close(ranks)
     assert state["rank_share"]["world_size"] == 1 and state["pending"] == []
+    assert state["rank_share"]["next"] == 3 and len(state["rank_share"]["records"]) == 2
     assert len(first) + len(rest) == 8
     # the same world size: the same batches after the resume
     again = _buffer()
@@ -127,11 +133,15 @@ def test_loader_state_resumes_with_another_world_size():
     try:
         ds = ReplayDataset(ranks[0], batch_size=4, num_batches=8)
         ds.load_state_dict(state)
-        resumed = [b["id"] for b in ds]
+        it = iter(ds)
+        resumed = [next(it)["id"]]
+        again_state = ds.state_dict()  # saved again before the restored draws were handed out
+        resumed += [b["id"] for b in it]
     finally:
         _close(ranks)
     assert all(torch.equal(a, b) for a, b in zip(resumed, rest, strict=True))
-    # two ranks: the sampler continues from the saved state (no row of the pass drawn twice)
+    assert again_state["rank_share"]["next"] == 4 and again_state["position"] == 4
+    # two ranks: the sampler continues after the saved state's draws (the pass goes on)
     again = _buffer()
     ranks = _ranks(again, 2)
     try:
