@@ -118,19 +118,22 @@ def make_shareable(buffer: ServableBuffer) -> ServableBuffer:
         "share_across_ranks=True needs a ReplayBuffer (or a TensorDict/prioritized variant) "
         "over a CPU tensor storage that processes can share: LazyTensorStorage (shared=True or "
         "shared_init=True, or neither: the data module shares it), LazyMemmapStorage or "
-        "TensorStorage, with a ring writer (RoundRobinWriter) and no prefetch"
+        "TensorStorage, with a ring writer (RoundRobinWriter), no prefetch and no "
+        "consume_after_n_samples"
     )
     if not isinstance(buffer, ReadableByWorkers) or not isinstance(buffer, _Shareable):
         raise ValueError(f"{what}; got {type(buffer).__name__}.")
     if not buffer.writer.writes_in_ring_order:
         raise ValueError(f"{what}; its writer is {type(buffer.writer).__name__}.")
-    if buffer.sampler.consume_after_n is not None:  # the ranks' writes would miss consumed slots
-        raise ValueError(f"{what}, and without consume_after_n_samples.")
+    consume = buffer.sampler.consume_after_n
+    if consume is not None:  # the other ranks' writes would not know the consumed slots
+        raise ValueError(f"{what}; got consume_after_n_samples={consume}.")
     try:
         buffer.share()
     except (RuntimeError, TypeError, ValueError) as error:
         raise ValueError(f"{what}; sharing it failed: {error}") from error
     if not readable_by_workers(buffer.storage):
+        buffer.share(False)  # back to a lock of this process (the failed call changes nothing)
         kind = type(buffer.storage).__name__
         raise ValueError(f"{what}; got a {kind} other processes cannot map.")
     return buffer
