@@ -437,6 +437,16 @@ class RankShareBuffer:
     updates and policy versions reach the owner's buffer. Build one with
     :meth:`owned` on local rank 0 and :meth:`attached` on the others.
 
+    Examples:
+        >>> import torch
+        >>> from rbdata import LazyTensorStorage, ReplayBuffer
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(16))
+        >>> _ = rb.extend(torch.arange(8))
+        >>> owner = RankShareBuffer.owned(rb, world_size=1)  # a world of one rank
+        >>> owner.draw(4).rows, owner.owner
+        (4, True)
+        >>> owner.close()
+
     Attributes:
         rank: this rank (its share of each global draw).
         world_size: the ranks sharing the buffer.
