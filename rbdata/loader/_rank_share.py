@@ -92,16 +92,25 @@ class RankShareAccess:
 def share_of(draw: Draw, rank: int, world_size: int) -> Draw:
     """Rank ``rank``'s share of a global draw: its ``rank``-th of ``world_size`` near-equal parts.
 
+    A draw of fewer rows than ranks (the end of a without-replacement pass)
+    gives rank ``r`` row ``r % rows``: every rank trains on a batch, the
+    ranks stay in step.
+
     Examples:
         >>> import torch
         >>> from rbdata.buffers.protocol import Draw
         >>> draw = Draw(torch.arange(6), {"index": torch.arange(6)})
         >>> [share_of(draw, r, 2).index.tolist() for r in range(2)]
         [[0, 1, 2], [3, 4, 5]]
+        >>> [share_of(Draw(torch.tensor([7]), {}), r, 2).index.tolist() for r in range(2)]
+        [[7], [7]]
     """
     rows = int(draw.index.shape[0]) if draw.index.ndim else 1
     bounds = [rows * r // world_size for r in range(world_size + 1)]
     lo, hi = bounds[rank], bounds[rank + 1]
+    if 0 < rows < world_size:
+        lo = rank % rows
+        hi = lo + 1
     info = {key: value[lo:hi] for key, value in draw.info.items()}
     return Draw(draw.index[lo:hi], info, draw.ends_pass)
 
