@@ -20,12 +20,12 @@ workers have nothing to run on.
 The ``ddp`` rows (issue 34, item 2) train two gloo DDP ranks (Lightning,
 ``ddp_spawn``, CPU) on batches of 256 frames from a buffer of
 ``--ddp-capacity`` frames, with a buffer each (the default) and with one
-buffer both share (``ReplayDataModule(share_across_ranks=True)``): training
-steps/s of rank 0 (its first step excluded) and the ranks' memory once
-trained, as the sum of their RSS (shared pages counted in every rank that
-touched them) and of their PSS (shared pages split between the ranks: the
-memory the machine spends). One shared buffer holds one copy of the frames,
-two buffers two.
+buffer both share (``ReplayDataModule(share_across_ranks=True)``), each
+rank with half the cores as torch threads: training steps/s of rank 0 (its
+first step excluded) and the ranks' memory once trained, as the sum of their
+RSS (shared pages counted in every rank that touched them) and of their PSS
+(shared pages split between the ranks: the memory the machine spends). One
+shared buffer holds one copy of the frames, two buffers two.
 
 Run it as a script: ``--rows workers,ddp`` picks the rows (default: both),
 ``--batches`` / ``--steps`` shorten a run, ``--quick`` runs everything
@@ -35,6 +35,9 @@ briefly (a smoke check, not a measurement).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import gc
 import json
 import os
 import tempfile
@@ -139,7 +142,14 @@ def bench_workers(batches: int = 100) -> list[tuple[str, float, float | None]]:
 
 # ------------------------------------------------------------------ DDP rows
 def _memory_mb() -> tuple[float, float]:
-    """This process's ``(RSS, PSS)`` in MB (``/proc/self/smaps_rollup``)."""
+    """This process's ``(RSS, PSS)`` in MB (``/proc/self/smaps_rollup``).
+
+    Freed heap memory is handed back to the kernel first (glibc's
+    ``malloc_trim``), so that what the allocator kept does not count.
+    """
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
     values = {}
     with open("/proc/self/smaps_rollup") as f:
         for line in f:
@@ -157,11 +167,10 @@ class _FramesBuffer:
 
     def __call__(self) -> TensorDictReplayBuffer:
         rb = TensorDictReplayBuffer(storage=LazyTensorStorage(self.capacity), batch_size=BATCH)
-        chunk = 1024
-        for start in range(0, self.capacity, chunk):
-            n = min(chunk, self.capacity - start)
-            pixels = torch.randint(0, 256, (n, *FRAMES), dtype=torch.uint8)
-            rb.extend(TensorDict({"pixels": pixels}, [n]))
+        chunk = torch.randint(0, 256, (256, *FRAMES), dtype=torch.uint8)
+        for start in range(0, self.capacity, chunk.shape[0]):
+            n = min(chunk.shape[0], self.capacity - start)
+            rb.extend(TensorDict({"pixels": chunk[:n]}, [n]))
         return rb
 
 
@@ -174,6 +183,11 @@ class _Learner(L.LightningModule):
         self.out = out
         self.started = 0.0
         self.steps = 0
+
+    def setup(self, stage: str) -> None:
+        # each rank its share of the cores (torch's default, every core in every rank,
+        # oversubscribes them: OpenMP threads then wait for each other at every copy)
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         if self.steps == 1:  # the first step (loader start, DDP's first sync) excluded
