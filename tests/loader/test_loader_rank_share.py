@@ -268,3 +268,23 @@ def test_a_rank_publishes_the_policy_version_to_the_owners_filters():
         assert len(kept) > 0 and bool((kept >= 6).all())  # the owner filters with version 7
     finally:
         _close(ranks)
+
+
+def test_prioritized_shares_carry_the_weights_of_the_one_global_draw():
+    def prioritized() -> TensorDictPrioritizedReplayBuffer:
+        rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=0.5, storage=LazyTensorStorage(64))
+        rb.extend(TensorDict({"id": torch.arange(32)}, [32]))
+        rb.update_priority(torch.arange(32), torch.arange(32.0) + 1)  # unequal priorities
+        rb.set_rng(torch.Generator().manual_seed(2))
+        return rb
+
+    expected = prioritized().draw(8)
+    ranks = _ranks(prioritized(), 2)
+    try:
+        shares = _in_threads(ranks, 1, 4)
+    finally:
+        _close(ranks)
+    index = torch.cat([shares[0][0].index, shares[1][0].index])
+    weight = torch.cat([s[0].info["priority_weight"] for s in shares])
+    assert torch.equal(index, expected.index)  # one draw over the whole priority mass
+    assert torch.equal(weight, expected.info["priority_weight"])  # its weights, split
