@@ -26,6 +26,7 @@ from rbdata.lightning._checkpoint_io import (
     _BufferCheckpointIO,
 )
 from rbdata.loader import ReplayDataset
+from rbdata.loader._rank_share import RankShareBuffer
 from rbdata.loader.dataset import buffer_capacity
 
 __all__ = ["ReplayDataModule"]
@@ -45,9 +46,14 @@ class ReplayDataModule(pl.LightningDataModule):
     sampler: endless for random and prioritized samplers, so bound the run
     with ``max_steps``).
 
-    Under DDP each rank samples with its own deterministic seed,
-    ``seed + global_rank``; a Ray-backed buffer (``service_backend="ray"``) is
-    one buffer shared by all ranks and is left as it is: with a factory, rank 0
+    Under DDP each rank builds its own buffer and samples with its own
+    deterministic seed, ``seed + global_rank``, unless ``share_across_ranks``:
+    then the factory runs once, on local rank 0, the other ranks map that
+    buffer (shared memory, no copy), and each step the ranks train on disjoint
+    shares of one global batch of ``batch_size * world_size`` rows drawn by
+    its one sampler (see the Lightning guide's DDP section). A Ray-backed
+    buffer (``service_backend="ray"``) is one buffer shared by all ranks and
+    is left as it is: with a factory, rank 0
     builds it (the actor, with ``offline_data`` loaded once) and every other
     rank gets its ``client()`` through the strategy's broadcast.
 
@@ -92,22 +98,36 @@ class ReplayDataModule(pl.LightningDataModule):
             Trainer an epoch that would hand out no batch at all raises a
             RuntimeError instead (``fit`` never runs empty epochs).
         seed: seed of the buffer's sampling generator (rank ``r`` uses
-            ``seed + r``); None takes ``torch.initial_seed()``, which
+            ``seed + r``; with ``share_across_ranks``, the one sampler uses
+            ``seed``); None takes ``torch.initial_seed()``, which
             ``lightning.seed_everything`` sets.
+        share_across_ranks: under DDP on one node, one buffer for every rank:
+            local rank 0 runs the factory and holds the sampler, the other
+            ranks attach to it; rows any rank writes are sampled by all,
+            priorities and policy versions of every rank reach the one
+            sampler, a checkpoint saves it once and resumes with any world
+            size. The buffer must be one processes can share (a ReplayBuffer
+            over a CPU tensor or memmap storage, shared here if need be).
+            Without a Trainer it has no effect.
 
     Raises:
-        TypeError: if ``buffer`` is neither a buffer nor a callable, or ``seed``
-            is not an int.
+        TypeError: if ``buffer`` is neither a buffer nor a callable, ``seed``
+            is not an int, or ``share_across_ranks`` not a bool.
         ValueError: if a count is not an int in range, ``pin_memory`` is not
             a bool or ``"auto"``, or ``min_size`` exceeds the buffer's capacity
-            (here for a buffer, in ``setup`` for a factory).
+            (here for a buffer, in ``setup`` for a factory); with
+            ``share_across_ranks``, in ``setup``, if the buffer cannot be shared
+            between processes or the run spans several nodes (use
+            ``service_backend="ray"`` there).
 
     Note:
         Under DDP with a buffer per rank, every rank dumps its own buffer while a
         checkpoint is made (into ``<default_root_dir>/.rbdata-rank-buffers``, then
         moved beside the checkpoint as ``rank<r>`` folders), and every rank
         resumes from its own; Lightning keeps rank 0's data-loader position only.
-        A Ray-backed buffer shared by the ranks is saved once, by rank 0.
+        A buffer shared by the ranks (``share_across_ranks``, or Ray-backed) is
+        saved once, by rank 0, with the loader's state as the global draws, so
+        a run resumes with another number of ranks.
 
     Examples:
         >>> import torch
@@ -140,6 +160,7 @@ class ReplayDataModule(pl.LightningDataModule):
         samples_per_insert: float | None = None,
         timeout: float | None = None,
         seed: int | None = None,
+        share_across_ranks: bool = False,
     ) -> None:
         super().__init__()
         if not (_is_buffer(buffer) or callable(buffer)):
@@ -151,6 +172,8 @@ class ReplayDataModule(pl.LightningDataModule):
             raise ValueError(f'pin_memory must be True, False or "auto", got {pin_memory!r}.')
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(f"seed must be an int or None, got {seed!r}.")
+        if not isinstance(share_across_ranks, bool):
+            raise TypeError(f"share_across_ranks must be a bool, got {share_across_ranks!r}.")
         for name, value, minimum in (
             ("batch_size", batch_size, 1),
             ("batches_per_epoch", batches_per_epoch, 1),
@@ -174,6 +197,7 @@ class ReplayDataModule(pl.LightningDataModule):
         self.samples_per_insert = samples_per_insert
         self.timeout = timeout
         self.seed = seed
+        self.share_across_ranks = share_across_ranks
         self._buffer: ServableBuffer | None = None
         self._dataset: ReplayDataset | None = None
         # (the trainer's limit_train_batches, what _give_epoch_length set it to)
@@ -192,7 +216,10 @@ class ReplayDataModule(pl.LightningDataModule):
     # ------------------------------------------------------------ lifecycle
     def setup(self, stage: str) -> None:
         """Build and seed the buffer and load ``offline_data`` into it (once)."""
-        if self._buffer is None:
+        if self.share_across_ranks and self.trainer is not None:
+            if self._buffer is None or _closed_share(self._buffer):
+                self._buffer = self._shared_buffer(self.trainer)
+        elif self._buffer is None:
             buffer, owned = self._build_buffer()
             _check_min_size(self.min_size, buffer)
             self._seed(buffer)
@@ -213,7 +240,7 @@ class ReplayDataModule(pl.LightningDataModule):
             pin_memory=self._pin_memory(),
             min_size=self.min_size,
             timeout=self.timeout,
-            samples_per_insert=self.samples_per_insert,
+            samples_per_insert=self._rank_samples_per_insert(),
         )
         trainer = self.trainer
         # Lightning fetches one batch ahead of the training step when the loader has no
@@ -229,6 +256,13 @@ class ReplayDataModule(pl.LightningDataModule):
         if isinstance(trainer, pl.Trainer):
             self._give_epoch_length(trainer, loader)
         return loader
+
+    def _rank_samples_per_insert(self) -> float | None:
+        """The ratio one rank keeps: its share of the global batch samples ``1 / world_size``."""
+        ratio, buffer = self.samples_per_insert, self._buffer
+        if ratio is None or not isinstance(buffer, RankShareBuffer):
+            return ratio
+        return ratio / buffer.world_size
 
     def _give_epoch_length(self, trainer: pl.Trainer, loader: _ReplayDataLoader) -> None:
         """Tell Lightning the epoch's length through ``limit_train_batches``, not ``len()``.
@@ -257,8 +291,14 @@ class ReplayDataModule(pl.LightningDataModule):
             trainer.limit_train_batches = limit
 
     def teardown(self, stage: str) -> None:
-        """Stop the data loader's background sampling; give the Trainer its batch limit back."""
+        """Stop the data loader's background sampling; give the Trainer its batch limit back.
+
+        With ``share_across_ranks``, stop serving the other ranks (local rank 0
+        keeps the buffer: ``dm.buffer.local``).
+        """
         self._close_dataset()
+        if isinstance(self._buffer, RankShareBuffer):
+            self._buffer.close()
         trainer, given = self.trainer, self._limit_given
         if trainer is not None and given is not None and trainer.limit_train_batches == given[1]:
             trainer.limit_train_batches = given[0]
@@ -298,8 +338,16 @@ class ReplayDataModule(pl.LightningDataModule):
                 "Trainer.fit(model, datamodule=dm, ckpt_path=...)."
             )
         ranks = state_dict.get(RANKS_KEY)
+        buffer = self.buffer
+        if isinstance(buffer, RankShareBuffer):  # saved once; local rank 0 loads it
+            if buffer.owner:
+                buffer.loads(path)
+            if self.trainer is not None:
+                self.trainer.strategy.barrier("rbdata-shared-buffer-loaded")
+            buffer.reattach()  # the other ranks map what rank 0 loaded
+            return
         if ranks is None:
-            self.buffer.loads(path)
+            buffer.loads(path)
             return
         rank = self.trainer.global_rank if self.trainer is not None else 0
         if rank >= int(ranks):
@@ -313,7 +361,7 @@ class ReplayDataModule(pl.LightningDataModule):
     def _buffer_per_rank(self) -> bool:
         """Whether every DDP rank holds a buffer of its own (not one Ray-hosted buffer)."""
         trainer = self.trainer
-        if trainer is None or trainer.world_size <= 1:
+        if trainer is None or trainer.world_size <= 1 or isinstance(self._buffer, RankShareBuffer):
             return False
         return _backend(self.buffer) == "direct"
 
@@ -341,10 +389,59 @@ class ReplayDataModule(pl.LightningDataModule):
             return shared, False
         return _built(arg), True
 
+    def _shared_buffer(self, trainer: pl.Trainer) -> ServableBuffer:
+        """``share_across_ranks``: local rank 0 builds the buffer, the other ranks attach to it.
+
+        A Ray-backed buffer is shared as without the flag (its clients). On
+        a second ``fit`` in the same process, local rank 0 serves the buffer
+        it already holds.
+        """
+        if trainer.num_nodes > 1:
+            raise ValueError(
+                f"share_across_ranks=True shares one buffer between the ranks of one node through "
+                f"shared memory; this run has {trainer.num_nodes} nodes. Across nodes, make the "
+                'factory return a Ray-backed buffer (service_backend="ray"): one buffer every '
+                "rank of every node reaches (see docs/ray.md)."
+            )
+        world, rank = trainer.world_size, trainer.global_rank
+        offer: tuple[str, Any] | None = None
+        mine: ServableBuffer | None = None
+        if rank == 0:
+            previous = self._buffer
+            if isinstance(previous, RankShareBuffer):
+                buffer, fresh = previous.local, False
+            else:
+                buffer, fresh = self._build_buffer_here(), True
+            if _backend(buffer) == "ray":  # shared already, on every node
+                if fresh and self.offline_data is not None:
+                    _fill(buffer, load_offline_data(self.offline_data))
+                mine, offer = buffer, ("ray", cast(_RayBacked, buffer).client())
+            else:
+                _check_min_size(self.min_size, buffer)
+                shared = RankShareBuffer.owned(buffer, world)
+                if fresh:
+                    self._seed(buffer)
+                    if self.offline_data is not None:
+                        _fill(buffer, load_offline_data(self.offline_data))
+                mine, offer = shared, ("share", shared.rank_access)
+        if world > 1:
+            offer = trainer.strategy.broadcast(offer, src=0)
+        if mine is not None:
+            return mine
+        if offer is None:  # pragma: no cover - rank 0 always offers
+            raise RuntimeError("local rank 0 offered no shared buffer")
+        kind, payload = offer
+        return payload if kind == "ray" else RankShareBuffer.attached(payload, rank)
+
+    def _build_buffer_here(self) -> ServableBuffer:
+        arg = self._buffer_arg
+        return arg if _is_buffer(arg) or not callable(arg) else _built(arg)
+
     def _seed(self, buffer: ServableBuffer) -> None:
         if _backend(buffer) != "direct":
             return  # one remote buffer shared by every rank: its sampling is its own
-        rank = self.trainer.global_rank if self.trainer is not None else 0
+        shared = self.share_across_ranks  # one sampler for every rank: one seed
+        rank = self.trainer.global_rank if self.trainer is not None and not shared else 0
         base = self.seed if self.seed is not None else torch.initial_seed()
         buffer.set_rng(torch.Generator().manual_seed((base + rank) % (1 << 63)))
 
@@ -429,6 +526,11 @@ class _RayBacked(Protocol):
 def _is_buffer(obj: object) -> TypeGuard[ServableBuffer]:
     """A replay buffer (an instance implementing the ServableBuffer protocol, not a class)."""
     return not isinstance(obj, type) and isinstance(obj, ServableBuffer)
+
+
+def _closed_share(buffer: ServableBuffer) -> bool:
+    """Whether ``buffer`` is a rank's share of a buffer that a ``teardown`` closed."""
+    return isinstance(buffer, RankShareBuffer) and buffer.closed
 
 
 def _built(factory: Callable[[], Any]) -> ServableBuffer:

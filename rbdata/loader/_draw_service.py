@@ -23,19 +23,16 @@ every worker's snapshot and continues from the latest.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import socket
 import threading
 import weakref
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from typing import Any
 
 from rbdata._component.prefetch_state import draw_record, read_draw_records
 from rbdata.buffers.replay import ReplayBuffer
 from rbdata.loader._pass import _PassEngine, _Record
+from rbdata.loader._socket_server import ServerAccess, SocketServer
 
 __all__ = ["DrawAccess", "DrawService"]
 
@@ -47,12 +44,8 @@ RESUME_WAIT_S = 60.0
 _HISTORY = 4096
 
 
-@dataclass(frozen=True)
-class DrawAccess:
-    """What a worker needs to reach the service: its address and key (pickled to workers)."""
-
-    address: str
-    key: bytes
+#: what a worker needs to reach the service: its address and key (pickled to workers)
+DrawAccess = ServerAccess
 
 
 @dataclass
@@ -69,7 +62,7 @@ class _Pass:
     ended_at: int | None = None  # the first batch number past the pass's end
 
 
-class DrawService:
+class DrawService(SocketServer):
     """Draws batches for DataLoader workers from ``engine``'s buffer, in batch order.
 
     The service holds the engine weakly (the engine holds its dataset): a
@@ -84,39 +77,19 @@ class DrawService:
         self._engine_ref = weakref.ref(engine)
         self._buffer = engine.buffer
         self._lock = threading.Condition(threading.RLock())
-        self._stop = threading.Event()
         self._pass: _Pass | None = None
-        key = os.urandom(32)
-        address = f"\0rbdata-draws-{os.getpid()}-{key[:8].hex()}"
-        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._socket.bind(address)
-        self._socket.listen()
-        self.access = DrawAccess(address, key)
-        self._connections: list[Connection] = []
-        self._accept = threading.Thread(target=self._accept_loop, name="rbdata-draws", daemon=True)
-        self._accept.start()
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
-        return self._stop.is_set()
+        super().__init__("draws")
 
     def close(self) -> None:
         """Stop serving: workers still connected get end of file and raise."""
-        if self._stop.is_set():
+        if self.closed:
             return
-        self._stop.set()
+        super().close()
         engine = self._engine_ref()
         if engine is not None:  # a draw waiting for data sees the stop
             engine.wake_waiters()
-        with contextlib.suppress(OSError):  # wakes the accept loop (Linux), which closes it
-            self._socket.shutdown(socket.SHUT_RDWR)
         with self._lock:
             self._lock.notify_all()
-            connections, self._connections = self._connections, []
-        for conn in connections:  # wake the threads reading them (close alone does not)
-            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(conn.fileno())) as sock:
-                sock.shutdown(socket.SHUT_RDWR)
 
     @property
     def _engine(self) -> _PassEngine:
@@ -125,53 +98,8 @@ class DrawService:
             raise RuntimeError("the ReplayDataset these workers draw from was garbage-collected")
         return engine
 
-    # ------------------------------------------------------------ connections
-    def _accept_loop(self) -> None:
-        try:
-            while not self._stop.is_set():
-                try:
-                    sock, _ = self._socket.accept()
-                except OSError:  # shut down by close()
-                    return
-                conn = Connection(sock.detach())
-                with self._lock:
-                    if self._stop.is_set():
-                        conn.close()
-                        return
-                    self._connections.append(conn)
-                threading.Thread(
-                    target=self._serve, args=(conn,), name="rbdata-draws-worker", daemon=True
-                ).start()
-        finally:
-            self._socket.close()
-
-    def _serve(self, conn: Connection) -> None:
-        try:
-            try:  # what multiprocessing's Listener does (here, so a stalled client stalls
-                # only its own thread): both sides prove they hold the key
-                deliver_challenge(conn, self.access.key)
-                answer_challenge(conn, self.access.key)
-            except (EOFError, OSError):
-                raise
-            except Exception:
-                _log.warning("rbdata draw service: refused a connection", exc_info=True)
-                return
-            while not self._stop.is_set():
-                request = conn.recv()
-                try:
-                    reply = self._handle(request)
-                except Exception as error:  # the worker raises it
-                    reply = ("error", f"{type(error).__name__}: {error}")
-                conn.send(reply)
-        except (EOFError, OSError):  # the worker ended (or died), or the service closed
-            pass
-        finally:
-            with self._lock:
-                if conn in self._connections:
-                    self._connections.remove(conn)
-            conn.close()
-
-    def _handle(self, request: tuple[Any, ...]) -> tuple[Any, ...]:
+    def handle(self, request: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Serve a worker's request: ``begin``, ``next``, ``snapshot`` or ``generations``."""
         kind = request[0]
         if kind == "begin":
             _, worker, num_workers, seed, restored = request

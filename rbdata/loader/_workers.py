@@ -28,8 +28,9 @@ from rbdata.buffers.protocol import Draw, ReadableByWorkers, ServableBuffer, ali
 from rbdata.loader._batch import as_replay_batch
 from rbdata.loader._draw_service import DrawAccess
 from rbdata.loader._settings import DatasetSettings
+from rbdata.loader._socket_server import receive, send
 from rbdata.samplers import RandomSampler
-from rbdata.storages import LazyMemmapStorage, LazyTensorStorage, Storage, TensorStorage
+from rbdata.storages import LazyMemmapStorage, Storage, TensorStorage
 
 _USE_PREFETCH = (
     "use num_workers=0 with ReplayDataset(prefetch=k), which samples on a background thread "
@@ -51,7 +52,7 @@ def check(ds: DatasetSettings) -> ReadableByWorkers:
             f"their own (a ReplayBuffer), got {type(buffer).__name__}; {_USE_PREFETCH}."
         )
     storage = buffer.storage
-    if not _readable_by_workers(storage):
+    if not readable_by_workers(storage):
         raise RuntimeError(
             f"num_workers > 0 needs a storage that worker processes can read without copying "
             f"it: a LazyMemmapStorage or a shared-memory storage (shared=True, or "
@@ -73,13 +74,13 @@ def check(ds: DatasetSettings) -> ReadableByWorkers:
     return buffer
 
 
-def _readable_by_workers(storage: Storage) -> bool:
+def readable_by_workers(storage: Storage) -> bool:
     if isinstance(storage, LazyMemmapStorage):
         return True
     if not isinstance(storage, TensorStorage):
         return False
     if not storage.initialized:
-        return isinstance(storage, LazyTensorStorage) and storage.shared_init
+        return storage.shared_before_write
     return all(storage.get_leaf(key).is_shared() for key in storage.leaf_keys())
 
 
@@ -124,8 +125,8 @@ def _connection(access: DrawAccess) -> Connection:
 def _request(conn: Connection, message: tuple[Any, ...]) -> tuple[Any, ...]:
     """Send ``message``; the reply (the service's end of file: the training process is gone)."""
     try:
-        conn.send(message)
-        reply: tuple[Any, ...] = conn.recv()
+        send(conn, message)
+        reply: tuple[Any, ...] = receive(conn)
     except (EOFError, OSError) as error:
         raise RuntimeError(
             "the training process's draw service closed (ReplayDataset.close(), or the "

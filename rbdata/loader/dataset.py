@@ -22,6 +22,7 @@ from rbdata.loader import _workers
 from rbdata.loader._draw_service import DrawAccess, DrawService
 from rbdata.loader._pass import _PassEngine, _Record
 from rbdata.loader._prefetch import _PrefetchThread
+from rbdata.loader._rank_share import SplitsDraws
 from rbdata.loader._worker_position import WorkerPosition
 from rbdata.loader.rate_limit import SampleToInsertRatio
 from rbdata.sharing.counters import spawning
@@ -336,7 +337,10 @@ class ReplayDataset(IterableDataset[Any]):
         engine, buffer = self._engine, self.buffer
         with buffer.lock, engine.lock:
             state = engine.snapshot()
-            state.update(buffer.sampling_state())
+            if isinstance(buffer, SplitsDraws):  # a DDP rank's share: the global draws
+                state = buffer.pass_state(state)
+            else:
+                state.update(buffer.sampling_state())
         state["format"] = _STATE_FORMAT
         state["rate_limiter"] = (
             None if self.rate_limiter is None else self.rate_limiter.state_dict()
@@ -360,6 +364,8 @@ class ReplayDataset(IterableDataset[Any]):
             self._worker.load_state_dict(state_dict["worker"])
             return
         engine, buffer = self._engine, self.buffer
+        if isinstance(buffer, SplitsDraws):  # this rank's share of the saved global draws
+            state_dict = {**state_dict, "pending": buffer.pending_of_rank(state_dict)}
         with engine.lock:
             current = engine.snapshot()
         state = {**current, **{k: v for k, v in state_dict.items() if k in current}}

@@ -170,6 +170,15 @@ class _TensorRows(Storage):
         cells = math.prod(lead)
         return -(-self.max_size // cells) * cells == max_size
 
+    @property
+    def shared_before_write(self) -> bool:
+        """Whether the rows go to memory other processes map at the first write.
+
+        True once :meth:`share_memory_` (or ``shared_init=True``) named the
+        directory where the first writer, in any process, lays them out.
+        """
+        return self._meeting is not None
+
     def share_memory_(self: _R) -> _R:
         """Move the rows and the length to shared memory, for ``torch.multiprocessing``.
 

@@ -95,13 +95,19 @@ class Learner(L.LightningModule):
         self.trainer.strategy.barrier()  # rank 0 keeps the buffer alive until rank 1 is done
 
 
+@pytest.mark.parametrize("share_across_ranks", [False, True])
 def test_two_ddp_ranks_share_one_buffer_fed_by_a_collector(
-    ray_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ray_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, share_across_ranks: bool
 ) -> None:
+    """With or without ``share_across_ranks``: a Ray-backed buffer is shared through Ray."""
     monkeypatch.delenv("MASTER_PORT", raising=False)
     address = ray_cluster.get_runtime_context().gcs_address
     datamodule = ReplayDataModule(
-        SharedBuffer(address), batches_per_epoch=6, prefetch=2, offline_data=offline_data()
+        SharedBuffer(address),
+        batches_per_epoch=6,
+        prefetch=2,
+        offline_data=offline_data(),
+        share_across_ranks=share_across_ranks,
     )
     trainer = L.Trainer(
         accelerator="cpu",
