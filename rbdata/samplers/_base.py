@@ -115,6 +115,15 @@ class Sampler:
         """The number of cells this sampler keeps state for (None: as many as the storage)."""
         return None
 
+    @property
+    def cell_capacity(self) -> int | None:
+        """The cells a write may reach (None: any): :attr:`max_capacity`, unless a sampler grows.
+
+        A :class:`PrioritizedSampler` takes writes up to torchrl's tree size,
+        the smallest power of two above its ``max_capacity``.
+        """
+        return self.max_capacity
+
     def priority_mass(self) -> PriorityMass | None:
         """The weights this sampler draws by, summed (None: it does not draw by priority).
 
