@@ -1,6 +1,7 @@
 """Samplers: which slots of the storage a batch reads."""
 
 from rbdata.samplers._base import Sampler
+from rbdata.samplers._replacement import register_without_replacement
 from rbdata.samplers.consuming import ConsumingSampler
 from rbdata.samplers.ensemble import SamplerEnsemble
 from rbdata.samplers.prioritized import PrioritizedSampler
@@ -12,6 +13,9 @@ from rbdata.samplers.slice_without_replacement import SliceSamplerWithoutReplace
 from rbdata.samplers.staleness import StalenessAwareSampler
 from rbdata.samplers.streaming_slice import StreamingSliceSampler
 from rbdata.samplers.without_replacement import SamplerWithoutReplacement
+
+register_without_replacement(RandomSampler, SamplerWithoutReplacement)
+register_without_replacement(SliceSampler, SliceSamplerWithoutReplacement)
 
 __all__ = [
     "ConsumingSampler",

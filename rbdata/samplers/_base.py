@@ -11,6 +11,7 @@ import torch
 from rbdata._component.checks import check_int
 from rbdata._component.state_file import read_state, write_state
 from rbdata.samplers._live import _LiveSet
+from rbdata.samplers._replacement import SamplerType
 from rbdata.samplers._torchrl import sampler_state
 from rbdata.storages import Storage
 
@@ -35,7 +36,7 @@ class PriorityMass(NamedTuple):
 _OWN_CAPABILITIES = ("reads_only_length", "draws_independent")
 
 
-class Sampler:
+class Sampler(metaclass=SamplerType):
     """Base class of every sampler: it owns the public methods, subclasses fill small hooks.
 
     A sampler picks the slots a batch reads: ``sample(storage, batch_size)``
@@ -58,6 +59,11 @@ class Sampler:
     - ``_extra_state()`` / ``_load_extra_state(state)`` for ``state_dict``.
 
     A subclass may also override ``sample`` itself, as torchrl samplers do.
+
+    Every sampler takes ``replacement=`` (torchrl main's keyword):
+    ``RandomSampler(replacement=False)`` builds a :class:`SamplerWithoutReplacement`,
+    ``SliceSampler(replacement=False, ...)`` a :class:`SliceSamplerWithoutReplacement`
+    (see :mod:`rbdata.samplers._replacement`).
 
     Examples:
         >>> import torch
