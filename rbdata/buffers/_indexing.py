@@ -58,10 +58,16 @@ class _Indexing:
         return c.transform(data) if len(c.transform) else data
 
     def set(self, index: Any, data: Any) -> None:
-        """``rb[index] = data``: overwrite items in place."""
+        """``rb[index] = data``: overwrite items in place (through the inverse transforms).
+
+        As ``extend`` does, and as torchrl's ``__setitem__`` does, the data
+        goes through ``transform.inv`` before it is stored.
+        """
         c = self._components
         with c.sync.cond:
             c.init()
+            if len(c.transform):
+                data = c.transform.inv(data)
             c.storage.set(index, data)
             self._mark_update(index)
             c.sync.cond.notify_all()

@@ -386,6 +386,32 @@ class SliceSampler(Sampler):
             self._note_dones(storage, change, markers.kind == "ends" and markers.keys)
         return change
 
+    @property
+    def _fetch_traj(self) -> bool:
+        """Whether trajectories come from ids (``traj_key``) rather than end flags (read-only).
+
+        For torchrl compatibility (its tests read the flag): before the first
+        sample, True unless end flags were given; after it, whether the markers
+        found were trajectory ids. ``ends`` / ``trajectories``: True, as torchrl's.
+        """
+        markers = self._index.markers
+        if self._static:
+            return True
+        if markers is not None:
+            return markers.kind == "ids"
+        return self._rule.end_key is None and self._rule.end_keys is None
+
+    @property
+    def _traj_key_auto(self) -> bool:
+        """Whether the trajectory entry is still to be detected at the next sample (read-only).
+
+        For torchrl compatibility: True when neither ``traj_key``, ``end_key``,
+        ``end_keys`` nor static boundaries were given, until a sample resolved them.
+        """
+        rule = self._rule
+        given = rule.traj_key is not None or rule.end_key is not None or rule.end_keys is not None
+        return not (given or self._static or self._index.markers is not None)
+
     def _note_dones(self, storage: Storage, change: tuple[bool, int], end_keys: Any) -> None:
         """Track whether a stored done flag falls inside a trajectory (O(written)).
 

@@ -110,3 +110,22 @@ def test_every_consuming_sampler_rewrites_a_drained_buffer_as_one_ring_run(sampl
     assert index.tolist() == [*range(2000, 3000), *range(2000)]
     assert torch.equal(rb.storage[index]["obs"], data["obs"] + 20_000)
     assert len(rb) == capacity
+
+
+@pytest.mark.parametrize("storage", ["lazy", "memmap", "list"])
+def test_setitem_goes_through_the_inverse_transforms_as_extend_does(storage):
+    """torchrl's ``rb[index] = data`` applies ``transform.inv`` (an in-place write is a write)."""
+    from tensordict import TensorDict
+
+    from rbdata import LazyMemmapStorage, LazyTensorStorage, ListStorage, ReplayBuffer
+
+    make = {"lazy": LazyTensorStorage, "memmap": LazyMemmapStorage, "list": ListStorage}[storage]
+    collate = torch.stack if storage == "list" else None
+    rb = ReplayBuffer(storage=make(20), collate_fn=collate)
+    rb.append_transform(lambda x: x + 1, invert=True)  # on the way in
+    rb.append_transform(lambda x: x * 10)  # on the way out
+    rb.extend(TensorDict({"a": torch.arange(10)}, [10]))
+    rb[3:5] = TensorDict({"a": torch.zeros(2, dtype=torch.long)}, [2])
+    rb[torch.tensor([7])] = TensorDict({"a": torch.zeros(1, dtype=torch.long)}, [1])
+    assert rb[:]["a"].tolist() == [10, 20, 30, 10, 10, 60, 70, 10, 90, 100]
+    assert len(rb) == 10 and rb.writer.cursor == 10

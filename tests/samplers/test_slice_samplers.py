@@ -682,3 +682,24 @@ def test_without_replacement_spans_on_the_side_asked(span):
             cut_at_end += len(part) < 4 and int(steps[-1]) == 5
         assert sampler.ran_out
     assert (cut_at_start > 0, cut_at_end > 0) == span
+
+
+def test_torchrls_traj_key_flags_say_where_trajectories_come_from():
+    """``_fetch_traj`` / ``_traj_key_auto``: read-only, for torchrl's tests."""
+    import torch
+    from tensordict import TensorDict
+
+    from rbdata import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
+
+    assert SliceSampler(num_slices=2, end_key="done")._fetch_traj is False
+    assert SliceSampler(num_slices=2, traj_key="episode")._traj_key_auto is False
+    for data, from_ids in [
+        ({"episode": torch.tensor([0, 0, 0, 1, 1, 1, 2, 2])}, True),
+        ({("next", "done"): torch.tensor([0, 0, 1, 0, 0, 1, 0, 1]).bool().unsqueeze(-1)}, False),
+    ]:
+        sampler = SliceSampler(num_slices=2)
+        assert sampler._fetch_traj is True and sampler._traj_key_auto is True
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8), sampler=sampler, batch_size=6)
+        rb.extend(TensorDict(data, [8]))
+        rb.sample()
+        assert sampler._fetch_traj is from_ids and sampler._traj_key_auto is False
