@@ -122,6 +122,15 @@ class Sampler(metaclass=SamplerType):
         return None
 
     @property
+    def default_priority(self) -> float:
+        """The priority new items get: 1.0 for a sampler that does not draw by priority.
+
+        As torchrl's ``Sampler.default_priority``; :class:`PrioritizedSampler`
+        reports the largest priority seen (or in the buffer).
+        """
+        return 1.0
+
+    @property
     def cell_capacity(self) -> int | None:
         """The cells a write may reach (None: any): :attr:`max_capacity`, unless a sampler grows.
 
@@ -184,6 +193,20 @@ class Sampler(metaclass=SamplerType):
     def ran_out(self) -> bool:
         """Whether a pass over the data just ended (samplers with passes only)."""
         return False
+
+    def can_sample(self, storage: Storage, batch_size: int) -> bool:
+        """Whether ``sample(storage, batch_size)`` finds something to draw (torchrl's).
+
+        Not :meth:`exhausted`, and with ``drop_last``, at least ``batch_size``
+        items stored.
+
+        Raises:
+            TypeError, ValueError: for a ``batch_size`` that is not a positive int.
+        """
+        batch_size = check_int(batch_size, "batch_size", minimum=1)
+        if self.exhausted(storage):
+            return False
+        return not self.drop_last or len(storage) >= batch_size
 
     def exhausted(self, storage: Storage) -> bool:
         """Whether nothing is left to sample: an empty storage or every item consumed."""

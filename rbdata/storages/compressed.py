@@ -186,6 +186,10 @@ class CompressedListStorage(Storage):
         """How items are compressed: ``"zstd"``, ``"zlib"`` or ``"custom"`` (compression_fn)."""
         return _CUSTOM if self.compression_fn is not None else self._codec.name
 
+    def _holds(self, slot: int) -> bool:
+        """A slot below the length that was never written holds nothing."""
+        return slot < len(self._frames) and self._frames[slot] is not None
+
     def bytes(self) -> int:
         """Compressed bytes held by the stored items."""
         return self._nbytes

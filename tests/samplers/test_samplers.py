@@ -454,3 +454,35 @@ def test_the_priority_mass_sums_the_weights_drawn_by():
     assert (mass.total, mass.smallest, mass.beta) == pytest.approx((7.5, 0.5, 0.25))
     sampler.beta = 0.75  # the declared exponent, as set
     assert sampler.priority_mass().beta == 0.75
+
+
+def test_can_sample_says_whether_a_batch_is_there():
+    """torchrl's ``can_sample`` on samplers and buffers."""
+    from rbdata import LazyTensorStorage, RandomSampler, ReplayBuffer, SamplerWithoutReplacement
+
+    rb = ReplayBuffer(storage=LazyTensorStorage(8), sampler=RandomSampler(), batch_size=4)
+    assert not rb.can_sample()
+    rb.extend(torch.arange(2))
+    assert rb.can_sample() and rb.can_sample(8)
+    strict = ReplayBuffer(
+        storage=LazyTensorStorage(8),
+        sampler=SamplerWithoutReplacement(drop_last=True),
+        batch_size=4,
+    )
+    strict.extend(torch.arange(3))
+    assert strict.can_sample(3) and not strict.can_sample()
+    with pytest.raises(ValueError, match="batch_size"):
+        strict.can_sample(0)
+    with pytest.raises(RuntimeError, match="batch_size not specified"):
+        ReplayBuffer(storage=LazyTensorStorage(8)).can_sample()
+    consumed = ReplayBuffer(storage=LazyTensorStorage(8), consume_after_n_samples=1, batch_size=2)
+    consumed.extend(torch.arange(2))
+    consumed.sample()
+    assert not consumed.can_sample()
+
+
+def test_samplers_that_do_not_draw_by_priority_report_a_default_priority_of_one():
+    from rbdata import RandomSampler, SliceSampler
+
+    assert RandomSampler().default_priority == 1.0
+    assert SliceSampler(num_slices=2).default_priority == 1.0
