@@ -102,9 +102,13 @@ class _Indexing:
         """Set the value of ``key`` across the whole buffer in place."""
         c = self._components
         with c.sync.lock:
-            leaf = self._leaf(key)[: len(c.storage)]
-            leaf.copy_(_fitting(value, leaf, key))
+            self._set_leaf(key, value)
+            c.storage.note_edit()
             self._mark_update(slice(0, len(c.storage)))
+
+    def _set_leaf(self, key: NestedKey, value: torch.Tensor) -> None:
+        leaf = self._leaf(key)[: len(self._components.storage)]
+        leaf.copy_(_fitting(value, leaf, key))
 
     def set_at_(self, key: NestedKey, value: torch.Tensor, index: Any) -> None:
         """Set the value of ``key`` at ``index`` (ints or an integer tensor of written slots)."""
@@ -113,6 +117,7 @@ class _Indexing:
             leaf = self._leaf(key)
             slots = check_indices(index, len(c.storage))
             leaf[slots] = _fitting(value, leaf[slots], key)
+            c.storage.note_edit()
             self._mark_update(slots)
 
     def update_(
@@ -131,9 +136,13 @@ class _Indexing:
         wanted = None
         if keys_to_update is not None:
             wanted = {normalize_key(k, "keys_to_update") for k in keys_to_update}
-        for key, value in items:
-            if wanted is None or normalize_key(key) in wanted:
-                self.set_(key, value.clone() if clone else value)
+        c = self._components
+        with c.sync.lock:
+            for key, value in items:
+                if wanted is None or normalize_key(key) in wanted:
+                    self._set_leaf(key, value.clone() if clone else value)
+            c.storage.note_edit()
+            self._mark_update(slice(0, len(c.storage)))
 
     def update_if_present(
         self,
@@ -158,6 +167,8 @@ class _Indexing:
                 version=version,
                 require_newer=require_newer,
             )
+            if bool(result.updated.any()):
+                c.storage.note_edit()
             self._mark_update(Records.of(index, c.storage).cells[result.updated])
             return result
 

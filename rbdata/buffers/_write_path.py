@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import torch
@@ -63,6 +64,14 @@ class _WritePath(_DeferredWrites):
         """Add one element; return its slot (``ndim > 1``: its cells' coordinates)."""
         c = self._components
         c.init()
+        if is_tensor_collection(data) and data.ndim and c.storage.ndim == 1:
+            warnings.warn(
+                f"Using `add()` with a TensorDict that has batch_size={data.batch_size}: it is "
+                "stored as one element. Use `extend()` to add multiple elements, or `add()` "
+                "with a single element (batch_size=torch.Size([])).",
+                UserWarning,
+                stacklevel=4,
+            )
         data = self.hooks.prepare(data)
         storage = c.storage
         batch = storage.item_as_batch(data)

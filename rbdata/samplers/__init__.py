@@ -16,6 +16,9 @@ from rbdata.samplers.without_replacement import SamplerWithoutReplacement
 
 register_without_replacement(RandomSampler, SamplerWithoutReplacement)
 register_without_replacement(SliceSampler, SliceSamplerWithoutReplacement)
+# a sampler without replacement of slices (drop_last, shuffle, ran_out, passes), as torchrl's
+# class is: isinstance(SliceSamplerWithoutReplacement(...), SamplerWithoutReplacement) holds
+SamplerWithoutReplacement.register(SliceSamplerWithoutReplacement)
 
 __all__ = [
     "ConsumingSampler",

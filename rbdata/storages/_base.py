@@ -249,7 +249,7 @@ class Storage(_CompileHooks, abc.ABC):
         if set_cursor:
             self._count_written(stop, _last_slot(index, stop))
         else:
-            self._counters.cells[1] += 1  # the mutation revision only
+            self.note_edit()
 
     def _count_written(self, stop: int, last: int | None) -> None:
         """A write ending at ``stop`` (its last slot ``last``): revision, length, last slot."""
@@ -302,6 +302,14 @@ class Storage(_CompileHooks, abc.ABC):
 
     def __setitem__(self, index: Index, data: Any) -> None:
         self.set(index, data)
+
+    def note_edit(self) -> None:
+        """Count an in-place change of stored items: :attr:`revision` moves, nothing else.
+
+        The buffer calls it for the edits that write leaves directly (``set_``,
+        ``set_at_``, ``update_``, ``update_if_present``) and after a state is loaded.
+        """
+        self._counters.cells[1] += 1
 
     def empty(self) -> None:
         """Forget every item (slots are kept allocated)."""

@@ -38,6 +38,7 @@ def test_slice_sampler_without_replacement_forwards_its_arguments() -> None:
     assert type(sampler) is SliceSamplerWithoutReplacement
     assert (sampler.slice_len, sampler.drop_last, sampler.shuffle) == (5, True, False)
     assert sampler.traj_key == "episode" and isinstance(sampler, SliceSampler)
+    assert isinstance(sampler, SamplerWithoutReplacement)  # as torchrl's class
 
 
 def test_variants_accept_it_and_others_refuse_it() -> None:
