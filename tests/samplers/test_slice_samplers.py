@@ -703,3 +703,39 @@ def test_torchrls_traj_key_flags_say_where_trajectories_come_from():
         rb.extend(TensorDict(data, [8]))
         rb.sample()
         assert sampler._fetch_traj is from_ids and sampler._traj_key_auto is False
+
+
+def test_torchrls_get_stop_and_length_reads_the_storage_and_follows_its_revision():
+    """``_get_stop_and_length``: torchrl's ``(start, stop, lengths)``, for its tests."""
+    import torch
+    from tensordict import TensorDict
+
+    from rbdata import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
+
+    storage = LazyTensorStorage(10)
+    sampler = SliceSampler(slice_len=2, end_key="done", cache_values=True)
+    rb = TensorDictReplayBuffer(storage=storage, sampler=sampler)
+    done = torch.zeros(10, dtype=torch.bool)
+    done[[4, 9]] = True
+    rb.extend(TensorDict({"done": done}, [10]))
+    first = sampler._get_stop_and_length(storage)
+    assert [t.flatten().tolist() for t in first] == [[0, 5], [4, 9], [5, 5]]
+    assert sampler._get_stop_and_length(storage)[0] is first[0]  # nothing moved: the same
+    edited = storage.get(4).clone()
+    edited["done"] = False
+    storage.set(4, edited, set_cursor=False)  # not through the buffer: the revision says it
+    assert sampler._get_stop_and_length(storage)[1].flatten().tolist() == [9]
+
+
+def test_a_sampler_never_fed_reads_a_wrapped_storage_from_its_newest_slot():
+    import torch
+    from tensordict import TensorDict
+
+    from rbdata import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+    for traj, length in enumerate((5, 3, 4)):  # the third wraps: slots 8, 9, 0, 1
+        rb.extend(TensorDict({"traj": torch.full((length,), traj)}, [length]))
+    fresh = SliceSampler(traj_key="traj", num_slices=1)
+    start, stop, lengths = fresh._get_stop_and_length(rb.storage)
+    assert lengths.tolist() == [3, 3, 4] and stop.flatten().tolist() == [4, 7, 1]
