@@ -739,3 +739,28 @@ def test_a_sampler_never_fed_reads_a_wrapped_storage_from_its_newest_slot():
     fresh = SliceSampler(traj_key="traj", num_slices=1)
     start, stop, lengths = fresh._get_stop_and_length(rb.storage)
     assert lengths.tolist() == [3, 3, 4] and stop.flatten().tolist() == [4, 7, 1]
+
+
+def test_slice_sampler_without_replacement_sample_list_survives_a_dump(tmp_path):
+    """``_sample_list`` (read-only, torchrl's name): the pass's remaining trajectories."""
+    import torch
+    from tensordict import TensorDict
+
+    from rbdata import LazyTensorStorage, SliceSamplerWithoutReplacement, TensorDictReplayBuffer
+
+    def build():
+        sampler = SliceSamplerWithoutReplacement(num_slices=2)
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20), sampler=sampler, batch_size=4)
+        done = (torch.arange(20) % 5 == 4).unsqueeze(-1)
+        rb.extend(TensorDict({"a": torch.arange(20), ("next", "done"): done}, [20]))
+        return sampler, rb
+
+    sampler, rb = build()
+    assert sampler._sample_list is None
+    rb.sample()
+    before = sampler._sample_list.clone()
+    assert before.numel() == 2  # 4 trajectories, 2 visited
+    rb.dumps(tmp_path)
+    sampler2, rb2 = build()
+    rb2.loads(tmp_path)
+    assert torch.equal(sampler2._sample_list, before)
