@@ -19,6 +19,18 @@ from rbdata.errors import IncompatibleValueError
 from rbdata.storages import TensorStorage
 
 
+def _is_view_index(index: Any, storage: Any) -> bool:
+    """A tuple holding a slice, for a storage with ``ndim > 1``: an index of ``rb[:]``.
+
+    Tuples of ints or integer tensors stay coordinates (``info["index"]``).
+    """
+    return (
+        isinstance(index, tuple)
+        and storage.ndim > 1
+        and any(isinstance(i, slice) or i is Ellipsis for i in index)
+    )
+
+
 class _Indexing:
     """Reading and editing stored items by position or key, and querying trajectories.
 
@@ -50,6 +62,8 @@ class _Indexing:
         c = self._components
         c.init()
         storage = c.storage
+        if _is_view_index(index, storage):  # rb[0, 3:4]: an index of rb[:] (torchrl's)
+            return self.get(slice(None))[index]
         sync = c.sync
         # shared: no row another process is writing (see _sync.read)
         data = sync.read(lambda: storage.get(index)) if sync.shared else storage.get(index)
@@ -68,9 +82,33 @@ class _Indexing:
             c.init()
             if len(c.transform):
                 data = c.transform.inv(data)
-            c.storage.set(index, data)
-            self._mark_update(index)
+            if _is_view_index(index, c.storage):
+                self._set_view(index, data)
+            else:
+                c.storage.set(index, data)
+                self._mark_update(index)
             c.sync.cond.notify_all()
+
+    def _set_view(self, index: tuple[Any, ...], data: Any) -> None:
+        """``rb[0, 3:4] = data`` on a storage with ``ndim > 1``: an index of ``rb[:]``.
+
+        As torchrl's (``rb[:][index] = data``): ints and slices index the
+        dims of ``rb[:]`` (the storage's lead dims, then its items), ``data``
+        broadcasts to the selection. The stored items are read, edited and
+        written back in place (O(size) per call); lengths, cursor and
+        generations stay, the samplers re-read the edited cells.
+        """
+        storage = self._components.storage
+        whole = storage.get(slice(None))
+        if not isinstance(whole, torch.Tensor | TensorDictBase):
+            raise TypeError(
+                f"rb[{index!r}] = ... indexes rb[:], which is a {type(whole).__name__} here: "
+                "only tensor and TensorDict contents take it."
+            )
+        whole[index] = data
+        items = whole.shape[storage.ndim - 1]
+        storage.set(slice(0, items), storage.as_batch(whole, storage.ndim - 1), set_cursor=False)
+        self._mark_update(slice(0, len(storage)))
 
     def _leaf(self, key: Any) -> torch.Tensor:
         c = self._components
