@@ -558,3 +558,24 @@ def test_a_small_sampler_on_a_large_storage_works_while_the_writes_fit():
     with pytest.raises(ValueError, match=r"max_capacity=5\) has 8 slots, .* up to 9"):
         rb.extend(TensorDict({"a": torch.zeros(1)}, [1]))
     assert len(rb) == 8
+
+
+def test_torchrls_init_names_hold_the_factories_until_the_buffer_is_built():
+    """``_init_storage``/``_init_sampler``/``_init_writer``: read-only, for torchrl's tests."""
+    from functools import partial
+
+    from rbdata import ListStorage, RandomSampler, RoundRobinWriter
+
+    factories = {
+        "storage": partial(ListStorage),
+        "writer": partial(RoundRobinWriter),
+        "sampler": partial(RandomSampler),
+    }
+    rb = ReplayBuffer(**factories, transform_factory=lambda: lambda td: td)
+    assert not rb.initialized and not hasattr(rb, "_storage")
+    assert (rb._init_storage, rb._init_sampler, rb._init_writer) == (
+        factories["storage"], factories["sampler"], factories["writer"],
+    )  # fmt: skip
+    rb.extend(TensorDict(batch_size=[2]))
+    assert rb._storage is rb.storage and rb._init_storage is None
+    assert rb._init_sampler is None and rb._init_writer is None
