@@ -1,7 +1,6 @@
 """Samplers: which slots of the storage a batch reads."""
 
 from rbdata.samplers._base import Sampler
-from rbdata.samplers._replacement import register_without_replacement
 from rbdata.samplers.consuming import ConsumingSampler
 from rbdata.samplers.ensemble import SamplerEnsemble
 from rbdata.samplers.prioritized import PrioritizedSampler
@@ -14,8 +13,6 @@ from rbdata.samplers.staleness import StalenessAwareSampler
 from rbdata.samplers.streaming_slice import StreamingSliceSampler
 from rbdata.samplers.without_replacement import SamplerWithoutReplacement
 
-register_without_replacement(RandomSampler, SamplerWithoutReplacement)
-register_without_replacement(SliceSampler, SliceSamplerWithoutReplacement)
 # a sampler without replacement of slices (drop_last, shuffle, ran_out, passes), as torchrl's
 # class is: isinstance(SliceSamplerWithoutReplacement(...), SamplerWithoutReplacement) holds
 SamplerWithoutReplacement.register(SliceSamplerWithoutReplacement)

@@ -11,7 +11,6 @@ import torch
 from rbdata._component.checks import check_int
 from rbdata._component.state_file import read_state, write_state
 from rbdata.samplers._live import _LiveSet
-from rbdata.samplers._replacement import SamplerType
 from rbdata.samplers._torchrl import sampler_state
 from rbdata.storages import Storage
 
@@ -36,7 +35,7 @@ class PriorityMass(NamedTuple):
 _OWN_CAPABILITIES = ("reads_only_length", "draws_independent")
 
 
-class Sampler(metaclass=SamplerType):
+class Sampler:
     """Base class of every sampler: it owns the public methods, subclasses fill small hooks.
 
     A sampler picks the slots a batch reads: ``sample(storage, batch_size)``
@@ -60,10 +59,9 @@ class Sampler(metaclass=SamplerType):
 
     A subclass may also override ``sample`` itself, as torchrl samplers do.
 
-    Every sampler takes ``replacement=`` (torchrl main's keyword):
-    ``RandomSampler(replacement=False)`` builds a :class:`SamplerWithoutReplacement`,
-    ``SliceSampler(replacement=False, ...)`` a :class:`SliceSamplerWithoutReplacement`
-    (see :mod:`rbdata.samplers._replacement`).
+    A subclass may mix in :class:`abc.ABC`. A constructor builds the class it
+    names: torchrl main's ``replacement=`` keyword, whose metaclass builds another
+    class than the one called, is not taken.
 
     Examples:
         >>> import torch
