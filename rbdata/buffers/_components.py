@@ -395,6 +395,27 @@ class _BufferBase:
     def _batch_size(self) -> int | None:  # torchrl's attribute, which its own tests read
         return self._components.batch_size
 
+    # torchrl's names of the components still to build (read-only; its tests read them):
+    # what was given while the buffer is not built (delayed init), None once it is
+    @property
+    def _init_storage(self) -> Any:
+        """The storage (or factory) given, until the buffer is built; then None."""
+        return self._pending("storage")
+
+    @property
+    def _init_sampler(self) -> Any:
+        """The sampler (or factory) given, until the buffer is built; then None."""
+        return self._pending("sampler")
+
+    @property
+    def _init_writer(self) -> Any:
+        """The writer (or factory) given, until the buffer is built; then None."""
+        return self._pending("writer")
+
+    def _pending(self, name: str) -> Any:
+        c = self._components
+        return None if c.initialized else c.args.get(name)
+
     def share(self, shared: bool = True) -> Any:
         """Share the buffer with other processes (the buffer's :meth:`ReplayBuffer.share`)."""
         raise NotImplementedError(f"{type(self).__name__} is no buffer to share.")

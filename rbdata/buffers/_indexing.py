@@ -19,6 +19,18 @@ from rbdata.errors import IncompatibleValueError
 from rbdata.storages import TensorStorage
 
 
+def _is_view_index(index: Any, storage: Any) -> bool:
+    """A tuple holding a slice, for a storage with ``ndim > 1``: an index of ``rb[:]``.
+
+    Tuples of ints or integer tensors stay coordinates (``info["index"]``).
+    """
+    return (
+        isinstance(index, tuple)
+        and storage.ndim > 1
+        and any(isinstance(i, slice) or i is Ellipsis for i in index)
+    )
+
+
 class _Indexing:
     """Reading and editing stored items by position or key, and querying trajectories.
 
@@ -50,6 +62,8 @@ class _Indexing:
         c = self._components
         c.init()
         storage = c.storage
+        if _is_view_index(index, storage):  # rb[0, 3:4]: an index of rb[:] (torchrl's)
+            return self.get(slice(None))[index]
         sync = c.sync
         # shared: no row another process is writing (see _sync.read)
         data = sync.read(lambda: storage.get(index)) if sync.shared else storage.get(index)
@@ -58,13 +72,43 @@ class _Indexing:
         return c.transform(data) if len(c.transform) else data
 
     def set(self, index: Any, data: Any) -> None:
-        """``rb[index] = data``: overwrite items in place."""
+        """``rb[index] = data``: overwrite items in place (through the inverse transforms).
+
+        As ``extend`` does, and as torchrl's ``__setitem__`` does, the data
+        goes through ``transform.inv`` before it is stored.
+        """
         c = self._components
         with c.sync.cond:
             c.init()
-            c.storage.set(index, data)
-            self._mark_update(index)
+            if len(c.transform):
+                data = c.transform.inv(data)
+            if _is_view_index(index, c.storage):
+                self._set_view(index, data)
+            else:
+                c.storage.set(index, data)
+                self._mark_update(index)
             c.sync.cond.notify_all()
+
+    def _set_view(self, index: tuple[Any, ...], data: Any) -> None:
+        """``rb[0, 3:4] = data`` on a storage with ``ndim > 1``: an index of ``rb[:]``.
+
+        As torchrl's (``rb[:][index] = data``): ints and slices index the
+        dims of ``rb[:]`` (the storage's lead dims, then its items), ``data``
+        broadcasts to the selection. The stored items are read, edited and
+        written back in place (O(size) per call); lengths, cursor and
+        generations stay, the samplers re-read the edited cells.
+        """
+        storage = self._components.storage
+        whole = storage.get(slice(None))
+        if not isinstance(whole, torch.Tensor | TensorDictBase):
+            raise TypeError(
+                f"rb[{index!r}] = ... indexes rb[:], which is a {type(whole).__name__} here: "
+                "only tensor and TensorDict contents take it."
+            )
+        whole[index] = data
+        items = whole.shape[storage.ndim - 1]
+        storage.set(slice(0, items), storage.as_batch(whole, storage.ndim - 1), set_cursor=False)
+        self._mark_update(slice(0, len(storage)))
 
     def _leaf(self, key: Any) -> torch.Tensor:
         c = self._components
@@ -96,9 +140,13 @@ class _Indexing:
         """Set the value of ``key`` across the whole buffer in place."""
         c = self._components
         with c.sync.lock:
-            leaf = self._leaf(key)[: len(c.storage)]
-            leaf.copy_(_fitting(value, leaf, key))
+            self._set_leaf(key, value)
+            c.storage.note_edit()
             self._mark_update(slice(0, len(c.storage)))
+
+    def _set_leaf(self, key: NestedKey, value: torch.Tensor) -> None:
+        leaf = self._leaf(key)[: len(self._components.storage)]
+        leaf.copy_(_fitting(value, leaf, key))
 
     def set_at_(self, key: NestedKey, value: torch.Tensor, index: Any) -> None:
         """Set the value of ``key`` at ``index`` (ints or an integer tensor of written slots)."""
@@ -107,6 +155,7 @@ class _Indexing:
             leaf = self._leaf(key)
             slots = check_indices(index, len(c.storage))
             leaf[slots] = _fitting(value, leaf[slots], key)
+            c.storage.note_edit()
             self._mark_update(slots)
 
     def update_(
@@ -125,9 +174,13 @@ class _Indexing:
         wanted = None
         if keys_to_update is not None:
             wanted = {normalize_key(k, "keys_to_update") for k in keys_to_update}
-        for key, value in items:
-            if wanted is None or normalize_key(key) in wanted:
-                self.set_(key, value.clone() if clone else value)
+        c = self._components
+        with c.sync.lock:
+            for key, value in items:
+                if wanted is None or normalize_key(key) in wanted:
+                    self._set_leaf(key, value.clone() if clone else value)
+            c.storage.note_edit()
+            self._mark_update(slice(0, len(c.storage)))
 
     def update_if_present(
         self,
@@ -152,6 +205,8 @@ class _Indexing:
                 version=version,
                 require_newer=require_newer,
             )
+            if bool(result.updated.any()):
+                c.storage.note_edit()
             self._mark_update(Records.of(index, c.storage).cells[result.updated])
             return result
 

@@ -126,6 +126,7 @@ def load_buffer_state(state: dict[str, Any], parts: Parts) -> None:
                 generator.set_state(rng)
             if _entry(state, "_storage") is not None:
                 parts.storage.load_state_dict(_entry(state, "_storage"))
+                parts.storage.note_edit()  # caches built from the old content are stale
         except BaseException:
             if saved_rng is not None and generator is not None:
                 generator.set_state(saved_rng)

@@ -173,6 +173,15 @@ class _ReadPath:
             info["index"] = tuple(info["index"].unbind(-1))
         return data, info
 
+    def can_sample(self, batch_size: int | None) -> bool:
+        """Whether a ``sample(batch_size)`` would find something to draw (see the sampler's)."""
+        c = self._components
+        c.init()
+        resolved = resolve_batch_size(batch_size, c.batch_size)
+        with c.sync.draw_lock:
+            c.catch_up()
+            return c.sampler.can_sample(c.storage, resolved)
+
     def _warn_batch_size_conflict(self, batch_size: int | None) -> None:
         """Warn once when ``sample`` gets a batch size other than the constructor's (torchrl's).
 

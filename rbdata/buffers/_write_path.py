@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import torch
@@ -63,6 +64,14 @@ class _WritePath(_DeferredWrites):
         """Add one element; return its slot (``ndim > 1``: its cells' coordinates)."""
         c = self._components
         c.init()
+        if is_tensor_collection(data) and data.ndim and c.storage.ndim == 1:
+            warnings.warn(
+                f"Using `add()` with a TensorDict that has batch_size={data.batch_size}: it is "
+                "stored as one element. Use `extend()` to add multiple elements, or `add()` "
+                "with a single element (batch_size=torch.Size([])).",
+                UserWarning,
+                stacklevel=4,
+            )
         data = self.hooks.prepare(data)
         storage = c.storage
         batch = storage.item_as_batch(data)
@@ -135,13 +144,14 @@ class _WritePath(_DeferredWrites):
         """ValueError, before anything is written, if the write would pass the sampler's slots.
 
         A prioritized sampler keeps one priority per stored cell, for the
-        cells ``[0, max_capacity)``; a storage may be larger (torchrl lets a
+        cells ``[0, cell_capacity)`` (torchrl's tree size: the smallest power of
+        two above ``max_capacity``); a storage may be larger (torchrl lets a
         small sampler sit on the default ``ListStorage(1000)``) as long as the
         writes stay below it. Writes go from the writer's cursor, wrapping at
         the storage's capacity.
         """
         c = self._components
-        slots = c.sampler.max_capacity
+        slots = c.sampler.cell_capacity
         if slots is None:
             return
         lead, rows = self._storage_rows(data)
@@ -150,8 +160,9 @@ class _WritePath(_DeferredWrites):
         if cells > slots:
             storage = c.storage
             raise ValueError(
-                f"sampler={type(c.sampler).__name__}(max_capacity={slots}) has fewer slots "
-                f"than this write needs: it would fill cells up to {cells} of "
+                f"sampler={type(c.sampler).__name__}(max_capacity={c.sampler.max_capacity}) "
+                f"has {slots} slots, fewer than this write needs: it would fill cells up to "
+                f"{cells} of "
                 f"{type(storage).__name__}(max_size={storage.max_size}, "
                 f"ndim={storage.ndim}), which holds {rows * lead}; pass "
                 f"max_capacity={rows * lead}. Nothing was written."

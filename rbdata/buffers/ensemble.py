@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ from rbdata.storages.ensemble import StorageEnsemble
 from rbdata.transforms import Compose
 from rbdata.writers.ensemble import WriterEnsemble
 
+from ._conditional_update import ConditionalUpdateResult
+from ._ensemble_updates import end_member_streams, routed_update
 from .replay import ReplayBuffer
 
 __all__ = ["ReplayBufferEnsemble"]
@@ -315,6 +317,110 @@ class ReplayBufferEnsemble:
                 f"add() expects a scalar TensorDict record, got batch {data.batch_size}."
             )
         return self.extend(data.unsqueeze(0))[0]
+
+    def update_if_present(
+        self,
+        *,
+        index: TensorDictBase,
+        generation: torch.Tensor,
+        patch: Mapping[Any, torch.Tensor] | TensorDictBase,
+        version_key: Any = None,
+        version: int | torch.Tensor | None = None,
+        require_newer: bool = False,
+    ) -> ConditionalUpdateResult:
+        """Patch the live records, each in the member its ``buffer_ids`` entry names.
+
+        ``index`` is the routed metadata an :meth:`extend` returns (or a
+        sample's ``"index"`` entry): ``"buffer_ids"`` and member-local
+        ``"index"``; ``generation`` and every patch entry hold one row per
+        record (patches start with ``index``'s batch shape). Each member's
+        :meth:`ReplayBuffer.update_if_present` runs on its records, in their
+        order; the result's masks have ``index``'s batch shape. Every member
+        must use a tensor storage and a writer that tracks generations.
+
+        Raises:
+            TypeError: for an ``index`` that is not a TensorDict, or member ids
+                or generations that are not integers.
+            KeyError: for an ``index`` without ``"buffer_ids"``/``"index"``, or
+                a patch key a member does not store.
+            ValueError: for member ids out of range, misshaped entries, a
+                dtype a member does not store, or ``version_key`` without
+                ``version`` (or the reverse).
+            RuntimeError: for a member whose storage or writer cannot take
+                conditional updates.
+
+        Nothing is patched when it raises.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from rbdata import (LazyTensorStorage, ReplayBufferEnsemble,
+            ...                     RoundRobinWriter, TensorDictReplayBuffer)
+            >>> def member():
+            ...     writer = RoundRobinWriter(track_generations=True)
+            ...     return TensorDictReplayBuffer(storage=LazyTensorStorage(4), writer=writer)
+            >>> rb = ReplayBufferEnsemble(member(), member(), routing_key="member")
+            >>> meta = rb.extend(TensorDict(member=torch.tensor([0, 1, 1]), x=torch.zeros(3),
+            ...                             batch_size=[3]))
+            >>> result = rb.update_if_present(index=meta, generation=meta["index_generation"],
+            ...                               patch={"x": torch.tensor([1.0, 2.0, 3.0])})
+            >>> result.updated.tolist(), rb[1][:]["x"].tolist()
+            ([True, True, True], [2.0, 3.0])
+        """
+        return routed_update(
+            self._rbs,
+            index=index,
+            generation=generation,
+            patch=patch,
+            version_key=version_key,
+            version=version,
+            require_newer=require_newer,
+        )
+
+    def end_streams(
+        self,
+        *,
+        end_key: Any = ("next", "done"),
+        terminated_key: Any = ("next", "terminated"),
+        truncated_key: Any = ("next", "truncated"),
+    ) -> None:
+        """Close each member's stream at its last record, before restarted producers append.
+
+        Each member must hold one chronological stream in a one-dimensional
+        tensor storage, with a round-robin writer that tracks generations and
+        a slice sampler (:class:`~rbdata.StreamingSliceSampler` included)
+        reading ``end_key``; with a ``traj_key``, every record of a member
+        must hold the same trajectory id. The last record written to each
+        non-empty member gets ``end_key`` set and, when it stores
+        ``truncated_key``, that flag set too unless the record ended
+        (``end_key``) or terminated (``terminated_key``) already. Write counts
+        and generations do not move; the samplers re-read the trajectories.
+        Stop the producers while it runs.
+
+        Raises:
+            RuntimeError: for a member that does not fit the above (nothing is
+                patched then).
+            TypeError: for an ``end_key`` entry that is not boolean.
+            ValueError: for keys that are not distinct.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from rbdata import (LazyTensorStorage, ReplayBufferEnsemble, SliceSampler,
+            ...                     TensorDictReplayBuffer, TensorDictRoundRobinWriter)
+            >>> member = TensorDictReplayBuffer(
+            ...     storage=LazyTensorStorage(8),
+            ...     sampler=SliceSampler(slice_len=2, end_key=("next", "done")),
+            ...     writer=TensorDictRoundRobinWriter(track_generations=True))
+            >>> done = torch.zeros(3, 1, dtype=torch.bool)
+            >>> _ = member.extend(TensorDict({("next", "done"): done}, [3]))
+            >>> ReplayBufferEnsemble(member).end_streams()
+            >>> member[:]["next", "done"].flatten().tolist()
+            [False, False, True]
+        """
+        end_member_streams(
+            self._rbs, end_key=end_key, terminated_key=terminated_key, truncated_key=truncated_key
+        )
 
     def _route(self, data: Any) -> tuple[TensorDictBase, torch.Tensor]:
         if self.routing_key is None and self.routing_dim is None:

@@ -462,6 +462,28 @@ class ReplayBuffer(_SharedHandle):
         """
         return self._reads.sample(batch_size, return_info)
 
+    def can_sample(self, batch_size: int | None = None) -> bool:
+        """Whether the buffer can serve a batch of ``batch_size`` (the constructor's by default).
+
+        False when the storage is empty or everything was consumed; with a
+        ``drop_last`` sampler, also when fewer than ``batch_size`` items are stored.
+
+        Raises:
+            RuntimeError: without a batch size, given or set at construction.
+            TypeError, ValueError: for a bad ``batch_size``.
+
+        Examples:
+            >>> import torch
+            >>> from rbdata import ReplayBuffer, LazyTensorStorage
+            >>> rb = ReplayBuffer(storage=LazyTensorStorage(8), batch_size=4)
+            >>> rb.can_sample()
+            False
+            >>> _ = rb.extend(torch.arange(2))
+            >>> rb.can_sample(), rb.can_sample(16)
+            (True, True)
+        """
+        return self._reads.can_sample(batch_size)
+
     def __iter__(self) -> Iterator[Any]:
         return self._reads.batches(self.sample)
 

@@ -13,6 +13,10 @@ from rbdata.samplers.staleness import StalenessAwareSampler
 from rbdata.samplers.streaming_slice import StreamingSliceSampler
 from rbdata.samplers.without_replacement import SamplerWithoutReplacement
 
+# a sampler without replacement of slices (drop_last, shuffle, ran_out, passes), as torchrl's
+# class is: isinstance(SliceSamplerWithoutReplacement(...), SamplerWithoutReplacement) holds
+SamplerWithoutReplacement.register(SliceSamplerWithoutReplacement)
+
 __all__ = [
     "ConsumingSampler",
     "PrioritizedSampler",

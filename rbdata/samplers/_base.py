@@ -59,6 +59,10 @@ class Sampler:
 
     A subclass may also override ``sample`` itself, as torchrl samplers do.
 
+    A subclass may mix in :class:`abc.ABC`. A constructor builds the class it
+    names: torchrl main's ``replacement=`` keyword, whose metaclass builds another
+    class than the one called, is not taken.
+
     Examples:
         >>> import torch
         >>> from rbdata.samplers import RandomSampler
@@ -115,6 +119,24 @@ class Sampler:
         """The number of cells this sampler keeps state for (None: as many as the storage)."""
         return None
 
+    @property
+    def default_priority(self) -> float:
+        """The priority new items get: 1.0 for a sampler that does not draw by priority.
+
+        As torchrl's ``Sampler.default_priority``; :class:`PrioritizedSampler`
+        reports the largest priority seen (or in the buffer).
+        """
+        return 1.0
+
+    @property
+    def cell_capacity(self) -> int | None:
+        """The cells a write may reach (None: any): :attr:`max_capacity`, unless a sampler grows.
+
+        A :class:`PrioritizedSampler` takes writes up to torchrl's tree size,
+        the smallest power of two above its ``max_capacity``.
+        """
+        return self.max_capacity
+
     def priority_mass(self) -> PriorityMass | None:
         """The weights this sampler draws by, summed (None: it does not draw by priority).
 
@@ -169,6 +191,20 @@ class Sampler:
     def ran_out(self) -> bool:
         """Whether a pass over the data just ended (samplers with passes only)."""
         return False
+
+    def can_sample(self, storage: Storage, batch_size: int) -> bool:
+        """Whether ``sample(storage, batch_size)`` finds something to draw (torchrl's).
+
+        Not :meth:`exhausted`, and with ``drop_last``, at least ``batch_size``
+        items stored.
+
+        Raises:
+            TypeError, ValueError: for a ``batch_size`` that is not a positive int.
+        """
+        batch_size = check_int(batch_size, "batch_size", minimum=1)
+        if self.exhausted(storage):
+            return False
+        return not self.drop_last or len(storage) >= batch_size
 
     def exhausted(self, storage: Storage) -> bool:
         """Whether nothing is left to sample: an empty storage or every item consumed."""

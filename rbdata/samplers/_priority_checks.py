@@ -124,18 +124,28 @@ def check_update(
     return CheckedUpdate(index, priority, low, high)
 
 
-def checked_leaves(leaves: Any, capacity: int, dtype: torch.dtype) -> torch.Tensor | None:
+def checked_leaves(
+    leaves: Any, capacities: tuple[int, int], dtype: torch.dtype
+) -> torch.Tensor | None:
     """A saved tree's leaves as ``dtype`` values, checked (shape, finite, >= 0); None if absent.
 
+    Args:
+        leaves: the saved leaves.
+        capacities: ``(max_capacity, cell_capacity)``: the leaves a tree holds
+            before and after it grew past ``max_capacity``.
+        dtype: the tree's dtype.
+
     Raises:
-        ValueError: for leaves of another shape than ``(capacity,)``, or bad priorities.
+        ValueError: for leaves of another shape than ``(max_capacity,)`` or
+            ``(cell_capacity,)``, or bad priorities.
     """
     if leaves is None:
         return None
-    if tuple(leaves.shape) != (capacity,):
+    if tuple(leaves.shape) not in {(capacities[0],), (capacities[1],)}:
         raise ValueError(
             f"state_dict['leaves'] has shape {tuple(leaves.shape)}, expected "
-            f"({capacity},) (max_capacity)."
+            f"({capacities[0]},) (max_capacity) or ({capacities[1]},) (the cells the "
+            "sampler's tree grows to)."
         )
     values = torch.as_tensor(leaves).to(dtype).reshape(-1)
     if values.numel():

@@ -114,6 +114,7 @@ class PrioritizedSampler(Sampler):
         self.dtype = dtype
         self._max_priority_within_buffer = bool(max_priority_within_buffer)
         self._requested_device = None if device is None else _canonical(device)
+        self._leaf_count = self._max_capacity  # grows to cell_capacity on a write past it
         self._store: _NumpyStore | _TorchStore = priority_store(
             max_capacity, dtype, self._max_priority_within_buffer, self._requested_device
         )
@@ -141,6 +142,42 @@ class PrioritizedSampler(Sampler):
         return self._max_capacity
 
     max_size = max_capacity
+
+    @property
+    def cell_capacity(self) -> int:
+        """The cells this sampler holds priorities for: a power of two above ``max_capacity``.
+
+        The smallest such power: torchrl 0.14.1's compiled segment tree is that large (8 slots for
+        ``max_capacity=5``, 16 for 8), so a small sampler over a larger storage
+        takes, and samples, writes up to it. rbdata's tree holds
+        ``max_capacity`` leaves and grows to this size at the first write or
+        update past them. A write past it raises ``ValueError`` before anything is
+        written (torchrl's tree would store its priority over another slot's).
+        """
+        return 1 << self._max_capacity.bit_length()
+
+    def _ensure_leaves(self, top: int) -> None:
+        """Grow the tree to :attr:`cell_capacity` leaves if slot ``top`` lies past its leaves."""
+        if top < self._leaf_count:
+            return
+        self._resize_leaves(self.cell_capacity)
+
+    def _resize_leaves(self, count: int) -> None:
+        """Hold ``count`` leaves, the current ones kept (new ones 0)."""
+        old = self._store.tree.leaves
+        store = priority_store(
+            count,
+            self.dtype,
+            self._max_priority_within_buffer,
+            self._store.device,
+            isinstance(self._store, _TorchStore),
+        )
+        leaves = torch.zeros(count, dtype=old.dtype, device=old.device)
+        kept = min(count, old.numel())
+        leaves[:kept] = old[:kept]
+        store.set_leaves(leaves)
+        self._store = store
+        self._leaf_count = count
 
     def priority_mass(self) -> PriorityMass:
         """The sum and smallest positive value of the weights drawn by, and ``beta``.
@@ -177,7 +214,7 @@ class PrioritizedSampler(Sampler):
                 tests use to run the device path on a machine without an accelerator.
         """
         store = priority_store(
-            self._max_capacity, self.dtype, self._max_priority_within_buffer, device, torch_tree
+            self._leaf_count, self.dtype, self._max_priority_within_buffer, device, torch_tree
         )
         store.set_leaves(self._store.tree.leaves)
         self._store = store
@@ -303,9 +340,15 @@ class PrioritizedSampler(Sampler):
 
     def _on_write(self, index: torch.Tensor) -> None:
         """Give the (re)written slots ``index`` the default priority."""
-        self._check_index(index, self._max_capacity)
+        self._check_index(index, self.cell_capacity)
+        self._grow_for(index)
         self._store.fill(index, self._default_value())
         self._max.written(index)
+
+    def _grow_for(self, index: torch.Tensor) -> None:
+        """Grow the tree if the (checked) slots ``index`` reach past its leaves."""
+        if self._leaf_count < self.cell_capacity and index.numel():
+            self._ensure_leaves(int(index_top(index)))
 
     def _check_index(self, index: torch.Tensor, bound: int) -> None:
         """ValueError unless the 1-D int64 ``index`` lies in ``[0, bound)`` (a sync off the CPU)."""
@@ -335,8 +378,10 @@ class PrioritizedSampler(Sampler):
         index, priority = priority_arguments(index, priority)
         if not index.numel():
             return
-        bound = self._max_capacity if storage is None else len(storage)
-        self._set_priorities(*self._checked(index, priority, bound))
+        bound = self.cell_capacity if storage is None else len(storage)
+        checked = self._checked(index, priority, bound)
+        self._grow_for(checked.slots)
+        self._set_priorities(*checked)
 
     def _checked(
         self, index: torch.Tensor, priority: torch.Tensor, bound: int, values_first: bool = True
@@ -373,6 +418,7 @@ class PrioritizedSampler(Sampler):
         if type(self).update_priority is not PrioritizedSampler.update_priority:
             self.update_priority(update.slots, update.priority, storage=storage)
         elif update.slots.numel():
+            self._grow_for(update.slots)
             self._set_priorities(*update)
 
     def _update_priority_validated(self, index: torch.Tensor, priority: torch.Tensor) -> None:
@@ -394,7 +440,8 @@ class PrioritizedSampler(Sampler):
             self.update_priority(index, priority)
             return
         if index.numel():
-            checked = self._checked(index, priority.detach(), self._max_capacity, False)
+            checked = self._checked(index, priority.detach(), self.cell_capacity, False)
+            self._grow_for(checked.slots)
             self._set_priorities(*checked)
 
     def _set_priorities(
@@ -460,7 +507,7 @@ class PrioritizedSampler(Sampler):
         return super().exhausted(storage) or not self._store.has_mass()
 
     def _on_empty(self) -> None:
-        self._store.set_leaves(torch.zeros(self._max_capacity, dtype=self._tree.dtype))
+        self._store.set_leaves(torch.zeros(self._leaf_count, dtype=self._tree.dtype))
         self._max.reset()
 
     # ------------------------------------------------------------ state
@@ -476,11 +523,15 @@ class PrioritizedSampler(Sampler):
 
     def _load_extra_state(self, state_dict: dict[str, Any]) -> None:
         """Restore the tree from its leaves (checked first)."""
-        leaves = checked_leaves(state_dict.get("leaves"), self._max_capacity, self._tree.dtype)
+        leaves = checked_leaves(
+            state_dict.get("leaves"), (self._max_capacity, self.cell_capacity), self._tree.dtype
+        )
         alpha = _check_exponent(state_dict.get("alpha", self._alpha), "state_dict['alpha']")
         beta = _check_exponent(state_dict.get("beta", self._beta), "state_dict['beta']")
         eps = check_number(state_dict.get("eps", self._eps), "state_dict['eps']", minimum=0.0)
         if leaves is not None:
+            if leaves.numel() != self._leaf_count:
+                self._resize_leaves(leaves.numel())
             self._store.set_leaves(leaves)
         # the saved exponents come back with the leaves they produced (as torchrl's)
         self._alpha, self._beta, self._eps = alpha, beta, eps

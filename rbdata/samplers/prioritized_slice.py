@@ -127,9 +127,20 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         self._refresh_all = True
 
     # ------------------------------------------------------------ writes
+    def _resize_leaves(self, count: int) -> None:
+        """Hold ``count`` leaves, with the per-cell priorities and validity alongside."""
+        PrioritizedSampler._resize_leaves(self, count)
+        kept = min(count, self._raw.numel())
+        raw = torch.zeros(count, dtype=self._raw.dtype)
+        raw[:kept] = self._raw[:kept]
+        valid = torch.zeros(count, dtype=torch.bool)
+        valid[:kept] = self._valid[:kept]
+        self._raw, self._valid = raw, valid
+
     def _on_write(self, index: torch.Tensor) -> None:
         """Give the written slots the default priority; boundaries update at the next sample."""
-        self._check_index(index, self._max_capacity)
+        self._check_index(index, self.cell_capacity)
+        self._grow_for(index)
         self._raw.index_fill_(0, index, float(self._default_value()))
         self._index.extend(index)
 
@@ -138,7 +149,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
 
     def _on_update(self, index: torch.Tensor) -> None:
         """Slots edited in place keep their priorities; boundaries are re-read."""
-        self._check_index(index, self._max_capacity)
+        self._check_index(index, self._leaf_count)
         self._index.touch(index)
 
     def update_priority(
@@ -193,11 +204,13 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         else:
             shape = shape_of(storage)
             cells, what = math.prod(shape), f"{math.prod(shape)} cells (shape {list(shape)})"
-        if cells != self._max_capacity:
+        if not self._max_capacity <= cells <= self.cell_capacity:
             raise ValueError(
                 f"the storage has {what} but the sampler was built with "
-                f"max_capacity={self._max_capacity}: they must match."
+                f"max_capacity={self._max_capacity}: they must match (up to "
+                f"{self.cell_capacity} cells, torchrl's tree size, are taken)."
             )
+        self._ensure_leaves(cells - 1)
         change = self._sync_index(storage)
         index = self._index
         v_begin = index.v_end - index.size
@@ -235,7 +248,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
 
     def _refresh_everything(self) -> None:
         index = self._index
-        valid = torch.zeros(self._max_capacity, dtype=torch.bool)
+        valid = torch.zeros(self._leaf_count, dtype=torch.bool)
         if index.n:
             room = index.weight.rooms(index.view("lengths"))
             slice_id = torch.repeat_interleave(room)
@@ -278,10 +291,12 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
 
     def _load_extra_state(self, state_dict: dict[str, Any]) -> None:
         raw = state_dict.get("raw")
-        if raw is not None and tuple(raw.shape) != (self._max_capacity,):
+        leaves = state_dict.get("leaves")
+        count = self._leaf_count if leaves is None else int(leaves.shape[0])
+        if raw is not None and tuple(raw.shape) != (count,):
             raise ValueError(
                 f"state_dict['raw'] has shape {tuple(raw.shape)}, expected "
-                f"({self._max_capacity},) (max_capacity)."
+                f"({count},) (one per leaf of the tree)."
             )
         super()._load_extra_state(state_dict)  # the prioritized sampler's first, then the slices'
         if raw is not None:

@@ -257,6 +257,8 @@ class SliceSampler(Sampler):
         self._batcher = SliceBatcher(self.truncated_key, self.init_key)
         self._shapes: dict[int, tuple[int, int]] = {}
         self._short: tuple[int, bool] | None = None
+        #: (storage revision, result) of the last _get_stop_and_length
+        self._stop_and_length: tuple[int, tuple[torch.Tensor, ...]] | None = None
 
     def _check_fragmented(
         self, step_key: NestedKey | None, static: Any, span: tuple[Any, Any], compile: Any
@@ -385,6 +387,68 @@ class SliceSampler(Sampler):
                 self.traj_key = markers.keys[0] if markers.keys else None
             self._note_dones(storage, change, markers.kind == "ends" and markers.keys)
         return change
+
+    def _get_stop_and_length(
+        self, storage: Storage
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The stored trajectories as torchrl's ``(start, stop, lengths)`` (for its tests).
+
+        ``start`` and ``stop`` hold each trajectory's first and last slot as
+        ``[N, 1]`` coordinates, ``lengths`` its length (``[N]``), oldest first;
+        a trajectory crossing the end of the storage has ``stop < start``.
+        The trajectories are re-read when ``storage.revision`` moved since the
+        last call (an edit of the stored flags included); the same tensors come
+        back while it did not. One-dimensional storages only.
+
+        Raises:
+            ValueError: for a storage with ``ndim > 1``.
+            RuntimeError: when no trajectory entry is stored (as :meth:`sample`).
+        """
+        if storage.ndim != 1:
+            raise ValueError(
+                f"_get_stop_and_length reads one-dimensional storages, got ndim={storage.ndim}."
+            )
+        revision = storage.revision
+        cached = self._stop_and_length
+        if cached is not None and cached[0] == revision:
+            start, stop, lengths = cached[1]
+            return start, stop, lengths
+        index = self._index_for(storage)
+        if cached is not None and len(storage):  # content changed: read it again
+            index.touch(torch.arange(len(storage)))
+        self._sync_index(storage)
+        starts, lengths = index.trajectories()
+        start = index.to_slots(starts.clone())
+        stop = index.to_slots(starts + lengths - 1)
+        result = (start.reshape(-1, 1), stop.reshape(-1, 1), lengths)
+        self._stop_and_length = (revision, result)
+        return result
+
+    @property
+    def _fetch_traj(self) -> bool:
+        """Whether trajectories come from ids (``traj_key``) rather than end flags (read-only).
+
+        For torchrl compatibility (its tests read the flag): before the first
+        sample, True unless end flags were given; after it, whether the markers
+        found were trajectory ids. ``ends`` / ``trajectories``: True, as torchrl's.
+        """
+        markers = self._index.markers
+        if self._static:
+            return True
+        if markers is not None:
+            return markers.kind == "ids"
+        return self._rule.end_key is None and self._rule.end_keys is None
+
+    @property
+    def _traj_key_auto(self) -> bool:
+        """Whether the trajectory entry is still to be detected at the next sample (read-only).
+
+        For torchrl compatibility: True when neither ``traj_key``, ``end_key``,
+        ``end_keys`` nor static boundaries were given, until a sample resolved them.
+        """
+        rule = self._rule
+        given = rule.traj_key is not None or rule.end_key is not None or rule.end_keys is not None
+        return not (given or self._static or self._index.markers is not None)
 
     def _note_dones(self, storage: Storage, change: tuple[bool, int], end_keys: Any) -> None:
         """Track whether a stored done flag falls inside a trajectory (O(written)).

@@ -92,6 +92,14 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         self._pos = 0
         return starts.clone()
 
+    @property
+    def _sample_list(self) -> torch.Tensor | None:
+        """The trajectories the current pass has still to visit (None between passes).
+
+        Read-only, for torchrl compatibility (its tests read the name).
+        """
+        return None if self._order is None else self._order[self._pos :]
+
     def _take(self, num_slices: int) -> torch.Tensor:
         """Positions (in the live columns) of the next trajectories of the pass."""
         index = self._index

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABCMeta
 from typing import Any
 
 import torch
@@ -11,7 +12,9 @@ from rbdata.samplers._live import _LiveSet
 from rbdata.storages import Storage
 
 
-class SamplerWithoutReplacement(Sampler):
+# an ABCMeta only so that SliceSamplerWithoutReplacement registers as a virtual subclass
+# (torchrl's is a SamplerWithoutReplacement); it declares no abstract method
+class SamplerWithoutReplacement(Sampler, metaclass=ABCMeta):  # noqa: B024
     """Sample every filled slot once per pass, in chunks of ``batch_size``.
 
     A pass is a random permutation (``shuffle=True``) or the ordered range

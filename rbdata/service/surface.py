@@ -193,6 +193,10 @@ class ForwardedMethods:
         """The next batch of the hosted buffer's iterator (None when a pass ends)."""
 
     @forwarded
+    def can_sample(self, batch_size: int | None = None) -> bool:
+        """Whether the hosted buffer can serve a batch of ``batch_size`` (its default if None)."""
+
+    @forwarded
     def read_all_in_order(self, end: int | None = None) -> Any:
         """Read storage contents in physical order (``rb[:end]``)."""
 

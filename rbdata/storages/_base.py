@@ -126,6 +126,45 @@ class Storage(_CompileHooks, abc.ABC):
     def __len__(self) -> int:
         return self._len
 
+    def contains(self, item: int | torch.Tensor) -> bool | torch.Tensor:
+        """Whether slot ``item`` (along the first dim) holds an item (torchrl's ``contains``).
+
+        Args:
+            item: an int (negative ones count from the end of the filled
+                slots) or an integer tensor of slots.
+
+        Returns:
+            a bool for an int; a bool tensor of ``item``'s shape for a tensor.
+
+        Raises:
+            TypeError: for another kind of ``item``.
+
+        Examples:
+            >>> import torch
+            >>> from rbdata import ListStorage
+            >>> storage = ListStorage(10)
+            >>> storage.set(range(3), [1, 2, 3])
+            >>> storage.contains(2), storage.contains(3), storage.contains(-1)
+            (True, False, True)
+            >>> storage.contains(torch.tensor([0, 5]))
+            tensor([ True, False])
+        """
+        if isinstance(item, torch.Tensor):
+            if item.dtype.is_floating_point or item.dtype.is_complex or item.dtype == torch.bool:
+                raise TypeError(f"item must hold integers, got a tensor of dtype {item.dtype}.")
+            flat = [bool(self.contains(int(i))) for i in item.reshape(-1).tolist()]
+            return torch.tensor(flat, dtype=torch.bool, device=item.device).reshape(item.shape)
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise TypeError(f"item must be an int or an integer tensor, got {type(item).__name__}.")
+        filled = self._len
+        if item < 0:
+            item += filled
+        return 0 <= item < filled and self._holds(item)
+
+    def _holds(self, slot: int) -> bool:
+        """Whether the filled slot ``slot`` holds an item (a storage with holes overrides it)."""
+        return True
+
     # ----------------------------------------------------------- write order
     def follow_writes(self, newest: Callable[[], int] | None) -> None:
         """Let the storage tell which slot was written last (a ring writer registers here).
@@ -210,7 +249,7 @@ class Storage(_CompileHooks, abc.ABC):
         if set_cursor:
             self._count_written(stop, _last_slot(index, stop))
         else:
-            self._counters.cells[1] += 1  # the mutation revision only
+            self.note_edit()
 
     def _count_written(self, stop: int, last: int | None) -> None:
         """A write ending at ``stop`` (its last slot ``last``): revision, length, last slot."""
@@ -263,6 +302,14 @@ class Storage(_CompileHooks, abc.ABC):
 
     def __setitem__(self, index: Index, data: Any) -> None:
         self.set(index, data)
+
+    def note_edit(self) -> None:
+        """Count an in-place change of stored items: :attr:`revision` moves, nothing else.
+
+        The buffer calls it for the edits that write leaves directly (``set_``,
+        ``set_at_``, ``update_``, ``update_if_present``) and after a state is loaded.
+        """
+        self._counters.cells[1] += 1
 
     def empty(self) -> None:
         """Forget every item (slots are kept allocated)."""

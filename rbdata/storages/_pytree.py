@@ -201,6 +201,11 @@ def _collect_paths(node: _Node, path: PathKey, out: list[PathKey]) -> None:
             _collect_paths(child, (*path, i), out)
 
 
+def _holds_constants(node: _Node) -> bool:
+    """Whether a non-tensor entry (one value for every item) lies in ``node``."""
+    return node.kind == _CONST or any(_holds_constants(child) for child in node.children)
+
+
 class _Structure:
     """The container structure of the stored data and its leaf order.
 
@@ -223,6 +228,7 @@ class _Structure:
                 "that contain '.'."
             )
         self._index = {path: i for i, path in enumerate(self.paths)}
+        self.has_constants = _holds_constants(root)
         counter = iter(range(len(self.paths)))
         self._build = _compile(root, counter)
         self._fast_flatten = _compile_flatten(root)

@@ -100,13 +100,16 @@ class CompressedListStorage(Storage):
     the standard library's zlib; or with ``compression_fn`` /
     ``decompression_fn``, called once per leaf and item as torchrl does.
 
-    Items are tensors, TensorDicts or PyTrees of tensors (dicts, lists,
-    tuples), all of the structure, per-item shapes and dtypes of the first
-    write (nothing is cast). Reads return copies in one piece:
-    ``get(LongTensor[B])`` gives data of the stored kind with a leading batch
-    dim ``B`` (a ``TensorDict`` of ``batch_size=[B]``, not torchrl's lazy
-    stack), ``get(int)`` one item, ``storage[a:b]`` the filled items of that
-    slice. :meth:`bytes` is the compressed size held.
+    Items are tensors, TensorDicts (non-tensor entries included) or PyTrees of
+    tensors (dicts, lists, tuples), of any structure: as torchrl's, one slot
+    may hold a tensor and the next a TensorDict (nothing is cast). Reads
+    return copies in one piece: ``get(LongTensor[B])`` gives data of the
+    stored kind with a leading batch dim ``B`` (a ``TensorDict`` of
+    ``batch_size=[B]``, not torchrl's lazy stack), ``get(int)`` one item,
+    ``storage[a:b]`` the filled items of that slice; a batch read of items of
+    different structures (or shapes, dtypes, non-tensor values) raises
+    ``TypeError``: read them one at a time. :meth:`bytes` is the compressed
+    size held.
 
     ``state_dict()`` holds the compressed frames as one ``uint8`` tensor
     with their sizes (no pickle); :meth:`empty` forgets the items and their
@@ -166,7 +169,10 @@ class CompressedListStorage(Storage):
         self._codec: _Codec = _default_codec(compression_level)
         self._device = torch.device(device)
         self._frames: list[Frames | None] = []  # grows with the slots written
-        self._schema: _Schema | None = None
+        self._kinds: list[int] = []  # each slot's schema, an index of _schemas (-1: none)
+        self._schemas: list[_Schema | None] = []  # None: a freed entry, reused
+        self._schema_ids: dict[str, int] = {}  # the key of a schema -> its index
+        self._schema_refs: list[int] = []  # how many slots hold each schema
         self._nbytes = 0
         self._pool = _GatherPool(torch.uint8, torch.device("cpu"))
 
@@ -186,6 +192,10 @@ class CompressedListStorage(Storage):
         """How items are compressed: ``"zstd"``, ``"zlib"`` or ``"custom"`` (compression_fn)."""
         return _CUSTOM if self.compression_fn is not None else self._codec.name
 
+    def _holds(self, slot: int) -> bool:
+        """A slot below the length that was never written holds nothing."""
+        return slot < len(self._frames) and self._frames[slot] is not None
+
     def bytes(self) -> int:
         """Compressed bytes held by the stored items."""
         return self._nbytes
@@ -194,8 +204,17 @@ class CompressedListStorage(Storage):
         """``resident_bytes``: the compressed frames held (no capacity is set aside)."""
         return {"resident_bytes": self._nbytes}
 
+    @property
+    def _schema(self) -> _Schema | None:
+        """The schema of the lowest filled slot (None when nothing is stored)."""
+        for slot, kind in enumerate(self._kinds):
+            if kind >= 0 and self._frames[slot] is not None:
+                return self._schemas[kind]
+        return None
+
     def __repr__(self) -> str:
-        keys = [] if self._schema is None else self._schema.structure.leaf_keys()
+        schema = self._schema
+        keys = [] if schema is None else schema.structure.leaf_keys()
         return (
             f"{type(self).__name__}(max_size={self.max_size}, len={len(self)}, "
             f"codec={self.codec!r}, bytes={self._nbytes}, keys={keys})"
@@ -205,15 +224,16 @@ class CompressedListStorage(Storage):
         state = self.__dict__.copy()
         # recycled memory (and its lock) stays with this process; codecs and the schema's
         # compiled builders are rebuilt from plain values
-        del state["_pool"], state["_codec"]
-        schema = state.pop("_schema")
-        state["_schema_state"] = None if schema is None else schema.state()
+        del state["_pool"], state["_codec"], state["_schema_ids"]
+        schemas = state.pop("_schemas")
+        state["_schema_states"] = [None if s is None else s.state() for s in schemas]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        schema = state.pop("_schema_state")
+        schemas = state.pop("_schema_states")
         self.__dict__.update(state)
-        self._schema = None if schema is None else _parse_schema(schema)
+        self._schemas = [None if s is None else _parse_schema(s) for s in schemas]
+        self._schema_ids = {_schema_key(s): i for i, s in enumerate(self._schemas) if s is not None}
         self._pool = _GatherPool(torch.uint8, torch.device("cpu"))
         self._codec = _default_codec(self.compression_level)
 
@@ -221,25 +241,78 @@ class CompressedListStorage(Storage):
     def _set(self, index: Index, data: Any) -> int:
         index = _as_index(index)
         batched = not isinstance(index, int)
-        schema = self._schema if self._schema is not None else _Schema.infer(data, batched)
-        leaves, n = schema.leaves(data, batched)
+        schema, leaves, n = self._schema_of(data, batched)
         slots, stop = _set_index(index, self._len, self.max_size)
         positions = _positions(slots)
         if len(positions) != n:
             raise ValueError(f"index selects {len(positions)} item(s) but data holds {n}.")
         items = self._compress(leaves, n, batched)  # before any write: a failure changes nothing
-        self._schema = schema
-        frames = self._frames
+        kind = self._register(schema)
+        frames, kinds = self._frames, self._kinds
         missing = max(positions, default=-1) + 1 - len(frames)
         if missing > 0:
             frames.extend([None] * missing)
+            kinds.extend([-1] * missing)
         for position, item in zip(positions, items, strict=True):
             old = frames[position]
+            self._schema_refs[kind] += 1  # before the old item lets go of it (the same one)
             if old is not None:
                 self._nbytes -= sum(map(len, old))
+                self._release(kinds[position])
             frames[position] = item
+            kinds[position] = kind
             self._nbytes += sum(map(len, item))
+        if not self._schema_refs[kind]:  # an empty write: the schema stays unheld
+            self._schema_refs[kind] = 1
+            self._release(kind)
         return stop
+
+    def _schema_of(self, data: Any, batched: bool) -> tuple[_Schema, list[torch.Tensor], int]:
+        """The schema of ``data`` (one already held when it matches), its leaves and item count.
+
+        The schema of the newest slot is tried first (no inference); a
+        structure with non-tensor entries is inferred again, as their values
+        are part of it.
+        """
+        last = self._schemas[self._kinds[-1]] if self._kinds and self._kinds[-1] >= 0 else None
+        if last is not None and not last.structure.has_constants:
+            try:
+                leaves, n = last.leaves(data, batched)
+                return last, leaves, n
+            except (TypeError, ValueError, KeyError):
+                pass  # another structure: inferred below
+        schema = _Schema.infer(data, batched)
+        held = self._schema_ids.get(_schema_key(schema))
+        if held is not None:
+            schema = cast(_Schema, self._schemas[held])
+        leaves, n = schema.leaves(data, batched)
+        return schema, leaves, n
+
+    def _register(self, schema: _Schema) -> int:
+        """The index of ``schema`` among the schemas held (added if new)."""
+        key = _schema_key(schema)
+        held = self._schema_ids.get(key)
+        if held is not None:
+            return held
+        free = [i for i, s in enumerate(self._schemas) if s is None]
+        if free:
+            kind = free[0]
+            self._schemas[kind], self._schema_refs[kind] = schema, 0
+        else:
+            kind = len(self._schemas)
+            self._schemas.append(schema)
+            self._schema_refs.append(0)
+        self._schema_ids[key] = kind
+        return kind
+
+    def _release(self, kind: int) -> None:
+        """One slot fewer holds schema ``kind``; forget it when none does."""
+        self._schema_refs[kind] -= 1
+        if not self._schema_refs[kind]:
+            schema = self._schemas[kind]
+            assert schema is not None
+            del self._schema_ids[_schema_key(schema)]
+            self._schemas[kind] = None
 
     def _compress(self, leaves: list[torch.Tensor], n: int, batched: bool) -> list[Frames]:
         """One tuple of frames (one per leaf) for each of the ``n`` items."""
@@ -269,14 +342,26 @@ class CompressedListStorage(Storage):
 
     def _decode(self, positions: list[int], batch: torch.Size) -> Any:
         """Decompress the items at ``positions`` into a batch of shape ``batch``."""
-        schema = self._schema
-        if schema is None:
+        if not any(kind >= 0 for kind in self._kinds):
             raise RuntimeError("the storage holds no item yet: nothing to read.")
         found = [self._frames[p] for p in positions]
         if None in found:
             hole = positions[found.index(None)]
             raise IndexError(f"slot {hole} was never written: nothing to read there.")
         items = cast(list[Frames], found)
+        kinds = sorted({self._kinds[p] for p in positions})
+        if len(kinds) > 1:
+            first = {
+                kind: positions[[self._kinds[p] for p in positions].index(kind)] for kind in kinds
+            }
+            raise TypeError(
+                f"the slots read hold items of {len(kinds)} different structures (slots "
+                f"{sorted(first.values())} differ in structure, shapes, dtypes or non-tensor "
+                "values): they cannot be read as one batch; read them one at a time."
+            )
+        if not kinds:  # an empty read: the lowest filled slot's kind
+            kinds = [next(kind for kind in self._kinds if kind >= 0)]
+        schema = cast(_Schema, self._schemas[kinds[0]])
         if self.decompression_fn is None:
             leaves = self._decode_block(items, schema, batch)
         else:
@@ -333,8 +418,8 @@ class CompressedListStorage(Storage):
         return out.reshape(torch.Size((*batch, *shape)))
 
     def _empty(self) -> None:
-        self._frames = []
-        self._schema = None
+        self._frames, self._kinds = [], []
+        self._schemas, self._schema_ids, self._schema_refs = [], {}, []
         self._nbytes = 0
 
     # ---------------------------------------------------------------- state
@@ -345,23 +430,40 @@ class CompressedListStorage(Storage):
             ``{"len": filled slots, "codec": how frames were compressed, "structure":
             container description, "spec": {flat key: {"shape", "dtype"}}, "frames": every
             frame of slots ``0 .. len - 1`` joined (uint8), "frame_sizes": int64 [len, leaves]}``.
+            When the slots hold items of several structures, ``"schemas"`` lists them
+            (each ``{"structure", "spec"}``; the first is also ``"structure"``/``"spec"``),
+            ``"kinds"`` (int64 [len]) gives each slot's, and ``"frame_sizes"`` is
+            [len, most leaves], -1 past an item's leaves (and in a hole).
         """
         filled = self._len
-        schema = self._schema
-        if schema is None or not filled:
-            return {"len": 0, "codec": self.codec, "structure": None, "spec": {}}
         items = self._frames[:filled]
-        missing = [-1] * len(schema.shapes)  # a slot never written (a hole below len)
-        sizes = [missing if item is None else [len(f) for f in item] for item in items]
+        used: dict[int, int] = {}  # schema index -> position in the saved list
+        kinds = []
+        for slot, item in enumerate(items):
+            kind = self._kinds[slot] if item is not None else -1
+            if kind >= 0 and kind not in used:
+                used[kind] = len(used)
+            kinds.append(-1 if kind < 0 else used[kind])
+        if not used:
+            return {"len": 0, "codec": self.codec, "structure": None, "spec": {}}
+        schemas = [cast(_Schema, self._schemas[kind]) for kind in used]
+        width = max(len(schema.shapes) for schema in schemas)
+        sizes = [
+            [-1] * width if item is None else [len(f) for f in item] + [-1] * (width - len(item))
+            for item in items
+        ]
         joined = bytearray().join(f for item in items if item is not None for f in item)
-        frames = _as_uint8(joined)
-        return {
+        state = {
             "len": filled,
             "codec": self.codec,
-            **schema.state(),
-            "frames": frames,
-            "frame_sizes": torch.tensor(sizes, dtype=torch.int64),
+            **schemas[0].state(),
+            "frames": _as_uint8(joined),
+            "frame_sizes": torch.tensor(sizes, dtype=torch.int64).reshape(filled, width),
         }
+        if len(schemas) > 1:
+            state["schemas"] = [schema.state() for schema in schemas]
+            state["kinds"] = torch.tensor(kinds, dtype=torch.int64)
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output (on a misfit: ValueError, storage unchanged)."""
@@ -380,10 +482,27 @@ class CompressedListStorage(Storage):
         if not filled:
             self.empty()
             return
-        schema = _parse_schema(state_dict)
-        items = _parse_frames(state_dict, filled, len(schema.shapes))
-        self._frames = items
-        self._schema = schema
+        if "schemas" in state_dict:
+            schemas, kinds = _parse_mixed(state_dict, filled)
+            items = _parse_frames(state_dict, filled, [len(schemas[k].shapes) for k in kinds])
+            if any((kind < 0) != (item is None) for kind, item in zip(kinds, items, strict=True)):
+                raise ValueError("saved 'kinds' must be -1 exactly at the holes of 'frame_sizes'.")
+        else:
+            schemas = [_parse_schema(state_dict)]
+            items = _parse_frames(state_dict, filled, len(schemas[0].shapes))
+            kinds = [0] * filled
+        kinds = [kind if item is not None else -1 for kind, item in zip(kinds, items, strict=True)]
+        self._empty()
+        for schema in schemas:
+            self._register(schema)  # distinct saved schemas: indices 0, 1, ... in order
+        for kind in kinds:
+            if kind >= 0:
+                self._schema_refs[kind] += 1
+        for kind, count in enumerate(list(self._schema_refs)):
+            if not count:  # a saved schema no slot holds
+                self._schema_refs[kind] = 1
+                self._release(kind)
+        self._frames, self._kinds = items, kinds
         self._nbytes = sum(sum(map(len, item)) for item in items if item is not None)
         self._len = filled
 
@@ -444,28 +563,85 @@ def _parse_schema(state_dict: dict[str, Any]) -> _Schema:
     return _Schema(structure, shapes, dtypes)
 
 
-def _parse_frames(state_dict: dict[str, Any], filled: int, leaves: int) -> list[Frames | None]:
-    """Split the saved frames back into one tuple per item, None for a hole (checked first)."""
+def _parse_mixed(state_dict: dict[str, Any], filled: int) -> tuple[list[_Schema], list[int]]:
+    """The saved schemas and each slot's (a state of items of several structures)."""
+    saved = state_dict.get("schemas")
+    if not isinstance(saved, list) or not saved:
+        raise ValueError("saved 'schemas' must be a non-empty list of {'structure', 'spec'}.")
+    schemas = [_parse_schema(entry) for entry in saved]
+    keys = [_schema_key(schema) for schema in schemas]
+    if len(set(keys)) != len(keys):
+        raise ValueError("saved 'schemas' must be distinct.")
+    kinds = state_dict.get("kinds")
+    if (
+        not isinstance(kinds, torch.Tensor)
+        or kinds.dtype != torch.int64
+        or tuple(kinds.shape) != (filled,)
+        or bool(((kinds < -1) | (kinds >= len(schemas))).any())
+    ):
+        raise ValueError(
+            f"saved 'kinds' must be an int64 tensor of shape [{filled}] holding -1 (a hole) "
+            f"or an index of 'schemas' (0 .. {len(schemas) - 1})."
+        )
+    return schemas, kinds.tolist()
+
+
+def _parse_frames(
+    state_dict: dict[str, Any], filled: int, leaves: int | list[int]
+) -> list[Frames | None]:
+    """Split the saved frames back into one tuple per item, None for a hole (checked first).
+
+    ``leaves``: the leaves of every item, or of each (items of several structures;
+    -1 in a slot's kind marks a hole there, and the sizes past its leaves are -1).
+    """
+    counts = [leaves] * filled if isinstance(leaves, int) else leaves
     frames, sizes = state_dict.get("frames"), state_dict.get("frame_sizes")
     if not isinstance(frames, torch.Tensor) or frames.dtype != torch.uint8 or frames.ndim != 1:
         raise ValueError("saved 'frames' must be a 1-D uint8 tensor.")
+    width = max(counts, default=0)
     if (
         not isinstance(sizes, torch.Tensor)
         or sizes.dtype != torch.int64
-        or tuple(sizes.shape) != (filled, leaves)
+        or tuple(sizes.shape) != (filled, width)
     ):
         raise ValueError(
-            f"saved 'frame_sizes' must be an int64 tensor of shape [{filled}, {leaves}]."
+            f"saved 'frame_sizes' must be an int64 tensor of shape [{filled}, {width}]."
         )
-    holes = (sizes < 0).all(1) if leaves else torch.zeros(filled, dtype=torch.bool)
-    kept = sizes[~holes]
-    if bool((kept < 0).any()) or int(kept.sum()) != frames.numel():
+    rows = sizes.tolist()
+    holes = [
+        bool(count) and all(size < 0 for size in row)
+        for row, count in zip(rows, counts, strict=True)
+    ]
+    kept = [
+        size
+        for row, count, hole in zip(rows, counts, holes, strict=True)
+        if not hole
+        for size in row[:count]
+    ]
+    padding_ok = all(
+        all(size == -1 for size in row[count:]) for row, count in zip(rows, counts, strict=True)
+    )
+    if min(kept, default=0) < 0 or sum(kept) != frames.numel() or not padding_ok:
         raise ValueError(
-            f"saved 'frame_sizes' must be >= 0 (-1 for a whole hole) and add up to the "
-            f"{frames.numel()} bytes of 'frames', got a total of {int(kept.sum())}."
+            f"saved 'frame_sizes' must be >= 0 (-1 for a whole hole, and past an item's "
+            f"leaves) and add up to the {frames.numel()} bytes of 'frames', got a total of "
+            f"{sum(size for size in kept if size > 0)}."
         )
     blob = frames.contiguous().numpy().tobytes()
-    ends = kept.reshape(-1).cumsum(0).tolist()
-    starts = [0, *ends[:-1]]
-    cells = iter([blob[a:b] for a, b in zip(starts, ends, strict=True)])
-    return [None if hole else tuple(next(cells) for _ in range(leaves)) for hole in holes.tolist()]
+    out: list[Frames | None] = []
+    position = 0
+    for row, count, hole in zip(rows, counts, holes, strict=True):
+        if hole:
+            out.append(None)
+            continue
+        item = []
+        for size in row[:count]:
+            item.append(blob[position : position + size])
+            position += size
+        out.append(tuple(item))
+    return out
+
+
+def _schema_key(schema: _Schema) -> str:
+    """What identifies a schema: its structure (non-tensor values included), shapes, dtypes."""
+    return repr(schema.state())

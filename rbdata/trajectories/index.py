@@ -137,7 +137,9 @@ class TrajectoryIndex:
         if not self._pending:
             if not self._dirty and self.size == n:
                 return None
-            return self._rebuild(storage, self._newest_hint)
+            # a sampler never fed (or edits only): the storage knows its newest slot
+            newest = self._newest_hint if self._newest_hint is not None else storage.newest_slot
+            return self._rebuild(storage, newest)
         pending = self._pending[0] if len(self._pending) == 1 else torch.cat(self._pending)
         self._pending, self._pending_n = [], 0
         p, old_end = pending.numel(), self.v_end

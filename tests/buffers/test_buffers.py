@@ -514,24 +514,68 @@ def test_extend_with_no_batch_dim_names_the_problem(data):
 def test_a_write_past_the_samplers_slots_is_refused_before_anything_is_written(ndim):
     from rbdata import LazyTensorStorage, PrioritizedSampler, TensorDictReplayBuffer
 
-    shape = [150] if ndim == 1 else [75, 2]  # ndim=2: ceil(149 / 2) = 75 items of 2 cells
+    # max_capacity=100: torchrl's tree (and rbdata's, once grown) holds 128 slots
+    shape = [130] if ndim == 1 else [65, 2]
     rb = TensorDictReplayBuffer(
-        storage=LazyTensorStorage(150 if ndim == 1 else 149, ndim=ndim),
-        sampler=PrioritizedSampler(149, 1.0, 1.0),
+        storage=LazyTensorStorage(130, ndim=ndim),
+        sampler=PrioritizedSampler(100, 1.0, 1.0),
     )
     data = TensorDict({"a": torch.zeros(shape)}, shape)
-    with pytest.raises(ValueError, match=r"max_capacity=149\) has fewer slots .* up to 150"):
+    with pytest.raises(ValueError, match=r"max_capacity=100\) has 128 slots, .* up to 130"):
         rb.extend(data)
     assert len(rb) == 0 and rb.writer.cursor == 0
+
+
+@pytest.mark.parametrize("ndim", [1, 2])
+def test_writes_up_to_torchrls_tree_size_are_taken_and_sampled(ndim):
+    """torchrl's PrioritizedSampler(149) has a 256-slot tree: 150 cells fit and are drawn."""
+    from rbdata import LazyTensorStorage, PrioritizedSampler, TensorDictReplayBuffer
+
+    shape = [150] if ndim == 1 else [75, 2]  # ndim=2: ceil(149 / 2) = 75 items of 2 cells
+    sampler = PrioritizedSampler(149, 1.0, 1.0)
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(150 if ndim == 1 else 149, ndim=ndim), sampler=sampler
+    )
+    index = rb.extend(TensorDict({"a": torch.arange(150.0).reshape(shape)}, shape))
+    assert sampler.max_capacity == 149 and sampler.cell_capacity == 256
+    rb.update_priority(index[-1:], torch.tensor([1e6]))  # the item written last: cell 149
+    assert (rb.sample(20)["a"] == 149.0).all()
+    state = sampler.state_dict()
+    assert state["leaves"].shape == (256,)  # the grown tree: cell 149's priority is kept
+    fresh = PrioritizedSampler(149, 1.0, 1.0)
+    fresh.load_state_dict(state)
+    assert torch.equal(fresh.state_dict()["leaves"], state["leaves"])
 
 
 def test_a_small_sampler_on_a_large_storage_works_while_the_writes_fit():
     from rbdata import ListStorage, PrioritizedSampler, TensorDictReplayBuffer
 
+    # max_capacity=5: torchrl's tree has 8 slots (torchrl's test_ptdrb writes 8 items)
     rb = TensorDictReplayBuffer(storage=ListStorage(1000), sampler=PrioritizedSampler(5, 0.7, 0.9))
     rb.extend(TensorDict({"a": torch.arange(3.0)}, [3]))
-    rb.extend(TensorDict({"a": torch.arange(2.0)}, [2]))
-    assert len(rb) == 5 and rb.sample(4).shape == torch.Size([4])
-    with pytest.raises(ValueError, match=r"max_capacity=5\) has fewer slots .* up to 6"):
+    rb.extend(TensorDict({"a": torch.arange(5.0)}, [5]))
+    assert len(rb) == 8 and rb.sample(4).shape == torch.Size([4])
+    with pytest.raises(ValueError, match=r"max_capacity=5\) has 8 slots, .* up to 9"):
         rb.extend(TensorDict({"a": torch.zeros(1)}, [1]))
-    assert len(rb) == 5
+    assert len(rb) == 8
+
+
+def test_torchrls_init_names_hold_the_factories_until_the_buffer_is_built():
+    """``_init_storage``/``_init_sampler``/``_init_writer``: read-only, for torchrl's tests."""
+    from functools import partial
+
+    from rbdata import ListStorage, RandomSampler, RoundRobinWriter
+
+    factories = {
+        "storage": partial(ListStorage),
+        "writer": partial(RoundRobinWriter),
+        "sampler": partial(RandomSampler),
+    }
+    rb = ReplayBuffer(**factories, transform_factory=lambda: lambda td: td)
+    assert not rb.initialized and not hasattr(rb, "_storage")
+    assert (rb._init_storage, rb._init_sampler, rb._init_writer) == (
+        factories["storage"], factories["sampler"], factories["writer"],
+    )  # fmt: skip
+    rb.extend(TensorDict(batch_size=[2]))
+    assert rb._storage is rb.storage and rb._init_storage is None
+    assert rb._init_sampler is None and rb._init_writer is None

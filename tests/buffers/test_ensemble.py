@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 
 from rbdata import (
     LazyMemmapStorage,
@@ -235,3 +237,150 @@ def test_sampleable_weights_follow_what_members_can_return():
     empty = ReplayBufferEnsemble(rbs[0], p="sampleable", batch_size=2)
     with pytest.raises(RuntimeError, match="None of the replay-buffer ensemble members"):
         empty.sample()
+
+
+# ------------------------------------------------- conditional updates (torchrl 0.14.1's)
+def _tracked(n: int = 4, sampler: Any = None) -> TensorDictReplayBuffer:
+    from rbdata import LazyTensorStorage, TensorDictRoundRobinWriter
+
+    kwargs = {} if sampler is None else {"sampler": sampler}
+    return TensorDictReplayBuffer(
+        storage=LazyTensorStorage(n),
+        writer=TensorDictRoundRobinWriter(track_generations=True),
+        **kwargs,
+    )
+
+
+def _routed() -> tuple[ReplayBufferEnsemble, TensorDictBase]:
+    ens = ReplayBufferEnsemble(_tracked(), _tracked(), routing_key="m")
+    meta = ens.extend(
+        TensorDict(
+            m=torch.tensor([0, 1, 1, 0]),
+            x=torch.zeros(4),
+            v=torch.zeros(4, dtype=torch.long),
+            batch_size=[4],
+        )
+    )
+    return ens, meta
+
+
+def test_update_if_present_routes_each_record_to_its_member_and_skips_rewritten_slots():
+    """Figures from torchrl 0.14.1's ReplayBufferEnsemble on the same calls."""
+    ens, meta = _routed()
+    three = {"m": torch.ones(3, dtype=torch.long), "v": torch.zeros(3, dtype=torch.long)}
+    ens.extend(TensorDict({**three, "x": torch.zeros(3)}, batch_size=[3]))
+    result = ens.update_if_present(
+        index=meta, generation=meta["index_generation"], patch={"x": torch.tensor([1.0, 2, 3, 4])}
+    )
+    assert result.updated.tolist() == [True, False, True, True]  # member 1 slot 0 rewritten
+    assert result.stale.tolist() == [False, True, False, False]
+    assert ens[0][:]["x"].tolist() == [1.0, 4.0] and ens[1][:]["x"].tolist() == [0.0, 3.0, 0.0, 0.0]
+    result = ens.update_if_present(
+        index=meta.reshape(2, 2),
+        generation=meta["index_generation"].reshape(2, 2),
+        patch=TensorDict(x=torch.tensor([[5.0, 6], [7, 8]]), batch_size=[2, 2]),
+        version_key="v",
+        version=torch.tensor([[1, 1], [1, 0]]),
+    )
+    assert result.updated.tolist() == [[True, False], [True, True]]
+    assert result.version_rejected is not None and not result.version_rejected.any()
+    assert ens[0][:]["x"].tolist() == [5.0, 8.0] and ens[0][:]["v"].tolist() == [1, 0]
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        (lambda a: {**a, "index": a["index"]["index"]}, TypeError, "routed metadata"),
+        (lambda a: {**a, "index": a["index"].exclude("buffer_ids")}, KeyError, "buffer_ids"),
+        (lambda a: {**a, "generation": a["generation"][:3]}, ValueError, "generation has 3"),
+        (lambda a: {**a, "patch": {"x": torch.zeros(3)}}, ValueError, r"patch\['x'\]"),
+        (lambda a: {**a, "patch": {"y": torch.zeros(4)}}, KeyError, "patch key 'y'"),
+        (lambda a: {**a, "patch": {"x": torch.zeros(4, dtype=torch.long)}}, ValueError, "dtype"),
+        (lambda a: {**a, "version_key": "v"}, ValueError, "together"),
+        (
+            lambda a: {
+                **a,
+                "index": a["index"].clone().set("buffer_ids", torch.tensor([0, 1, 1, 2])),
+            },
+            ValueError,
+            r"lie in \[0, 1\]",
+        ),
+        (
+            lambda a: {**a, "index": a["index"].clone().set("index", torch.tensor([0, 0, 1, 9]))},
+            ValueError,
+            "outside member 0",
+        ),
+    ],
+)
+def test_a_refused_routed_update_patches_no_member(change, error, match):
+    ens, meta = _routed()
+    args = {"index": meta, "generation": meta["index_generation"], "patch": {"x": torch.ones(4)}}
+    with pytest.raises(error, match=match):
+        ens.update_if_present(**change(args))
+    assert ens[0][:]["x"].tolist() == [0.0, 0.0] and ens[1][:]["x"].tolist() == [0.0, 0.0]
+
+
+def test_update_if_present_needs_members_that_track_generations():
+    ens = ReplayBufferEnsemble(
+        _tracked(), TensorDictReplayBuffer(storage=LazyTensorStorage(4)), routing_key="m"
+    )
+    meta = TensorDict(buffer_ids=torch.tensor([0]), index=torch.tensor([0]), batch_size=[1])
+    with pytest.raises(RuntimeError, match="track slot generations; member 1"):
+        ens.update_if_present(index=meta, generation=torch.zeros(1), patch={})
+
+
+def _stream(n: int, done_last: bool = False, term_last: bool = False) -> TensorDict:
+    done, term = torch.zeros(n, 1, dtype=torch.bool), torch.zeros(n, 1, dtype=torch.bool)
+    done[-1], term[-1] = done_last, term_last
+    return TensorDict(
+        {("next", "done"): done, ("next", "terminated"): term,
+         ("next", "truncated"): torch.zeros(n, 1, dtype=torch.bool), "x": torch.arange(n)},
+        [n],
+    )  # fmt: skip
+
+
+def test_end_streams_closes_each_members_last_record_as_torchrl_does():
+    """Figures from torchrl 0.14.1's ``end_streams`` on the same members."""
+    from rbdata import SliceSampler
+
+    def member(n: int = 8) -> TensorDictReplayBuffer:
+        return _tracked(n, SliceSampler(slice_len=2, end_key=("next", "done")))
+
+    open_, ended, wrapped, empty = member(), member(), member(4), member()
+    open_.extend(_stream(3))
+    ended.extend(_stream(3, done_last=True, term_last=True))
+    wrapped.extend(_stream(6))  # the last record is in slot 1
+    ReplayBufferEnsemble(open_, ended, wrapped, empty).end_streams()
+    for rb, done, truncated in [
+        (open_, [False, False, True], [False, False, True]),
+        (ended, [False, False, True], [False, False, False]),  # it terminated: not truncated
+        (wrapped, [False, True, False, False], [False, True, False, False]),
+    ]:
+        assert rb[:]["next", "done"].flatten().tolist() == done
+        assert rb[:]["next", "truncated"].flatten().tolist() == truncated
+    assert (open_.write_count, wrapped.write_count, len(empty)) == (3, 6, 0)
+
+
+def test_end_streams_refuses_unfit_members_and_patches_none():
+    from rbdata import RandomSampler, SliceSampler
+
+    fit = _tracked(8, SliceSampler(slice_len=2, end_key=("next", "done")))
+    fit.extend(_stream(3))
+    for unfit in (
+        _tracked(8, RandomSampler()),
+        TensorDictReplayBuffer(
+            storage=LazyTensorStorage(8),
+            sampler=SliceSampler(slice_len=2, end_key=("next", "done")),
+        ),
+    ):
+        unfit.extend(_stream(3))
+        with pytest.raises(RuntimeError, match="member 1"):
+            ReplayBufferEnsemble(fit, unfit).end_streams()
+        assert not fit[:]["next", "done"].any()
+    ids = _tracked(8, SliceSampler(slice_len=2, end_key=("next", "done"), traj_key="x"))
+    ids.extend(_stream(3))  # x holds 0, 1, 2: three trajectory ids
+    with pytest.raises(RuntimeError, match="same trajectory id"):
+        ReplayBufferEnsemble(fit, ids).end_streams()
+    with pytest.raises(ValueError, match="distinct"):
+        ReplayBufferEnsemble(fit).end_streams(truncated_key=("next", "done"))
+    assert not fit[:]["next", "done"].any()

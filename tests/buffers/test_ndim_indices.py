@@ -196,3 +196,30 @@ def test_sequence_batches_carry_anchor_coordinates():
     assert len(info["index"]) == 2
     lanes = batch["index"].reshape(2, 3, 2)[..., 1]
     assert (lanes == lanes[:, :1]).all()  # a window stays in its lane
+
+
+@pytest.mark.parametrize("make", ["LazyTensorStorage", "LazyMemmapStorage"])
+def test_a_tuple_with_slices_indexes_rb_all_for_reads_and_in_place_writes(make):
+    """torchrl's ``rb[0, 3:4] = x`` on an ndim=2 storage: an index of ``rb[:]``."""
+    import rbdata
+
+    rb = rbdata.ReplayBuffer(storage=getattr(rbdata, make)(102, ndim=2))
+    data = TensorDict({"a": torch.arange(50).expand(2, 50), ("b", "c"): torch.ones(2, 50)}, [2, 50])
+    rb.extend(data)
+    revision, count = rb.storage.revision, rb.write_count
+
+    def zeros(*shape):
+        return TensorDict(
+            {"a": torch.zeros(shape, dtype=torch.long), ("b", "c"): torch.zeros(shape)}, shape
+        )
+
+    rb[0, 3:4] = zeros(1)
+    rb[1, 5:6] = zeros(1)
+    rb[:, 7:8] = zeros(2, 1)
+    rb[:, 10:12] = zeros(2)  # broadcast over the lead dim
+    expected = torch.arange(50).expand(2, 50).clone()
+    expected[0, 3] = expected[1, 5] = 0
+    expected[:, [7, 10, 11]] = 0
+    assert torch.equal(rb[:]["a"], expected) and torch.equal(rb[0, 3:6]["a"], expected[0, 3:6])
+    assert (len(rb), rb.writer.cursor, rb.write_count) == (100, 50, count)
+    assert rb.storage.revision == revision + 4

@@ -110,3 +110,50 @@ def test_every_consuming_sampler_rewrites_a_drained_buffer_as_one_ring_run(sampl
     assert index.tolist() == [*range(2000, 3000), *range(2000)]
     assert torch.equal(rb.storage[index]["obs"], data["obs"] + 20_000)
     assert len(rb) == capacity
+
+
+@pytest.mark.parametrize("storage", ["lazy", "memmap", "list"])
+def test_setitem_goes_through_the_inverse_transforms_as_extend_does(storage):
+    """torchrl's ``rb[index] = data`` applies ``transform.inv`` (an in-place write is a write)."""
+    from tensordict import TensorDict
+
+    from rbdata import LazyMemmapStorage, LazyTensorStorage, ListStorage, ReplayBuffer
+
+    make = {"lazy": LazyTensorStorage, "memmap": LazyMemmapStorage, "list": ListStorage}[storage]
+    collate = torch.stack if storage == "list" else None
+    rb = ReplayBuffer(storage=make(20), collate_fn=collate)
+    rb.append_transform(lambda x: x + 1, invert=True)  # on the way in
+    rb.append_transform(lambda x: x * 10)  # on the way out
+    rb.extend(TensorDict({"a": torch.arange(10)}, [10]))
+    rb[3:5] = TensorDict({"a": torch.zeros(2, dtype=torch.long)}, [2])
+    rb[torch.tensor([7])] = TensorDict({"a": torch.zeros(1, dtype=torch.long)}, [1])
+    assert rb[:]["a"].tolist() == [10, 20, 30, 10, 10, 60, 70, 10, 90, 100]
+    assert len(rb) == 10 and rb.writer.cursor == 10
+
+
+def test_every_edit_moves_the_storage_revision_once():
+    """``storage.revision`` says the content changed: writes, in-place edits, loads, empty."""
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8))
+    rb.extend(TensorDict({"obs": torch.arange(4)}, [4]))
+    seen = [rb.storage.revision]
+    for edit in (
+        lambda: rb.__setitem__(0, TensorDict({"obs": torch.tensor(10)}, [])),
+        lambda: rb.set_at_("obs", torch.tensor([11]), torch.tensor([1])),
+        lambda: rb.set_("obs", torch.arange(4) + 20),
+        lambda: rb.update_(TensorDict({"obs": torch.arange(4) + 30}, [4])),
+        lambda: rb.load_state_dict(rb.state_dict()),
+        rb.empty,
+    ):
+        edit()
+        seen.append(rb.storage.revision)
+    assert seen == list(range(seen[0], seen[0] + 7))
+
+
+def test_add_of_a_batched_tensordict_warns_that_it_is_one_element():
+    """As torchrl's: ``add`` of a TensorDict with batch dims stores it as one element."""
+    from rbdata import ListStorage
+
+    rb = ReplayBuffer(storage=ListStorage(10), batch_size=3)
+    with pytest.warns(UserWarning, match=r"Using `add\(\)` with a TensorDict that has batch_size"):
+        rb.add(TensorDict(batch_size=[1]))
+    assert len(rb) == 1

@@ -25,9 +25,9 @@ MISSING_PARAMS = {
     "OfflineToOnlineReplayBuffer": {"offline_dataset", "transform"},
 }
 
-_BUFFER = {"can_sample", "mark_update", "submit_update_if_present", "synchronize"}
-_STORAGE = {"attach", "contains", "flatten", "supports_conditional_update"}
-_SAMPLER = {"can_sample", "default_priority"}
+_BUFFER = {"mark_update", "submit_update_if_present", "synchronize"}
+_STORAGE = {"attach", "flatten", "supports_conditional_update"}
+_SAMPLER: set[str] = set()
 _SLICE = _SAMPLER
 
 #: public members of torchrl that rbdata lacks (class -> members)
@@ -45,10 +45,8 @@ MISSING_MEMBERS = {
     "Sampler": _SAMPLER,
     "RandomSampler": _SAMPLER,
     "SamplerWithoutReplacement": _SAMPLER,
-    "PrioritizedSampler": {"can_sample"},
     "SliceSampler": _SLICE,
     "SliceSamplerWithoutReplacement": _SLICE,
-    "PrioritizedSliceSampler": _SLICE - {"default_priority"},
     "TensorDictMaxValueWriter": {"get_insert_index"},
     "ImmutableDatasetWriter": {"WRITING_ERR"},
     "ConditionalUpdateResult": {"batch_size"},

@@ -161,13 +161,26 @@ def test_the_boundary_cache_is_filled_by_a_sample_and_emptied_by_a_write():
     assert not plain.sampler._cache  # torchrl's: only cache_values fills it
 
 
-def test_a_sampler_of_another_cell_count_is_refused_at_sample():
+@pytest.mark.parametrize("max_capacity", [5, 20])  # 12 cells: past the 8-slot tree of 5; < 20
+def test_a_sampler_of_another_cell_count_is_refused_at_sample(max_capacity):
+    sampler = PrioritizedSliceSampler(max_capacity, 1.0, 1.0, end_key="done", slice_len=2)
+    storage = LazyTensorStorage(12, ndim=2)
+    storage.set(slice(0, 4), lanes_data(torch.zeros(3, 4, dtype=torch.bool)).transpose(0, 1))
+    sampler.extend(torch.arange(5))
+    with pytest.raises(
+        ValueError, match=rf"12 cells \(shape \[4, 3\]\).*max_capacity={max_capacity}"
+    ):
+        sampler.sample(storage, 4)
+
+
+def test_a_storage_within_torchrls_tree_size_is_sampled():
+    """torchrl's PrioritizedSliceSampler(10) has a 16-slot tree: 12 cells are taken."""
     sampler = PrioritizedSliceSampler(10, 1.0, 1.0, end_key="done", slice_len=2)
     storage = LazyTensorStorage(12, ndim=2)
     storage.set(slice(0, 4), lanes_data(torch.zeros(3, 4, dtype=torch.bool)).transpose(0, 1))
-    sampler.extend(torch.arange(10))
-    with pytest.raises(ValueError, match=r"12 cells \(shape \[4, 3\]\).*max_capacity=10"):
-        sampler.sample(storage, 4)
+    sampler.extend(torch.arange(12))
+    index, info = sampler.sample(storage, 4)
+    assert info["priority_weight"].shape == (4,)
 
 
 def test_the_state_restores_priorities_and_the_write_position():

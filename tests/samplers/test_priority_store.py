@@ -174,8 +174,9 @@ BAD_VALUES = [
     (torch.tensor([0, 1]), torch.tensor([1.0, float("nan")]), r"finite and >= 0.*\[1\]=nan"),
     (torch.tensor([0, 1]), torch.tensor([1e300, 1.0], dtype=torch.float64), r"\[0\]=inf"),
     (torch.tensor([0, 1]), torch.tensor([1.0, -0.5]), r">= 0.*\[1\]=-0.5"),
-    (torch.tensor([0, 9]), torch.tensor([1.0, 1.0]), r"index must lie in \[0, 8\).*\[1\]=9"),
-    (torch.tensor([-1]), torch.tensor([1.0]), r"index must lie in \[0, 8\).*\[0\]=-1"),
+    # max_capacity=8: torchrl's tree (rbdata's, grown) holds 16 slots
+    (torch.tensor([0, 16]), torch.tensor([1.0, 1.0]), r"index must lie in \[0, 16\).*\[1\]=16"),
+    (torch.tensor([-1]), torch.tensor([1.0]), r"index must lie in \[0, 16\).*\[0\]=-1"),
 ]
 # the validated path takes arguments of one length by contract: only the public one checks it
 BAD_SHAPE = (
@@ -312,7 +313,7 @@ def test_cuda_sampler_matches_the_cpu_one_and_follows_a_cpu_generator():
     assert on_cuda._tree.leaves.device.type == "cuda"
     leaves = on_cuda._tree.leaves[first].cpu()
     torch.testing.assert_close(leaves, torch.full_like(leaves, 1e-8**0.7))
-    with pytest.raises(ValueError, match=r"index must lie in \[0, 5000\)"):
+    with pytest.raises(ValueError, match=r"index must lie in \[0, 8192\)"):  # the tree's slots
         on_cuda._update_priority_validated(
-            torch.tensor([5000], device="cuda"), torch.ones(1, device="cuda")
+            torch.tensor([8192], device="cuda"), torch.ones(1, device="cuda")
         )

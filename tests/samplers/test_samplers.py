@@ -310,8 +310,9 @@ def test_prioritized_duplicate_reduction(reduction, expected):
         (torch.tensor([0, 1]), torch.tensor([1.0, float("nan")]), r"finite and >= 0.*\[1\]=nan"),
         (torch.tensor([0, 1]), torch.tensor([float("inf"), 1.0]), r"finite.*\[0\]=inf"),
         (torch.tensor([0, 1]), torch.tensor([1.0, -0.5]), r">= 0.*\[1\]=-0.5"),
-        (torch.tensor([0, 9]), torch.tensor([1.0, 1.0]), r"index must lie in \[0, 8\).*\[1\]=9"),
-        (torch.tensor([-1]), torch.tensor([1.0]), r"index must lie in \[0, 8\)"),
+        # max_capacity=8: torchrl's tree (rbdata's, grown) holds 16 slots
+        (torch.tensor([0, 16]), torch.tensor([1.0, 1.0]), r"index must lie in \[0, 16\).*\[1\]=16"),
+        (torch.tensor([-1]), torch.tensor([1.0]), r"index must lie in \[0, 16\)"),
         (torch.tensor([0, 1, 2]), torch.tensor([1.0, 2.0]), r"priority has shape \(2,\).*\(3,\)"),
         (torch.tensor([0.0]), torch.tensor([1.0]), r"index must hold integers"),
     ],
@@ -344,8 +345,8 @@ def test_prioritized_constructor_validation():
         PrioritizedSampler(4, 1.0, -1.0)
     with pytest.raises(ValueError, match="reduction"):
         PrioritizedSampler(4, 1.0, 1.0, reduction="mode")
-    with pytest.raises(ValueError, match="index must lie"):
-        PrioritizedSampler(4, 1.0, 1.0).extend(torch.tensor([4]))
+    with pytest.raises(ValueError, match=r"index must lie in \[0, 8\)"):  # torchrl's tree size
+        PrioritizedSampler(4, 1.0, 1.0).extend(torch.tensor([8]))
 
 
 def test_prioritized_consume_zeroes_and_rewrite_restores():
@@ -396,8 +397,8 @@ def test_prioritized_fast_update_matches_update_priority():
         (torch.tensor([0, 1]), torch.tensor([1.0, float("nan")]), r"finite and >= 0.*\[1\]=nan"),
         (torch.tensor([0, 1]), torch.tensor([1.0, -2.0]), r">= 0.*\[1\]=-2"),
         (torch.tensor([0, 1]), torch.tensor([1e300, 1.0], dtype=torch.float64), r"\[0\]=inf"),
-        (torch.tensor([0, 8]), torch.tensor([1.0, 1.0]), r"index must lie in \[0, 8\).*\[1\]=8"),
-        (torch.tensor([-1, 2]), torch.tensor([1.0, 1.0]), r"index must lie in \[0, 8\).*\[0\]=-1"),
+        (torch.tensor([0, 16]), torch.tensor([1.0, 1.0]), r"index must lie in \[0, 16\).*\[1\]=16"),
+        (torch.tensor([-1, 2]), torch.tensor([1.0, 1.0]), r"index must lie in \[0, 16\).*\[0\]=-1"),
     ],
 )
 def test_prioritized_fast_update_checks_values_and_changes_nothing(index, priority, match):
@@ -453,3 +454,35 @@ def test_the_priority_mass_sums_the_weights_drawn_by():
     assert (mass.total, mass.smallest, mass.beta) == pytest.approx((7.5, 0.5, 0.25))
     sampler.beta = 0.75  # the declared exponent, as set
     assert sampler.priority_mass().beta == 0.75
+
+
+def test_can_sample_says_whether_a_batch_is_there():
+    """torchrl's ``can_sample`` on samplers and buffers."""
+    from rbdata import LazyTensorStorage, RandomSampler, ReplayBuffer, SamplerWithoutReplacement
+
+    rb = ReplayBuffer(storage=LazyTensorStorage(8), sampler=RandomSampler(), batch_size=4)
+    assert not rb.can_sample()
+    rb.extend(torch.arange(2))
+    assert rb.can_sample() and rb.can_sample(8)
+    strict = ReplayBuffer(
+        storage=LazyTensorStorage(8),
+        sampler=SamplerWithoutReplacement(drop_last=True),
+        batch_size=4,
+    )
+    strict.extend(torch.arange(3))
+    assert strict.can_sample(3) and not strict.can_sample()
+    with pytest.raises(ValueError, match="batch_size"):
+        strict.can_sample(0)
+    with pytest.raises(RuntimeError, match="batch_size not specified"):
+        ReplayBuffer(storage=LazyTensorStorage(8)).can_sample()
+    consumed = ReplayBuffer(storage=LazyTensorStorage(8), consume_after_n_samples=1, batch_size=2)
+    consumed.extend(torch.arange(2))
+    consumed.sample()
+    assert not consumed.can_sample()
+
+
+def test_samplers_that_do_not_draw_by_priority_report_a_default_priority_of_one():
+    from rbdata import RandomSampler, SliceSampler
+
+    assert RandomSampler().default_priority == 1.0
+    assert SliceSampler(num_slices=2).default_priority == 1.0

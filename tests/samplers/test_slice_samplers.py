@@ -682,3 +682,85 @@ def test_without_replacement_spans_on_the_side_asked(span):
             cut_at_end += len(part) < 4 and int(steps[-1]) == 5
         assert sampler.ran_out
     assert (cut_at_start > 0, cut_at_end > 0) == span
+
+
+def test_torchrls_traj_key_flags_say_where_trajectories_come_from():
+    """``_fetch_traj`` / ``_traj_key_auto``: read-only, for torchrl's tests."""
+    import torch
+    from tensordict import TensorDict
+
+    from rbdata import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
+
+    assert SliceSampler(num_slices=2, end_key="done")._fetch_traj is False
+    assert SliceSampler(num_slices=2, traj_key="episode")._traj_key_auto is False
+    for data, from_ids in [
+        ({"episode": torch.tensor([0, 0, 0, 1, 1, 1, 2, 2])}, True),
+        ({("next", "done"): torch.tensor([0, 0, 1, 0, 0, 1, 0, 1]).bool().unsqueeze(-1)}, False),
+    ]:
+        sampler = SliceSampler(num_slices=2)
+        assert sampler._fetch_traj is True and sampler._traj_key_auto is True
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(8), sampler=sampler, batch_size=6)
+        rb.extend(TensorDict(data, [8]))
+        rb.sample()
+        assert sampler._fetch_traj is from_ids and sampler._traj_key_auto is False
+
+
+def test_torchrls_get_stop_and_length_reads_the_storage_and_follows_its_revision():
+    """``_get_stop_and_length``: torchrl's ``(start, stop, lengths)``, for its tests."""
+    import torch
+    from tensordict import TensorDict
+
+    from rbdata import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
+
+    storage = LazyTensorStorage(10)
+    sampler = SliceSampler(slice_len=2, end_key="done", cache_values=True)
+    rb = TensorDictReplayBuffer(storage=storage, sampler=sampler)
+    done = torch.zeros(10, dtype=torch.bool)
+    done[[4, 9]] = True
+    rb.extend(TensorDict({"done": done}, [10]))
+    first = sampler._get_stop_and_length(storage)
+    assert [t.flatten().tolist() for t in first] == [[0, 5], [4, 9], [5, 5]]
+    assert sampler._get_stop_and_length(storage)[0] is first[0]  # nothing moved: the same
+    edited = storage.get(4).clone()
+    edited["done"] = False
+    storage.set(4, edited, set_cursor=False)  # not through the buffer: the revision says it
+    assert sampler._get_stop_and_length(storage)[1].flatten().tolist() == [9]
+
+
+def test_a_sampler_never_fed_reads_a_wrapped_storage_from_its_newest_slot():
+    import torch
+    from tensordict import TensorDict
+
+    from rbdata import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+    for traj, length in enumerate((5, 3, 4)):  # the third wraps: slots 8, 9, 0, 1
+        rb.extend(TensorDict({"traj": torch.full((length,), traj)}, [length]))
+    fresh = SliceSampler(traj_key="traj", num_slices=1)
+    start, stop, lengths = fresh._get_stop_and_length(rb.storage)
+    assert lengths.tolist() == [3, 3, 4] and stop.flatten().tolist() == [4, 7, 1]
+
+
+def test_slice_sampler_without_replacement_sample_list_survives_a_dump(tmp_path):
+    """``_sample_list`` (read-only, torchrl's name): the pass's remaining trajectories."""
+    import torch
+    from tensordict import TensorDict
+
+    from rbdata import LazyTensorStorage, SliceSamplerWithoutReplacement, TensorDictReplayBuffer
+
+    def build():
+        sampler = SliceSamplerWithoutReplacement(num_slices=2)
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20), sampler=sampler, batch_size=4)
+        done = (torch.arange(20) % 5 == 4).unsqueeze(-1)
+        rb.extend(TensorDict({"a": torch.arange(20), ("next", "done"): done}, [20]))
+        return sampler, rb
+
+    sampler, rb = build()
+    assert sampler._sample_list is None
+    rb.sample()
+    before = sampler._sample_list.clone()
+    assert before.numel() == 2  # 4 trajectories, 2 visited
+    rb.dumps(tmp_path)
+    sampler2, rb2 = build()
+    rb2.loads(tmp_path)
+    assert torch.equal(sampler2._sample_list, before)

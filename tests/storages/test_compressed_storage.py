@@ -172,21 +172,42 @@ def test_bad_writes_raise_and_change_nothing():
     data = _transitions(4)
     storage.set(slice(0, 4), data)
     before = _snapshot(storage)
-    wrong_dtype = data.clone()
-    wrong_dtype["action"] = wrong_dtype["action"].float()
-    with pytest.raises(TypeError, match="'action'.*dtype"):
-        storage.set(slice(4, 8), wrong_dtype)
-    wrong_shape = data.clone()
-    wrong_shape["next", "reward"] = torch.zeros(4, 2)
-    with pytest.raises(ValueError, match="reward.*shape"):
-        storage.set(slice(4, 8), wrong_shape)
-    with pytest.raises(KeyError, match="missing"):
-        storage.set(slice(4, 8), data.exclude("action"))
     with pytest.raises(ValueError, match="selects 2 item"):
         storage.set(slice(4, 6), data)
     with pytest.raises(IndexError):
         storage.set(torch.tensor([3, 10, 11, 12]), data)
     assert _snapshot(storage) == before
+
+
+def test_items_of_other_structures_are_kept_and_read_one_at_a_time():
+    """As torchrl's (its compressed_replay_buffer_checkpoint.py example): any structure."""
+    storage = CompressedListStorage(10)
+    data = _transitions(2)
+    storage.set(slice(0, 2), data)
+    wrong_dtype = data.clone()
+    wrong_dtype["action"] = wrong_dtype["action"].float()
+    storage.set(slice(2, 4), wrong_dtype)
+    storage.set(4, torch.arange(6.0).reshape(2, 3))  # a tensor, then a TensorDict with a string
+    storage.set(5, TensorDict({"obs": torch.ones(3), "meta": "five"}, [3]))
+    storage.set(6, TensorDict({"obs": torch.ones(3), "meta": "six"}, [3]))
+    assert (
+        storage[2]["action"].dtype == torch.float32 and storage[0]["action"].dtype != torch.float32
+    )
+    assert torch.equal(storage[4], torch.arange(6.0).reshape(2, 3))
+    assert storage[5]["meta"] == "five" and storage[6]["meta"] == "six"
+    assert storage[0:2]["action"].shape[0] == 2  # items of one structure: one batch
+    with pytest.raises(TypeError, match=r"slots \[0, 2\] differ"):
+        storage.get(torch.tensor([0, 1, 2]))
+    with pytest.raises(TypeError, match="different structures"):
+        storage[5:7]  # non-tensor values differ
+    copy = CompressedListStorage(10)
+    copy.load_state_dict(storage.state_dict())
+    assert copy[5]["meta"] == "five" and torch.equal(copy[4], storage[4])
+    assert torch.equal(copy[2]["action"], storage[2]["action"])
+    storage.set(slice(2, 7), _transitions(5))  # every other structure overwritten: forgotten
+    assert storage[0:7]["action"].shape[0] == 7
+    assert len([s for s in storage._schemas if s is not None]) == 1
+    assert "schemas" not in storage.state_dict()
 
 
 def test_failing_compression_fn_changes_nothing():

@@ -74,3 +74,31 @@ def test_the_declared_members_are_on_the_base() -> None:
         assert name in dir(Storage)
     for name in ("leaf_keys", "get_leaf", "reads_own_memory", "random_slots"):
         assert callable(getattr(Storage, name))
+
+
+@pytest.mark.parametrize("make", ["list", "lazy", "compressed"])
+def test_contains_says_which_slots_hold_an_item(make: str) -> None:
+    from rbdata import CompressedListStorage, LazyTensorStorage, ListStorage
+
+    storage = {"list": ListStorage, "lazy": LazyTensorStorage, "compressed": CompressedListStorage}[
+        make
+    ](10)
+    storage.set(torch.arange(3), torch.zeros(3, 2) if make != "list" else [0, 1, 2])
+    assert storage.contains(0) and storage.contains(2) and storage.contains(-3)
+    assert not storage.contains(3) and not storage.contains(-4)
+    assert storage.contains(torch.tensor([[0, 3], [2, 9]])).tolist() == [
+        [True, False],
+        [True, False],
+    ]
+    with pytest.raises(TypeError, match="item must be an int"):
+        storage.contains(1.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="item must hold integers"):
+        storage.contains(torch.tensor([0.0]))
+
+
+def test_a_compressed_storage_slot_never_written_is_not_contained() -> None:
+    from rbdata import CompressedListStorage
+
+    storage = CompressedListStorage(10)
+    storage.set(2, torch.zeros(3))  # slots 0 and 1 are below the length but empty
+    assert [storage.contains(i) for i in range(4)] == [False, False, True, False]

@@ -35,3 +35,35 @@ def test_a_dump_loads_into_a_fresh_storage_of_the_requested_size(tmp_path: Path)
     other = ReplayBuffer(storage=LazyMemmapStorage(90, ndim=2))  # rounds to 90 or 93, not 102
     with pytest.raises(CheckpointError, match="max_size"):
         other.loads(tmp_path / "dump")
+
+
+@pytest.mark.parametrize(
+    "checkpointer", [None, "H5StorageCheckpointer", "NestedStorageCheckpointer"]
+)
+def test_checkpoint_py_loop_round_trips_every_iteration(tmp_path: Path, checkpointer: Any) -> None:
+    """torchrl's examples/replay-buffers/checkpoint.py: extend, dumps, loads, compare, repeated."""
+    import rbdata
+
+    if checkpointer == "H5StorageCheckpointer":
+        pytest.importorskip("h5py")
+    rb = ReplayBuffer(storage=LazyMemmapStorage(100, ndim=2))
+    rb_test = ReplayBuffer(storage=LazyMemmapStorage(100, ndim=2))
+    if checkpointer is not None:
+        rb.storage.checkpointer = getattr(rbdata, checkpointer)()
+        rb_test.storage.checkpointer = getattr(rbdata, checkpointer)()
+    for step in range(6):  # 66 cells a batch in 102: the writes wrap
+        start = 66 * step
+        data = TensorDict(
+            {
+                "obs": torch.arange(start, start + 66.0).reshape(3, 22),
+                ("next", "done"): torch.zeros(3, 22, 1, dtype=torch.bool),
+            },
+            [3, 22],
+        )
+        rb.extend(data)
+        assert rb.storage.max_size == 102
+        rb.dumps(tmp_path / "dump")
+        rb_test.loads(tmp_path / "dump")
+        assert len(rb_test) == len(rb)
+        assert torch.equal(rb_test[:]["obs"], rb[:]["obs"])
+        assert torch.equal(rb_test[:]["next", "done"], rb[:]["next", "done"])
