@@ -222,6 +222,8 @@ class _WritePath(_DeferredWrites):
         sync = c.sync
         if sync.shared and writer.writes_in_ring_order:
             n = batch_len(data)
+            while journal:  # consumed slots written first: that part is done (committed)
+                sync.overwritten(journal.pop())
             journal.append(sync.overwriting_next(n))
             if armed("locked-mid-copy") and n > 1:  # a fault test: half copied, then killed
                 head = writer.extend(slice_batch(data, slice(0, n // 2)))
@@ -233,7 +235,9 @@ class _WritePath(_DeferredWrites):
         """``writer.write_at(free, data)``, journaled first, two runs of slots at a time.
 
         A write into consumed slots scattered in more than two runs commits
-        each pair of runs in turn (the journal names two ranges).
+        each pair of runs in turn (the journal names two ranges), and one that
+        goes on at the cursor commits its consumed slots first: one journal is
+        open at a time, so a dead write is undone from whole rows only.
         """
         c = self._components
         writer = c.writer

@@ -228,11 +228,19 @@ def test_a_dump_after_a_crash_holds_only_committed_rows(tmp_path) -> None:
 
 
 # ---------------------------------------------------------------- random moments
-def _kill_at_random(trials: int, seed: int) -> tuple[int, int]:
-    """Writers killed at random moments while the parent samples; (kills, rows checked)."""
+def _kill_at_random(trials: int, seed: int, prioritized: bool = False) -> tuple[int, int]:
+    """Writers killed at random moments while the parent samples; (kills, rows checked).
+
+    ``prioritized``: the writes go under the lock (journaled), the ring wraps
+    within a few trials, so most kills land in overwrites of committed rows.
+    """
     rng = random.Random(seed)
     capacity = 8192
-    rb = shared_buffer(capacity)
+    if prioritized:
+        rb: Any = PrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(capacity))
+        rb.share()
+    else:
+        rb = shared_buffer(capacity)
     rb.extend(rows(1, 8))
     next_id, kills, checked = 100, 0, 0
     for _ in range(trials):
@@ -256,9 +264,17 @@ def _kill_at_random(trials: int, seed: int) -> tuple[int, int]:
     return kills, checked
 
 
-def test_writers_killed_at_random_moments_leave_only_whole_rows() -> None:
-    trials = 200 if SOAK else 6
-    kills, checked = _kill_at_random(trials, seed=0)
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_writers_killed_at_random_moments_leave_only_whole_rows(prioritized: bool) -> None:
+    """``RBDATA_SOAK=1``: ``RBDATA_SOAK_TRIALS`` trials (200 by default) instead of 6."""
+    trials = int(os.environ.get("RBDATA_SOAK_TRIALS", "200")) if SOAK else 6
+    start = time.monotonic()
+    kills, checked = _kill_at_random(trials, seed=int(prioritized), prioritized=prioritized)
+    print(  # the soak's figures (run with -s)
+        f"random kills ({'prioritized, under the lock' if prioritized else 'reserved'}): "
+        f"{trials} trials, {kills} kills, {checked} rows checked, "
+        f"{time.monotonic() - start:.0f} s"
+    )
     assert kills == trials and checked > 0
 
 
