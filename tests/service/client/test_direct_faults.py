@@ -20,6 +20,7 @@ import torch
 from tensordict import TensorDict
 
 from rbdata import LazyTensorStorage, TensorDictReplayBuffer
+from rbdata.transforms import as_transform
 
 pytestmark = pytest.mark.ray
 ray = pytest.importorskip("ray", reason="the Ray service tests need the 'ray' extra")
@@ -44,7 +45,11 @@ def whole(batch: TensorDict) -> bool:
 def collector() -> Any:
     """A Ray task extending 8 batches of 10 through its client; the first try dies at a point.
 
-    Defined here (pickled by value): the workers cannot import this test module.
+    The first try writes its pid to ``marker``, then before each batch the
+    batch's number to ``marker + ".at"``, and kills itself the 3rd time it
+    passes ``point`` (a write through its map); Ray's retry writes ids from
+    ``first + 2000``. Defined here (pickled by value): the workers cannot
+    import this test module.
     """
 
     @ray.remote(num_cpus=0, max_retries=2)
@@ -57,12 +62,19 @@ def collector() -> Any:
 
         from rbdata.sharing import faults
 
-        if marker is not None and not os.path.exists(marker):
-            open(marker, "w").close()  # noqa: SIM115 - an empty marker: the retry does not die
-            faults.arm(point, 3)  # the 3rd pass: a write through the map
+        dying = marker is not None and not os.path.exists(marker)
+        if dying:
+            with open(marker, "w") as f:
+                f.write(str(os.getpid()))
+            faults.arm(point, 3)
+        elif marker is not None:
+            first += 2000  # the retry
         longest = 0.0
         try:
             for i in range(8):
+                if dying:
+                    with open(f"{marker}.at", "w") as f:
+                        f.write(str(i))
                 ids = torch.arange(first + 10 * i, first + 10 * i + 10)
                 obs = ids.unsqueeze(-1) * torch.arange(1, 9)
                 data = TensorDict({"id": ids, "obs": obs, "check": obs.sum(-1)}, [10])
@@ -83,29 +95,58 @@ def timed(call: Any) -> tuple[Any, float]:
     return out, time.monotonic() - start
 
 
-@pytest.mark.parametrize("point", ["took-lock", "mid-copy"])
+def wait_for_death(marker: Path) -> None:
+    """Until the first try (its pid in ``marker``) is dead (bounded)."""
+    deadline = time.monotonic() + 60.0
+    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    pid = int(marker.read_text())
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
+                    return
+        except OSError:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the first try of the collector did not die")
+
+
+@pytest.mark.parametrize("point", ["took-lock", "mid-copy", "locked-mid-copy"])
 def test_a_collector_killed_writing_through_its_map_stops_nobody(
     ray_cluster: Any, tmp_path: Path, point: str
 ) -> None:
-    """Was: the owner's ``sample`` and ``len`` and a new client's ``extend`` blocked > 15 s."""
+    """Was: the owner's ``sample`` and ``len`` and a new client's ``extend`` blocked > 15 s.
+
+    ``locked-mid-copy``: the buffer has a transform (its writes are made under
+    the lock) and its ring has wrapped: the killed write overwrote committed
+    rows (was: torn rows, and the dead write's rows, in ``rb[:]``).
+    """
+    locked = point.startswith("locked")
+    extra: dict[str, Any] = {"transform": as_transform(torch.clone, invert=True)} if locked else {}
+    capacity = 60 if locked else 500
     rb = TensorDictReplayBuffer(
-        storage=LazyTensorStorage(500),
+        storage=LazyTensorStorage(capacity),
         batch_size=32,
         service_backend="ray",
         service_backend_options=OPTIONS,
+        **extra,
     )
     try:
-        rb.extend(rows(1, 20))
-        marker = str(tmp_path / "tried")
+        rb.extend(rows(1, 70 if locked else 20))
+        marker = tmp_path / "tried"
         start = time.monotonic()
         collect = collector()
-        retried = collect.remote(rb.client(), 1000, marker, point)
-        deadline = time.monotonic() + 60.0
-        while not Path(marker).exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.5)  # the first try is dead by now (its 3rd write through the map)
+        retried = collect.remote(rb.client(), 1000, str(marker), point)
+        wait_for_death(marker)
+        dead = int((tmp_path / "tried.at").read_text())
+        dead_ids = set(range(1000 + 10 * dead, 1010 + 10 * dead))
         n, took_len = timed(lambda: len(rb))
         batch, took_sample = timed(lambda: rb.sample())
+        after_kill = rb[:]
+        assert whole(after_kill), "a torn row after the kill"
+        assert not set(after_kill["id"].tolist()) & dead_ids, "the dead write's rows are seen"
+        assert len(after_kill) == n == min(capacity, rb.write_count)
         fresh = collect.remote(rb.client(), 5000, None, point)
         # a task's time includes starting a worker in place of the dead one (seconds here)
         longest_fresh = ray.get(fresh, timeout=60.0)
@@ -118,12 +159,13 @@ def test_a_collector_killed_writing_through_its_map_stops_nobody(
         assert took_len < BOUND_S and took_sample < BOUND_S
         assert longest_fresh < BOUND_S and longest_retry < BOUND_S
         assert whole(batch)
-        assert n >= 20
         everything = rb[:]
         assert whole(everything)
         ids = set(everything["id"].tolist())
-        assert set(range(5000, 5080)) <= ids  # the new client's writes
-        assert set(range(1000, 1080)) <= ids  # the retry's writes
-        assert len(rb) == rb.write_count == len(everything)
+        assert not ids & dead_ids
+        assert len(rb) == len(everything) == min(capacity, rb.write_count)
+        if not locked:  # everything fits: every acknowledged write is there
+            assert set(range(5000, 5080)) <= ids  # the new client's writes
+            assert set(range(3000, 3080)) <= ids  # the retry's writes
     finally:
         rb.shutdown()
