@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -75,8 +76,7 @@ def test_an_unrelated_process_writes_where_the_owner_samples(tmp_path: Path) -> 
         f"""
         import pickle, sys, torch
         from tensordict import TensorDict
-        from rbdata.sharing.cleanup import sweep
-from rbdata.sharing.handle import import_shared
+        from rbdata.sharing.handle import import_shared
         data = open({str(tmp_path / "handle")!r}, "rb").read()
         rb = import_shared(data, lambda: True, RuntimeError)
         ids = torch.arange(8, 40)
@@ -122,8 +122,6 @@ def test_a_copy_stops_waiting_once_its_owner_is_gone() -> None:
 
 def test_an_export_names_nothing_in_dev_shm_but_its_lock() -> None:
     """Was: one ``torch_<pid>_*`` file per shared tensor, left when Ray killed the owner."""
-    import os
-
     mine = f"torch_{os.getpid()}_"
     before = set(os.listdir("/dev/shm"))
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(64), batch_size=16)
@@ -137,8 +135,6 @@ def test_an_export_names_nothing_in_dev_shm_but_its_lock() -> None:
 
 def test_a_handle_whose_owner_is_gone_is_an_os_error(tmp_path: Path) -> None:
     """The owner's descriptors went with it: importing its handle fails, maps nothing else."""
-    import os
-
     pid = os.fork()
     if pid == 0:  # the owner: exports, then exits
         rb = ReplayBuffer(storage=LazyTensorStorage(8))
