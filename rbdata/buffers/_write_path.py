@@ -12,6 +12,7 @@ from tensordict import TensorDict, TensorDictBase, is_tensor_collection
 from rbdata.buffers._components import _Components
 from rbdata.buffers._coordinates import cells_of_rows, to_coordinates
 from rbdata.buffers._deferred_write import _DeferredWrites
+from rbdata.sharing.faults import armed, fault_point
 from rbdata.writers._base import batch_len, slice_batch
 
 
@@ -86,12 +87,25 @@ class _WritePath(_DeferredWrites):
                 data = c.transform.inv(data)
             c.catch_up()
             free = c.sampler.reusable_slots(1) if c.consume_after_n is not None else None
-            if free is not None and free.numel():
-                slot = int(c.writer.write_at(free, [data])[0])
-            else:
-                slot = c.writer.add(data)
-            c.note_written(torch.tensor([slot]))
-            c.feed.skip_to(c.writer.write_count)
+            writer = c.writer
+            journal = None
+            if not sync.shared:
+                pass
+            elif free is not None and free.numel():
+                at = int(free[0])
+                journal = sync.overwriting((at, at + 1, 0, 0))
+            elif writer.writes_in_ring_order:
+                journal = sync.overwriting_next(1)
+            try:
+                if free is not None and free.numel():
+                    slot = int(writer.write_at(free, [data])[0])
+                else:
+                    slot = writer.add(data)
+                c.note_written(torch.tensor([slot]))
+                c.feed.skip_to(writer.write_count)
+                fault_point("locked-before-commit")
+            finally:
+                sync.overwritten(journal)
             sync.cond.notify_all()
         return slot
 
@@ -119,18 +133,20 @@ class _WritePath(_DeferredWrites):
             self.hooks.validate(data, update_priority)
             self._check_sampler_fits(data)
             c.catch_up()
-            index = self._write(data)
-            writer = c.writer
-            c.note_written(index[index >= 0] if writer.drops_items else index)
-            c.feed.skip_to(writer.write_count)
-            if storage.ndim == 1:
-                self.hooks.after(data, index, update_priority)
-                c.sync.cond.notify_all()
-                return index
-            cells = cells_of_rows(index, c.cells_per_item())
-            self.hooks.after(data, cells, update_priority)
+            journal: list[int | None] = []  # the write's journal (shared buffers)
+            try:
+                index = self._write(data, journal)
+                writer = c.writer
+                c.note_written(index[index >= 0] if writer.drops_items else index)
+                c.feed.skip_to(writer.write_count)
+                where = index if storage.ndim == 1 else cells_of_rows(index, c.cells_per_item())
+                self.hooks.after(data, where, update_priority)
+                fault_point("locked-before-commit")
+            finally:
+                for slot in journal:
+                    c.sync.overwritten(slot)
             c.sync.cond.notify_all()
-        return to_coordinates(cells, c.storage_shape())
+        return index if storage.ndim == 1 else to_coordinates(where, c.storage_shape())
 
     def _validate_extend(self, data: object, update_priority: bool | None) -> None:
         self.hooks.validate(data, update_priority)
@@ -181,31 +197,85 @@ class _WritePath(_DeferredWrites):
         lead = int(math.prod(tuple(data.shape)[1 : storage.ndim]))
         return lead, -(-int(storage.max_size) // lead)
 
-    def _write(self, data: Any) -> torch.Tensor:
+    def _write(self, data: Any, journal: list[int | None]) -> torch.Tensor:
         """Write a batch: into consumed slots first (consume-after-n), then at the cursor.
 
         The consumed slots a batch reuses take its items in ring order from the
-        sampler's reuse position (``Sampler.reusable_slots``).
+        sampler's reuse position (``Sampler.reusable_slots``). A shared buffer
+        journals the rows each part overwrites first (``journal`` gets the
+        slots, :meth:`~rbdata.sharing.sync._BufferSync.overwriting`), so that
+        a process killed mid-copy leaves no torn row.
         """
         c = self._components
         writer = c.writer
         if c.consume_after_n is None or writer.write_at is None:
-            return writer.extend(data)
+            return self._at_cursor(data, journal)
         n = batch_len(data)
         free = c.sampler.reusable_slots(n)
         if not free.numel():
-            return writer.extend(data)
+            return self._at_cursor(data, journal)
         k = free.numel()
         if k < n:
             capacity = c.storage.max_size_along_dim0
             at_cursor = (torch.arange(n - k) + writer.cursor) % capacity
             if bool(torch.isin(at_cursor, free).any()):  # the cursor would overwrite them
-                return writer.extend(data)
+                return self._at_cursor(data, journal)
             c.storage.validate(data, True)  # both parts or neither
-        head = writer.write_at(free, slice_batch(data, slice(0, k)))
+        head = self._at_slots(free, slice_batch(data, slice(0, k)) if k < n else data, journal)
         if k == n:
             return head
-        return torch.cat([head, writer.extend(slice_batch(data, slice(k, None)))])
+        return torch.cat([head, self._at_cursor(slice_batch(data, slice(k, None)), journal)])
+
+    def _at_cursor(self, data: Any, journal: list[int | None]) -> torch.Tensor:
+        """``writer.extend(data)``, journaled first when the writer writes in ring order."""
+        c = self._components
+        writer = c.writer
+        sync = c.sync
+        if sync.shared and writer.writes_in_ring_order:
+            n = batch_len(data)
+            while journal:  # consumed slots written first: that part is done (committed)
+                sync.overwritten(journal.pop())
+            journal.append(sync.overwriting_next(n))
+            if armed("locked-mid-copy") and n > 1:  # a fault test: half copied, then killed
+                head = writer.extend(slice_batch(data, slice(0, n // 2)))
+                fault_point("locked-mid-copy")
+                return torch.cat([head, writer.extend(slice_batch(data, slice(n // 2, None)))])
+        return writer.extend(data)
+
+    def _at_slots(self, free: torch.Tensor, data: Any, journal: list[int | None]) -> torch.Tensor:
+        """``writer.write_at(free, data)``, journaled first, two runs of slots at a time.
+
+        A write into consumed slots scattered in more than two runs commits
+        each pair of runs in turn (the journal names two ranges), and one that
+        goes on at the cursor commits its consumed slots first: one journal is
+        open at a time, so a dead write is undone from whole rows only.
+        """
+        c = self._components
+        writer = c.writer
+        assert writer.write_at is not None
+        if not c.sync.shared:
+            return writer.write_at(free, data)
+        runs = _runs(free)
+        if len(runs) > 2:
+            c.storage.validate(data, True)  # every part or none
+        done: list[torch.Tensor] = []
+        at = 0
+        for i in range(0, len(runs), 2):
+            pair = runs[i : i + 2]
+            a, b = pair[0]
+            c_, d = pair[1] if len(pair) > 1 else (0, 0)
+            if journal:  # the pair before is done: committed
+                c.sync.overwritten(journal.pop())
+            journal.append(c.sync.overwriting((a, b, c_, d)))
+            k = (b - a) + (d - c_)
+            slots, part = free[at : at + k], slice_batch(data, slice(at, at + k))
+            if armed("locked-mid-copy") and k > 1:  # a fault test: half copied, then killed
+                done.append(writer.write_at(slots[: k // 2], slice_batch(part, slice(0, k // 2))))
+                fault_point("locked-mid-copy")
+                slots, part = slots[k // 2 :], slice_batch(part, slice(k // 2, None))
+            done.append(writer.write_at(slots, part))
+            at += k
+        return torch.cat(done) if len(done) > 1 else done[0]
 
     def empty(self, empty_write_count: bool) -> None:
         """Empty the buffer and reset the cursor to 0."""
@@ -219,6 +289,23 @@ class _WritePath(_DeferredWrites):
             c.sample_unit._empty()
             c.feed.skip_to(c.writer.write_count)
             c.sync.cond.notify_all()
+
+
+def _runs(slots: torch.Tensor) -> list[tuple[int, int]]:
+    """``slots`` (in write order) as runs ``[first, stop)`` of consecutive slots.
+
+    Examples:
+        >>> _runs(torch.tensor([5, 6, 7, 0, 1, 4]))
+        [(5, 8), (0, 2), (4, 5)]
+    """
+    if slots.numel() == 1:
+        first = int(slots[0])
+        return [(first, first + 1)]
+    breaks = (torch.nonzero(slots[1:] - slots[:-1] != 1).reshape(-1) + 1).tolist()
+    starts = [0, *breaks]
+    stops = [*breaks, int(slots.numel())]
+    firsts = slots[starts].tolist()
+    return [(f, f + stop - start) for f, start, stop in zip(firsts, starts, stops, strict=True)]
 
 
 def _is_empty(data: Any) -> bool:

@@ -11,7 +11,11 @@ would. The points:
 - ``holding-lock``: just after taking the cross-process lock (the version moved);
 - ``after-reserve``: rows reserved, the lock released, nothing copied;
 - ``mid-copy``: half of a reserved batch's fields copied;
-- ``before-commit``: every row copied, the reservation not yet released.
+- ``before-commit``: every row copied, the reservation not yet released;
+- ``locked-mid-copy``: half of a batch written under the lock (a prioritized,
+  slice, transform or consume-after-n write) copied, the lock held;
+- ``locked-before-commit``: such a write done and told to the sampler, its
+  journal not yet released.
 
 Without the variable (the normal case) :func:`fault_point` is a no-op.
 """
@@ -23,7 +27,15 @@ import signal
 
 __all__ = ["POINTS", "arm", "armed", "fault_point"]
 
-POINTS = ("took-lock", "holding-lock", "after-reserve", "mid-copy", "before-commit")
+POINTS = (
+    "took-lock",
+    "holding-lock",
+    "after-reserve",
+    "mid-copy",
+    "before-commit",
+    "locked-mid-copy",
+    "locked-before-commit",
+)
 
 _POINT = os.environ.get("RBDATA_FAULT_POINT") or None
 _AFTER = [int(os.environ.get("RBDATA_FAULT_AFTER", "1") or 1)]

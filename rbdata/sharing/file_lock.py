@@ -99,7 +99,11 @@ class FileLock:
         if path is None:
             fd, path = tempfile.mkstemp(prefix=creator_prefix("lock"), dir=shared_dir())
             os.close(fd)
-            weakref.finalize(self, _remove, path, os.getpid())
+            self._remover: weakref.finalize[Any, FileLock] | None = weakref.finalize(
+                self, _remove, path, os.getpid()
+            )
+        else:
+            self._remover = None
         self.path = path
         self._fd = -1
         self._pid = -1
@@ -118,6 +122,17 @@ class FileLock:
                 ) from None
             fd = os.open(f"/proc/self/fd/{inherited}", os.O_RDWR | os.O_CLOEXEC)
         self._fd, self._pid = fd, os.getpid()
+
+    def unlink(self) -> None:
+        """Remove the lock's file name now, if this process created it (its owner stops).
+
+        Processes that opened it keep the lock; no other process can open it
+        by its path any more. Otherwise the name goes when this object is
+        collected or the process exits, or, after a crash, at the next sweep.
+        """
+        remover = self._remover
+        if remover is not None:
+            remover()
 
     def after_fork(self) -> None:
         """In a forked child: a description of its own, the inherited one closed."""
@@ -165,6 +180,7 @@ class FileLock:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = state["path"]
+        self._remover = None
         self._fd = self._pid = -1
         self._open(None)
         _LOCKS.add(self)

@@ -3,10 +3,17 @@
 ``share()`` puts a buffer's rows, counters and lock in shared memory for the
 children ``torch.multiprocessing`` starts. A process the owner did not start
 (a Ray task beside the Ray actor hosting the buffer) can map them too, given
-names rather than file descriptors: :meth:`rbdata.buffers.shared_handle._SharedHandle.export_shared`
-shares the buffer with torch's ``file_system`` strategy (memory named in
-``/dev/shm``) and pickles it as for a spawned child (the lock travels by its
-semaphore's name), and :func:`import_shared` rebuilds it there. The copy
+paths rather than inherited descriptors:
+:meth:`rbdata.buffers.shared_handle._SharedHandle.export_shared` shares
+the buffer by file descriptor (torch's ``file_descriptor`` strategy,
+or rbdata's ``memfd`` segments) and pickles each shared tensor as the path
+``/proc/<owner pid>/fd/<fd>`` of the owner's descriptor (the lock travels by
+its file's path), and :func:`import_shared` opens those paths and maps them
+there. No memory is named in ``/dev/shm``: the kernel frees it with the last
+process that maps it, so nothing is left behind however the owner or a
+client ends (killed by Ray included). torch's ``file_system`` strategy, which
+this used, leaves a ``torch_*`` file for every shared tensor when the
+owner's ``torch_shm_manager`` is killed with it, as Ray does. The copy
 writes into the owner's rows under the owner's lock, the owner's sampler
 catches up with those writes before its next draw, and the copy's waits for
 the lock end with an error once the owner process is gone
@@ -24,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import pickle
 from collections.abc import Callable, Iterator
 from multiprocessing import context
@@ -32,6 +40,8 @@ from typing import Any
 
 import torch
 import torch.multiprocessing as mp
+
+from rbdata.sharing.liveness import identity, this_process
 
 __all__ = ["dump_shared", "import_shared", "named_sharing"]
 
@@ -44,49 +54,65 @@ class _Spawning:
 
 @contextlib.contextmanager
 def named_sharing() -> Iterator[None]:
-    """Inside the block, torch's ``file_system`` sharing strategy: memory named in ``/dev/shm``.
+    """Inside the block, memory is shared by file descriptor, which other processes open by path.
 
-    Memory shared (``share_memory_()``) and pickled (``ForkingPickler``) in the
-    block travels by name, which any process on the machine can open; the
-    process's strategy is restored after.
+    Memory shared (``share_memory_()``) in the block is torch's
+    ``file_descriptor`` kind (an unlinked shared-memory file) or rbdata's
+    ``memfd`` segment; :func:`dump_shared` sends it as the path
+    ``/proc/<pid>/fd/<fd>``, which any process of the same user on the
+    machine can open while this process runs. The process's strategy is
+    restored after.
     """
     strategy = mp.get_sharing_strategy()  # type: ignore[no-untyped-call]
-    mp.set_sharing_strategy("file_system")  # type: ignore[no-untyped-call]
+    mp.set_sharing_strategy("file_descriptor")  # type: ignore[no-untyped-call]
     try:
         yield
     finally:
         mp.set_sharing_strategy(strategy)  # type: ignore[no-untyped-call]
 
 
-_SHM = "/dev/shm"
-_HEADER_BYTES = 64  # torch's file_system files start with a reference-count header
-
-
-def _named_tensor(
-    name: str,
+def _mapped_tensor(
+    owner: tuple[int, int],
+    fd: int,
     nbytes: int,
     dtype: torch.dtype,
     offset: int,
     shape: tuple[int, ...],
     stride: tuple[int, ...],
 ) -> torch.Tensor:
-    """A tensor over the shared file ``name`` (what :class:`_NamedPickler` sent)."""
-    region = torch.from_file(
-        _SHM + name, shared=True, size=_HEADER_BYTES + nbytes, dtype=torch.uint8
-    ).view(dtype)
-    # as_strided's offset counts from the file's start, header included
-    return region.as_strided(shape, stride, _HEADER_BYTES // region.element_size() + offset)
+    """A tensor over the owner's shared memory ``fd`` (what :class:`_NamedPickler` sent).
+
+    Raises:
+        OSError: the owner process is gone (or another process has its pid now),
+            or its descriptor cannot be opened from here.
+    """
+    pid, start = owner
+    if identity(pid) != start:
+        raise ProcessLookupError(
+            f"the process {pid} that shared this buffer is gone: its memory cannot be mapped"
+        )
+    local = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        if os.fstat(local).st_size < nbytes:
+            raise OSError(f"/proc/{pid}/fd/{fd} is not the shared memory it was ({nbytes} bytes)")
+        # torch maps the descriptor and keeps a duplicate of its own
+        storage = torch.UntypedStorage._new_shared_fd_cpu(local, nbytes)  # type: ignore[attr-defined]
+    finally:
+        os.close(local)
+    region = torch.empty(0, dtype=torch.uint8).set_(storage).view(dtype)
+    return region.as_strided(shape, stride, offset)
 
 
 class _NamedPickler(ForkingPickler):
-    """Shared CPU tensors by their file's name: the receiver maps the file itself.
+    """Shared CPU tensors by the path of the owner's descriptor: the receiver opens it itself.
 
-    torch's own ``file_system`` reduction registers every receiver with the
-    sender's ``torch_shm_manager``, which dies with the sender (Ray kills an
-    actor's children with it): a receiver freeing such a tensor after that
-    aborts. A plain mapping of the file outlives the sender and needs nobody.
-    Shared memory this pickler cannot send by name (a tensor subclass, a bare
-    storage) is refused.
+    torch's own reductions hand a descriptor over a socket (only to a child
+    it starts) or register every receiver with the sender's
+    ``torch_shm_manager``, which dies with the sender (Ray kills an actor's
+    children with it) and leaves the files behind. ``/proc/<pid>/fd/<fd>``
+    is opened by the receiver while the owner runs, and the memory lives as
+    long as someone maps it. Shared memory this pickler cannot send (a
+    tensor subclass, a bare storage) is refused.
     """
 
     def reducer_override(self, obj: Any) -> Any:
@@ -96,19 +122,18 @@ class _NamedPickler(ForkingPickler):
             return NotImplemented
         if type(obj) is not torch.Tensor:
             raise pickle.PicklingError(f"a shared {type(obj).__name__} cannot be mapped")
-        _, name, nbytes = obj.untyped_storage()._share_filename_cpu_()
-        args = (name.decode(), nbytes, obj.dtype, obj.storage_offset(), tuple(obj.shape))
-        return _named_tensor, (*args, obj.stride())
+        fd, nbytes = obj.untyped_storage()._share_fd_cpu_()
+        args = (this_process(), fd, nbytes, obj.dtype, obj.storage_offset(), tuple(obj.shape))
+        return _mapped_tensor, (*args, obj.stride())
 
 
 def dump_shared(obj: Any) -> bytes:
     """``obj`` pickled for another process on this machine: shared memory and locks by name.
 
-    Call it inside :func:`named_sharing`, which shares tensors in named files.
+    Call it inside :func:`named_sharing`, which shares tensors by file descriptor.
 
     Raises:
-        pickle.PicklingError: for shared memory that cannot travel by name.
-        RuntimeError: for a tensor shared otherwise (by file descriptor).
+        pickle.PicklingError: for shared memory that cannot travel by path.
     """
     out = io.BytesIO()
     context.set_spawning_popen(_Spawning())  # type: ignore[arg-type]

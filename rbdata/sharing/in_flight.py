@@ -56,9 +56,10 @@ _log = logging.getLogger(__name__)
 SLOTS = 16  # copies in flight at once (a writer finding none free writes under the lock)
 LOG = 64  # reservations a reader can look back over (more during one copy: read again)
 # a slot: row ranges [a, b), [c, d), the writer's pid (0: free), its start time, the phase
-# (claimed, reserved) and the journal (the counters before the reservation moved them)
+# (claimed, reserved, overwritten under the lock) and the journal (the counters before the
+# reservation or the write moved them)
 _WIDTH = 10
-_CLAIMED, _RESERVED = 1, 2
+_CLAIMED, _RESERVED, _LOCKED = 1, 2, 3
 _ENTRY = 4  # a log entry: the two ranges
 _SLOT0 = 1  # cell 0 is the sequence number
 _LOG0 = _SLOT0 + SLOTS * _WIDTH
@@ -72,8 +73,9 @@ Snapshot = tuple[int, list[Ranges]]
 #: the counters a reservation moves, as they were before: cursor, write count, length
 Journal = tuple[int, int, int]
 #: what the lock's holder does with the ranges a dead writer reserved (:mod:`.reclaim`):
-#: with the journal when the writer died while reserving (the counters go back to it)
-Reclaim = Callable[[Ranges, "Journal | None"], None]
+#: with the journal when the writer died while reserving (the counters go back to it); the
+#: flag is true for rows it was overwriting under the lock (:meth:`InFlightRows.overwriting`)
+Reclaim = Callable[[Ranges, "Journal | None", bool], None]
 
 
 def _overlap(ranges: Ranges, a: int, b: int, c: int, d: int) -> bool:
@@ -205,6 +207,37 @@ class InFlightRows:
         cells[0] = seq + 1
         return free
 
+    def overwriting(self, ranges: Ranges, cursor: int, count: int, length: int) -> int | None:
+        """Journal a write made under the lock, before it copies ``ranges``: the slot, or None.
+
+        A writer holding the lock for a whole write (a prioritized, slice,
+        transform or consume-after-n write) overwrites committed rows once the
+        ring has wrapped; killed mid-copy, it would leave them torn. The slot
+        names the rows and the counters before the write (``cursor``,
+        ``count``: the writer's; ``length``: the storage's), so the next
+        holder (told of the death by the kernel) drops the write
+        (:func:`~.reclaim.reclaim` with ``locked``). The caller frees it with
+        :meth:`release` once the write is done. A handful of stores: the lock
+        is held and drained, so every slot is free and no reader looks at the
+        log (the version is odd); None only if no slot is free all the same.
+        """
+        cells = self._cells
+        base = _SLOT0
+        if cells[_SLOT0 + 4]:  # not drained (a hold that skipped it): look for a free slot
+            free = next((s for s in range(SLOTS) if not cells[_SLOT0 + s * _WIDTH + 4]), None)
+            if free is None:
+                return None
+            base = _SLOT0 + free * _WIDTH
+        cells[base], cells[base + 1], cells[base + 2], cells[base + 3] = ranges
+        pid, start = this_process()
+        cells[base + 5] = start
+        cells[base + 6] = _LOCKED
+        cells[base + 7] = cursor
+        cells[base + 8] = count
+        cells[base + 9] = length
+        cells[base + 4] = pid  # last: the slot is taken once it names its writer
+        return (base - _SLOT0) // _WIDTH
+
     def reserved(self, slot: int) -> None:
         """The counters of ``slot``'s reservation moved (the lock held): the copy comes next."""
         self._cells[_SLOT0 + slot * _WIDTH + 6] = _RESERVED
@@ -282,7 +315,8 @@ class InFlightRows:
             pid = cells[base + 4]
             ranges = (cells[base], cells[base + 1], cells[base + 2], cells[base + 3])
             journal = None
-            if cells[base + 6] != _RESERVED:  # died reserving: the counters go back
+            phase = cells[base + 6]
+            if phase != _RESERVED:  # died reserving or overwriting: the counters go back
                 journal = (cells[base + 7], cells[base + 8], cells[base + 9])
             if reclaim is None:
                 _log.warning(
@@ -298,7 +332,7 @@ class InFlightRows:
                     pid,
                     *ranges,
                 )
-                reclaim(ranges, journal)
+                reclaim(ranges, journal, phase == _LOCKED)
             cells[base + 4] = 0
 
     # ------------------------------------------------------------ lock-free readers

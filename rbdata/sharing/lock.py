@@ -283,6 +283,10 @@ class LocalThenShared:
         self.shared.release()
         self.local.release()
 
+    def unlink(self) -> None:
+        """Remove the shared lock's file name (see :meth:`~.file_lock.FileLock.unlink`)."""
+        self.shared.inner.unlink()
+
     def acquire_to_reserve(self) -> None:
         """Both locks, taken to reserve rows (:meth:`SharedLock.acquire_to_reserve`)."""
         self.local.acquire()

@@ -19,6 +19,15 @@ done):
 4. every slot whose content changed gets a new generation, so priority
    updates and ``update_if_present`` of handles taken before skip them.
 
+A writer that died *holding the lock* in the middle of a write it makes
+under it (a prioritized, slice, transform or consume-after-n write,
+journaled by :meth:`~.in_flight.InFlightRows.overwriting`) left no reservation
+after it: the counters go back to its journal, and the rows it was
+overwriting that were visible before it (a wrapped ring's oldest rows, or
+consumed slots) hold copies of the whole rows just before them (in ring
+order), with new generations; rows past the length stay invisible. The
+dead write's rows are never seen, torn or whole.
+
 Examples:
     >>> import torch
     >>> from rbdata import LazyTensorStorage, RoundRobinWriter
@@ -32,6 +41,8 @@ Examples:
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from rbdata.sharing.components import Cursor, Rows
@@ -39,13 +50,26 @@ from rbdata.sharing.in_flight import Journal, Ranges
 
 __all__ = ["reclaim"]
 
+_log = logging.getLogger(__name__)
 
-def reclaim(storage: Rows, writer: Cursor, ranges: Ranges, journal: Journal | None = None) -> None:
+
+def reclaim(
+    storage: Rows,
+    writer: Cursor,
+    ranges: Ranges,
+    journal: Journal | None = None,
+    locked: bool = False,
+) -> None:
     """Drop the rows ``ranges`` reserved by a dead writer (see the module docstring).
 
     With a ``journal`` (the writer died reserving, holding the lock: no other
-    change came after) the counters simply go back to it.
+    change came after) the counters simply go back to it; ``locked`` (with a
+    journal): it died overwriting ``ranges`` under the lock, whose visible
+    rows are mended too.
     """
+    if locked and journal is not None:
+        _undo_overwrite(storage, writer, ranges, journal)
+        return
     if journal is not None:
         cells = writer.counters.cells
         cells[0], cells[1] = journal[0], journal[1]
@@ -79,6 +103,49 @@ def reclaim(storage: Rows, writer: Cursor, ranges: Ranges, journal: Journal | No
     stamps = storage.slot_generations if writer.tracks_generations else None
     if stamps is not None:
         changed = _ring(a, after + k, capacity)
+        stamps.index_add_(0, changed, torch.ones_like(changed))
+
+
+def _undo_overwrite(storage: Rows, writer: Cursor, ranges: Ranges, journal: Journal) -> None:
+    """Counters back to ``journal``; visible rows of ``ranges`` replaced by whole rows."""
+    cells = writer.counters.cells
+    cells[0], cells[1] = journal[0], journal[1]
+    length = storage.counters.cells
+    length[0] = visible = journal[2]
+    length[1] += 1  # the content changed (the mutation revision)
+    capacity = storage.max_size_along_dim0
+    a, b, c, d = ranges
+    runs = [(lo, min(hi, visible)) for lo, hi in ((a, b), (c, d)) if lo < min(hi, visible)]
+    if not runs:  # a first fill: the rows it wrote are past the length
+        return
+    keep = torch.ones(visible, dtype=torch.bool)
+    for lo, hi in runs:
+        keep[lo:hi] = False
+    whole = torch.nonzero(keep).reshape(-1)
+    if not whole.numel():  # it overwrote every row: nothing whole is left to show
+        length[0] = 0
+        cells[0] = 0
+        return
+    # the whole rows nearest before the first overwritten one, in ring order
+    before = whole[torch.argsort((whole - a).remainder(capacity))]
+    torn = sum(hi - lo for lo, hi in runs)
+    r = min(torn, int(before.numel()))
+    source = before[-r:].repeat(-(-torn // r))[:torn]
+    if storage.batch_leaves(storage.get(source[:1])) is None:  # not laid out in rows
+        _log.warning(
+            "a writer died overwriting rows [%d, %d) and [%d, %d) of a shared %s, which "
+            "cannot move rows to mend them: those rows may be torn",
+            *ranges,
+            type(storage).__name__,
+        )
+        return
+    at = 0
+    for lo, hi in runs:
+        _move(storage, source[at : at + hi - lo], lo)
+        at += hi - lo
+    stamps = storage.slot_generations if writer.tracks_generations else None
+    if stamps is not None:
+        changed = torch.cat([torch.arange(lo, hi) for lo, hi in runs])
         stamps.index_add_(0, changed, torch.ones_like(changed))
 
 

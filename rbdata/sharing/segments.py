@@ -98,9 +98,9 @@ def reserve_shared(nbytes: int) -> torch.Tensor:
     whole capacity. Here the memory is an anonymous ``memfd`` grown with
     ``ftruncate`` (sparse until written), adopted by torch as a
     file-descriptor storage: children receive it by handle as any shared
-    tensor. Under the ``file_system`` sharing strategy (memory named in
-    ``/dev/shm``, see ``shared_handle.named_sharing``), or without ``memfd``,
-    torch allocates it.
+    tensor (and an unrelated process opens it by the path
+    ``/proc/<pid>/fd/<fd>``, see :mod:`.handle`). Under the ``file_system``
+    sharing strategy, or without ``memfd``, torch allocates it.
     """
     memfd = getattr(os, "memfd_create", None)
     strategy = torch.multiprocessing.get_sharing_strategy()  # type: ignore[no-untyped-call]

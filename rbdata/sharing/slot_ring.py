@@ -13,7 +13,9 @@ take slots under the ring's own lock.
 The file's name is removed from ``/dev/shm`` as soon as the client has mapped
 it (:meth:`SlotRing.unlink`): the memory lives on while either side maps it,
 and nothing is left behind when they exit, however they exit. A ring whose
-client never attached is unlinked by :meth:`SlotRing.close`.
+client never attached is unlinked by :meth:`SlotRing.close`; its name starts
+with its creator's ``rbdata-<pid>-<start>-`` (:func:`~.cleanup.creator_prefix`),
+so the next sweep removes it if the creator was killed before that.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rbdata.sharing.cleanup import creator_prefix
+
 __all__ = ["SHM_DIR", "SlotRing", "SlotRings"]
 
 SHM_DIR = Path("/dev/shm")
-_PREFIX = "rbdata-slots-"
 
 
 class SlotRing:
@@ -85,7 +88,8 @@ class SlotRing:
     @classmethod
     def create(cls, slots: int, slot_bytes: int) -> SlotRing:
         """Create a new ring file in ``/dev/shm`` (the owner's side)."""
-        return cls(SHM_DIR / f"{_PREFIX}{uuid.uuid4().hex}", slots, slot_bytes, create=True)
+        name = f"{creator_prefix('slots')}{uuid.uuid4().hex}"  # swept if its creator crashes
+        return cls(SHM_DIR / name, slots, slot_bytes, create=True)
 
     @classmethod
     def attach(cls, path: Path | str, slots: int, slot_bytes: int) -> SlotRing:

@@ -95,9 +95,9 @@ class _BufferSync:
         if self._cross is None or parts is None:
             return
 
-        def reclaim_from_parts(ranges: Ranges, journal: Journal | None) -> None:
+        def reclaim_from_parts(ranges: Ranges, journal: Journal | None, locked: bool) -> None:
             storage, writer = parts()
-            reclaim(storage, writer, ranges, journal)
+            reclaim(storage, writer, ranges, journal, locked)
 
         self._cross.reclaim = reclaim_from_parts
 
@@ -113,6 +113,48 @@ class _BufferSync:
     def release_reserved(self) -> None:
         """Release a hold of :meth:`acquire_to_reserve`."""
         self.lock.release_reserved()
+
+    def overwriting(self, ranges: Ranges) -> int | None:
+        """Journal a write under the lock of the rows ``ranges`` (:func:`~.ring.ring_ranges`).
+
+        Call it holding :attr:`lock`, just before the write copies rows, and
+        :meth:`overwritten` with what it returned once the write is told to
+        the sampler (``finally``). A writer killed in between has its write
+        dropped by the next holder (:mod:`.reclaim`): the counters go back and
+        the rows it overwrote show whole rows. None (nothing to do): an
+        unshared buffer, or rows that live in this process only.
+        """
+        cross, parts = self._cross, self._parts
+        if cross is None or parts is None or cross.in_flight is None:
+            return None
+        storage, writer = parts()
+        counters, length = writer.counters, storage.counters
+        if counters.process_local or length.process_local:
+            return None  # a list storage's: nobody else sees these rows or counters
+        cells = counters.cells
+        return cross.in_flight.overwriting(ranges, cells[0], cells[1], length.cells[0])
+
+    def overwriting_next(self, n: int) -> int | None:
+        """:meth:`overwriting` for the ``n`` rows at the writer's cursor (a ring write)."""
+        cross, parts = self._cross, self._parts
+        if cross is None or parts is None or cross.in_flight is None:
+            return None
+        storage, writer = parts()
+        counters, length = writer.counters, storage.counters
+        if counters.process_local or length.process_local:
+            return None
+        cells = counters.cells
+        start, capacity = cells[0], storage.max_size_along_dim0
+        stop = start + min(n, capacity)
+        ranges = (start, stop, 0, 0) if stop <= capacity else (start, capacity, 0, stop - capacity)
+        return cross.in_flight.overwriting(ranges, start, cells[1], length.cells[0])
+
+    def overwritten(self, slot: int | None) -> None:
+        """The write journaled by :meth:`overwriting` (its ``slot``) is done."""
+        if slot is not None:
+            cross = self._cross
+            assert cross is not None and cross.in_flight is not None
+            cross.in_flight.release(slot)
 
     def read(self, copy: Callable[[], Any], rows: torch.Tensor | None = None) -> Any:
         """``copy()`` (of ``rows``) made while nothing is written: lock-free across processes.

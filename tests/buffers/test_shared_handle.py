@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -20,6 +21,7 @@ from rbdata import (
     TensorDictMaxValueWriter,
     TensorDictReplayBuffer,
 )
+from rbdata.sharing.cleanup import sweep
 from rbdata.sharing.handle import import_shared
 
 
@@ -116,3 +118,32 @@ def test_a_copy_stops_waiting_once_its_owner_is_gone() -> None:
         holder.join()
     assert rb.write_count == 4  # the failed write changed nothing
     assert copy.extend(torch.arange(2)).tolist() == [4, 5]  # free again: the copy writes
+
+
+def test_an_export_names_nothing_in_dev_shm_but_its_lock() -> None:
+    """Was: one ``torch_<pid>_*`` file per shared tensor, left when Ray killed the owner."""
+    mine = f"torch_{os.getpid()}_"
+    before = set(os.listdir("/dev/shm"))
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(64), batch_size=16)
+    rb.extend(rows(8))
+    assert rb.export_shared() is not None
+    new = set(os.listdir("/dev/shm")) - before
+    assert not [name for name in new if name.startswith(mine)]
+    assert all(name.startswith(f"rbdata-{os.getpid()}-") for name in new), new
+    assert len(new) <= 1  # the lock's file
+
+
+def test_a_handle_whose_owner_is_gone_is_an_os_error(tmp_path: Path) -> None:
+    """The owner's descriptors went with it: importing its handle fails, maps nothing else."""
+    pid = os.fork()
+    if pid == 0:  # the owner: exports, then exits
+        rb = ReplayBuffer(storage=LazyTensorStorage(8))
+        rb.extend(torch.arange(4))
+        (tmp_path / "handle").write_bytes(rb.export_shared() or b"")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    try:
+        with pytest.raises(OSError, match="is gone"):
+            import_shared((tmp_path / "handle").read_bytes(), lambda: False, RuntimeError)
+    finally:
+        sweep()  # the lock file the owner, gone without its exit handlers, left

@@ -8,6 +8,7 @@ import time
 
 from rbdata.sharing.cleanup import creator_prefix, sweep
 from rbdata.sharing.liveness import alive, identity, this_process
+from rbdata.sharing.slot_ring import SlotRing
 
 
 def _dead_process() -> tuple[int, int]:
@@ -64,3 +65,25 @@ def test_a_zombie_is_dead() -> None:
         assert identity(pid) is None
     finally:
         os.waitpid(pid, 0)
+
+
+def test_a_slot_ring_its_creator_left_is_swept() -> None:
+    """Was: ``rbdata-slots-<hex>``, which no sweep recognized, stayed when its actor was killed."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # creates a ring and dies without closing it (as a killed actor)
+        ring = SlotRing.create(slots=2, slot_bytes=64)
+        os.write(write, str(ring.path).encode())
+        os._exit(0)
+    os.close(write)
+    path = os.read(read, 4096).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    try:
+        assert os.path.basename(path).startswith(f"rbdata-{pid}-")
+        assert os.path.exists(path)
+        sweep()
+        assert not os.path.exists(path)
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)

@@ -23,9 +23,17 @@ from typing import Any
 import pytest
 import torch
 import torch.multiprocessing as mp
+from tensordict import TensorDict
 
-from rbdata import LazyTensorStorage, PrioritizedReplayBuffer, ReplayBuffer
+from rbdata import (
+    LazyTensorStorage,
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+    SliceSampler,
+    TensorDictReplayBuffer,
+)
 from rbdata.sharing import faults
+from rbdata.transforms import Transform
 
 BOUND_S = 10.0  # what the survivors' calls may take here (the contract's bound is far lower)
 WIDTH = 8
@@ -220,11 +228,19 @@ def test_a_dump_after_a_crash_holds_only_committed_rows(tmp_path) -> None:
 
 
 # ---------------------------------------------------------------- random moments
-def _kill_at_random(trials: int, seed: int) -> tuple[int, int]:
-    """Writers killed at random moments while the parent samples; (kills, rows checked)."""
+def _kill_at_random(trials: int, seed: int, prioritized: bool = False) -> tuple[int, int]:
+    """Writers killed at random moments while the parent samples; (kills, rows checked).
+
+    ``prioritized``: the writes go under the lock (journaled), the ring wraps
+    within a few trials, so most kills land in overwrites of committed rows.
+    """
     rng = random.Random(seed)
     capacity = 8192
-    rb = shared_buffer(capacity)
+    if prioritized:
+        rb: Any = PrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(capacity))
+        rb.share()
+    else:
+        rb = shared_buffer(capacity)
     rb.extend(rows(1, 8))
     next_id, kills, checked = 100, 0, 0
     for _ in range(trials):
@@ -248,7 +264,118 @@ def _kill_at_random(trials: int, seed: int) -> tuple[int, int]:
     return kills, checked
 
 
-def test_writers_killed_at_random_moments_leave_only_whole_rows() -> None:
-    trials = 200 if SOAK else 6
-    kills, checked = _kill_at_random(trials, seed=0)
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_writers_killed_at_random_moments_leave_only_whole_rows(prioritized: bool) -> None:
+    """``RBDATA_SOAK=1``: ``RBDATA_SOAK_TRIALS`` trials (200 by default) instead of 6."""
+    trials = int(os.environ.get("RBDATA_SOAK_TRIALS", "200")) if SOAK else 6
+    start = time.monotonic()
+    kills, checked = _kill_at_random(trials, seed=int(prioritized), prioritized=prioritized)
+    print(  # the soak's figures (run with -s)
+        f"random kills ({'prioritized, under the lock' if prioritized else 'reserved'}): "
+        f"{trials} trials, {kills} kills, {checked} rows checked, "
+        f"{time.monotonic() - start:.0f} s"
+    )
     assert kills == trials and checked > 0
+
+
+# ---------------------------------------------------------------- writes under the lock
+class _Copy(Transform):
+    """A transform run on the write path (``inv``): the write goes under the lock."""
+
+    def inv(self, data: Any) -> Any:
+        return data.clone()
+
+
+def _under_lock(kind: str, capacity: int) -> Any:
+    """A shared buffer whose writes are made under the lock (not reserved)."""
+    if kind == "prioritized":
+        rb: Any = PrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(capacity))
+    elif kind == "slice":
+        rb = TensorDictReplayBuffer(
+            storage=LazyTensorStorage(capacity),
+            sampler=SliceSampler(num_slices=4, traj_key="episode", strict_length=False),
+            batch_size=32,
+        )
+    elif kind == "transform":
+        rb = ReplayBuffer(storage=LazyTensorStorage(capacity), transform=_Copy())
+    else:
+        rb = ReplayBuffer(storage=LazyTensorStorage(capacity), consume_after_n_samples=1)
+    return rb.share()
+
+
+def _batch(kind: str, first: int, n: int) -> Any:
+    """Rows ``first ..``; the slice buffer's carry their episode (id // 8) beside them."""
+    data = rows(first, n)
+    if kind != "slice":
+        return data
+    return TensorDict({"obs": data, "episode": data[:, 0] // 8}, [n])
+
+
+def _whole(kind: str, batch: Any) -> torch.Tensor:
+    """The rows of ``batch``, every one checked whole (its episode too); returns their ids."""
+    if kind == "slice":
+        assert bool((batch["episode"] == batch["obs"][:, 0] // 8).all()), "torn episode"
+        batch = batch["obs"]
+    assert bad_rows(batch) == 0
+    return batch[:, 0]
+
+
+def _write_locked(rb: Any, kind: str, first: int, batches: int, batch: int, point: str) -> None:
+    torch.set_num_threads(1)
+    faults.arm(point, 2)  # the first batch commits, the second is killed
+    for b in range(batches):
+        rb.extend(_batch(kind, first + b * batch, batch))
+    os._exit(0)
+
+
+@pytest.mark.parametrize("point", ["locked-mid-copy", "locked-before-commit"])
+@pytest.mark.parametrize("kind", ["prioritized", "slice", "transform", "consume"])
+def test_a_writer_killed_mid_write_under_the_lock_tears_no_row(kind: str, point: str) -> None:
+    """Was: once the ring wrapped, a write under the lock killed mid-copy left torn rows.
+
+    The first batch of the writer commits; the second is killed half copied
+    (or copied but not returned). The buffer then holds no row of it, every
+    row is whole (in ``rb[:]``, samples and a dump), ``len()`` and
+    ``write_count`` count only the committed writes, and the next write goes
+    on from the cursor after the last committed row.
+    """
+    capacity, batch = 64, 10
+    rb = _under_lock(kind, capacity)
+    committed = capacity + 8
+    rb.extend(_batch(kind, 1, committed))  # wrapped: the writes overwrite committed rows
+    if kind == "consume":  # every row consumed: the writes reuse their slots, in ring order
+        while len(rb):
+            rb.sample(16)
+    dead = set(range(10_000 + batch, 10_000 + 2 * batch))
+    process = mp.get_context("fork").Process(
+        target=_write_locked, args=(rb, kind, 10_000, 3, batch, point)
+    )
+    process.start()
+    wait_dead(process)
+    assert process.exitcode == -signal.SIGKILL
+    assert within(BOUND_S, lambda: rb.write_count) == committed + batch
+    stored = within(BOUND_S, lambda: rb.storage[:])
+    ids = set(_whole(kind, stored).tolist())
+    assert not ids & dead, "rows of the killed write are visible"
+    assert set(range(10_000, 10_000 + batch)) <= ids  # the acknowledged batch stays
+    if kind == "consume":  # this process's sampler hears of no other process's write
+        assert within(BOUND_S, lambda: len(rb.storage)) == capacity
+    else:
+        assert within(BOUND_S, lambda: len(rb)) == capacity
+        # every committed row the ring order has not reached is where it was
+        model = list(range(1, committed + 1)) + list(range(10_000, 10_000 + batch))
+        ring = [0] * capacity
+        for i, item in enumerate(model):
+            ring[i % capacity] = item
+        cursor = len(model) % capacity
+        column = stored["obs"] if kind == "slice" else stored
+        for slot in range(capacity):
+            if not 0 <= (slot - cursor) % capacity < batch:  # not the rows it was overwriting
+                assert int(column[slot, 0]) == ring[slot], slot
+        for _ in range(4):
+            got = set(_whole(kind, within(BOUND_S, lambda: rb.sample(32))).tolist())
+            assert not got & dead
+    within(BOUND_S, lambda: rb.extend(_batch(kind, 20_000, 5)))  # the next writer goes on
+    assert rb.write_count == committed + batch + 5
+    ids = set(_whole(kind, within(BOUND_S, lambda: rb.storage[:])).tolist())
+    assert set(range(20_000, 20_005)) <= ids and not ids & dead

@@ -78,9 +78,14 @@ class DirectMap:
             self._fetch = None  # this buffer is never mapped: stop asking
         if data is None:
             return None
-        handle = pickle.loads(data)
-        pid = handle.pid
-        buffer = import_shared(handle.buffer, lambda: _alive(pid), lambda: self._dead(pid))
+        try:
+            handle = pickle.loads(data)
+            pid = handle.pid
+            buffer = import_shared(handle.buffer, lambda: _alive(pid), lambda: self._dead(pid))
+        except OSError as err:  # the owner's memory cannot be opened from here: use the actor
+            _log.warning("cannot map the hosted buffer, calling its actor instead: %s", err)
+            self._fetch = None
+            return None
         if buffer.generator is not None:  # a copy of the owner's generator would repeat its draws
             buffer.set_rng(torch.Generator().manual_seed(random.getrandbits(63)))
         self._map, self._handle = buffer, handle

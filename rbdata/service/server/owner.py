@@ -37,6 +37,7 @@ from rbdata.service.transport.messages import (
     Reply,
     ReturnsSelf,
 )
+from rbdata.sharing.lock import LocalThenShared
 
 __all__ = ["BufferOwner"]
 
@@ -328,3 +329,6 @@ class BufferOwner:
         self._channels.close_all()
         self._direct.invalidate("shutdown")
         self._buffer.shutdown()
+        lock = self._buffer.lock
+        if isinstance(lock, LocalThenShared):  # mapped by clients: its name goes now, not at exit
+            lock.unlink()  # (Ray kills this process next, which runs no exit handler)
