@@ -471,7 +471,8 @@ def _compile_td(node: _Node, parts: list[_Builder]) -> _Builder:
         def build_leaves(
             leaves: list[torch.Tensor], batch: torch.Size, device: torch.device
         ) -> Any:
-            source: dict[Any, Any] = dict(zip(leaf_keys, pick(leaves), strict=True))
+            # no strict=True: pick returns one leaf per key (strict costs 0.2 us a batch)
+            source: dict[Any, Any] = dict(zip(leaf_keys, pick(leaves)))  # noqa: B905
             return new_td(source, batch, device)
 
         return build_leaves
@@ -479,7 +480,7 @@ def _compile_td(node: _Node, parts: list[_Builder]) -> _Builder:
     def build_flat_first(
         leaves: list[torch.Tensor], batch: torch.Size, device: torch.device
     ) -> Any:
-        source: dict[Any, Any] = dict(zip(leaf_keys, pick(leaves), strict=True))
+        source: dict[Any, Any] = dict(zip(leaf_keys, pick(leaves)))  # noqa: B905 (as above)
         for key, part in nested:
             source[key] = part(leaves, batch, device)
         return new_td(source, size_of(batch) if extra else batch, device)

@@ -135,7 +135,13 @@ class _GatherPool:
         with self._lock:
             entries = self._entries
             entry = entries[-1] if entries else None  # most often the one handed out last
-            if entry is None or entry.shape != shape or not entry.unused():
+            if (
+                entry is None
+                or entry.leased
+                or entry.shape != shape
+                or _use_count(entry.cdata) != entry.unused_count  # type: ignore[misc]
+                or entry.buffer.untyped_storage().is_shared()
+            ):  # not :meth:`_Entry.unused` (inlined: it runs on every batch)
                 entry = self._lease_entry(shape)
                 if entry is None:
                     return split(torch.index_select(source, 0, index), index.shape)
