@@ -281,6 +281,10 @@ class _Components:
         ring = writer.writes_in_ring_order and self.consume_after_n is None
         feed.catch_up(count, self.storage.max_size_along_dim0, ring, self.note_written)
 
+    def write_parts(self) -> tuple[Storage, Writer, Sampler, SampleUnit]:
+        """The storage, writer, sampler and sample unit a reserved write goes through."""
+        return self.storage, self.writer, self.sampler, self.sample_unit
+
     def rows_and_cursor(self) -> tuple[Storage, Writer]:
         """The storage and writer a dead writer's reservation is reclaimed from (``sync``)."""
         return self.storage, self.writer

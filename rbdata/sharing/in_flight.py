@@ -179,29 +179,26 @@ class InFlightRows:
         lock, whose drain waits for that copy.
         """
         cells = self._cells
-        free = None
-        for slot, pid in enumerate(cells[_SLOT0 + 4 : _LOG0 : _WIDTH]):
-            if not pid:
-                if free is None:
-                    free = slot
-                continue
-            base = _SLOT0 + slot * _WIDTH
-            if _overlap(ranges, cells[base], cells[base + 1], cells[base + 2], cells[base + 3]):
-                return None
-        if free is None:
+        pids = list(cells[_SLOT0 + 4 : _LOG0 : _WIDTH])  # every slot's pid, read once
+        if 0 not in pids:
             return None
+        if any(pids):  # copies in flight: none may cover these rows
+            for slot, busy in enumerate(pids):
+                base = _SLOT0 + slot * _WIDTH
+                if busy and _overlap(ranges, *cells[base : base + 4]):
+                    return None
+        free = pids.index(0)
         base = _SLOT0 + free * _WIDTH
-        for i, bound in enumerate(ranges):
-            cells[base + i] = bound
+        a, b, c, d = ranges
         pid, start = this_process()
-        cells[base + 5] = start
-        cells[base + 6] = _CLAIMED
+        # the slot's fields, its pid (which makes it busy) last
+        cells[base], cells[base + 1], cells[base + 2], cells[base + 3] = a, b, c, d
+        cells[base + 5], cells[base + 6] = start, _CLAIMED
         cells[base + 7], cells[base + 8], cells[base + 9] = journal
         cells[base + 4] = pid
         seq = cells[0]
         entry = _LOG0 + (seq % LOG) * _ENTRY
-        for i, bound in enumerate(ranges):
-            cells[entry + i] = bound
+        cells[entry], cells[entry + 1], cells[entry + 2], cells[entry + 3] = a, b, c, d
         cells[0] = seq + 1
         return free
 

@@ -247,11 +247,13 @@ class SharedLock:
 
 def _try_for(lock: Any, seconds: float) -> bool:
     """Whether ``lock`` was had by non-blocking tries within ``seconds`` (at least one try)."""
+    if lock.acquire(False):  # the common case, a free lock: no clock read
+        return True
     end = time.perf_counter() + seconds
-    while not lock.acquire(False):
-        if time.perf_counter() >= end:
-            return False
-    return True
+    while time.perf_counter() < end:
+        if lock.acquire(False):
+            return True
+    return False
 
 
 class LocalThenShared:

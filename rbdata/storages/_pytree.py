@@ -224,7 +224,9 @@ class _Structure:
             )
         self._index = {path: i for i, path in enumerate(self.paths)}
         counter = iter(range(len(self.paths)))
-        self._build = _compile(root, counter)
+        #: ``build(leaves, batch, device)``: data of the stored kind rebuilt from ``leaves``
+        #: with leading batch shape ``batch`` (the compiled builder itself: no call between)
+        self.build: _Builder = _compile(root, counter)
         self._fast_flatten = _compile_flatten(root)
 
     @classmethod
@@ -275,10 +277,6 @@ class _Structure:
             out = []
             _flatten(self.root, data, (), out)
         return out
-
-    def build(self, leaves: list[torch.Tensor], batch: torch.Size, device: torch.device) -> Any:
-        """Rebuild data of the stored kind from ``leaves`` with leading batch shape ``batch``."""
-        return self._build(leaves, batch, device)
 
 
 def _mismatch(path: PathKey, expected: str, data: Any) -> TypeError:
