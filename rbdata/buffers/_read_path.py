@@ -140,7 +140,8 @@ class _ReadPath:
             data = sync.read(lambda: read_rows(self, storage, flat), flat)
         else:  # what sync.read does unshared, without a closure per batch
             with sync.lock:
-                data = read_rows(self, storage, flat)
+                # read_rows, whose target memory is set by a Ray owner only
+                data = read_rows(self, storage, flat) if _targets.by_buffer else storage.get(flat)
         if keep_info or c.pin_memory or index.ndim != 1 or len(c.transform):
             batch = finish_batch(
                 data,
