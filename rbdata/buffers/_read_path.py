@@ -139,10 +139,16 @@ class _ReadPath:
         if sync.shared:
             data = sync.read(lambda: read_rows(self, storage, flat), flat)
         else:  # what sync.read does unshared, without a closure per batch
-            with sync.lock:
-                # read_rows, whose target memory is set by a Ray owner only
+            with sync.lock:  # read_rows, whose target memory only a Ray owner sets
                 data = read_rows(self, storage, flat) if _targets.by_buffer else storage.get(flat)
-        if keep_info or c.pin_memory or index.ndim != 1 or len(c.transform):
+        return self._finish(data, index, info, keep_info)
+
+    def _finish(
+        self, data: Any, index: torch.Tensor, info: Mapping[str, Any], keep_info: bool
+    ) -> Any:
+        """The batch handed out: :func:`finish_batch`, then what the buffer class adds."""
+        c = self._components
+        if keep_info or c.pin_memory or index.ndim != 1 or c.transform.transforms:
             batch = finish_batch(
                 data,
                 index,
@@ -220,10 +226,21 @@ class _ReadPath:
     def _sample_once(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
         c = self._components
         sync = c.sync
+        if not sync.shared:
+            # one hold of the thread lock (draw_lock is the lock) for the draw and the copy,
+            # and one draw (see _draw): what _draw and _fetch do, with fewer calls
+            with sync.lock:
+                if c.writer.write_count != c.feed.seen:  # catch_up's own first check
+                    c.catch_up()
+                index, info = self._draw_once(batch_size)
+                self._pass_ended = bool(c.sampler.ran_out)
+                flat = index if index.ndim == 1 else index.reshape(-1)
+                storage = c.storage  # read as in _fetch
+                data = read_rows(self, storage, flat) if _targets.by_buffer else storage.get(flat)
+            return self._finish(data, index, info, self._keeps_info), info
         with sync.draw_lock:
             c.catch_up()
-            # unshared: one draw (see _draw), without the call
-            index, info = self._draw(batch_size) if sync.shared else self._draw_once(batch_size)
+            index, info = self._draw(batch_size)
             self._pass_ended = bool(c.sampler.ran_out)
         return self._fetch(index, info, keep_info=self._keeps_info), info
 
