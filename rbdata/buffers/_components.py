@@ -274,11 +274,16 @@ class _Components:
     # ------------------------------------------------------------ writes seen
     def catch_up(self) -> None:
         """Tell the sampler and sample unit of the writes other buffers or processes made."""
-        writer = self.writer
+        writer, feed = self.writer, self.feed
+        count = writer.write_count
+        if count == feed.seen:  # nothing new: the common case, on every draw
+            return
         ring = writer.writes_in_ring_order and self.consume_after_n is None
-        self.feed.catch_up(
-            writer.write_count, self.storage.max_size_along_dim0, ring, self.note_written
-        )
+        feed.catch_up(count, self.storage.max_size_along_dim0, ring, self.note_written)
+
+    def write_parts(self) -> tuple[Storage, Writer, Sampler, SampleUnit]:
+        """The storage, writer, sampler and sample unit a reserved write goes through."""
+        return self.storage, self.writer, self.sampler, self.sample_unit
 
     def rows_and_cursor(self) -> tuple[Storage, Writer]:
         """The storage and writer a dead writer's reservation is reclaimed from (``sync``)."""

@@ -18,13 +18,11 @@ class _DeferredWrites(_BufferBase):
 
     def _extend_deferred(self, data: object, update_priority: bool | None) -> torch.Tensor | None:
         """``extend(data)`` with the copy outside the lock; None if this write cannot be."""
-        if len(self._transform) or self._consume_after_n is not None:
+        c = self._components  # read directly: this runs on every write of a shared buffer
+        if c.consume_after_n is not None or len(c.transform):
             return None
         index = extend_reserved(
-            self._sync,
-            lambda: (self._storage, self._writer, self._sampler, self._sample_unit),
-            data,
-            lambda: self._validate_extend(data, update_priority),
+            c.sync, c.write_parts, data, lambda: self._validate_extend(data, update_priority)
         )
         if index is not None:
             self._after_extend(data, index, update_priority)

@@ -86,14 +86,17 @@ class _ReadPath:
         copying may be drawn again instead (:meth:`_BufferSync.draw_clear`).
         """
         c = self._components
-        return c.sync.draw_clear(lambda: self._draw_once(batch_size), c.sampler)
+        sync = c.sync
+        if not sync.shared:  # no row is ever copied outside the lock: one draw
+            return self._draw_once(batch_size)
+        return sync.draw_clear(lambda: self._draw_once(batch_size), c.sampler)
 
     def _draw_once(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         c = self._components
         storage = c.storage
         index, info = c.sampler.sample(storage, batch_size)
         index, info = c.sample_unit.expand(index, info, storage)
-        info = dict(info)
+        info = {**info}
         writer = c.writer
         if writer.tracks_generations:
             info["index_generation"] = writer.generations_of(items_of(index, c.cells_per_item()))
@@ -132,16 +135,31 @@ class _ReadPath:
         storage = c.storage
         flat = index if index.ndim == 1 else index.reshape(-1)
         # a copy made while no write ran (a write must not tear the rows being gathered)
-        data = c.sync.read(lambda: read_rows(self, storage, flat), flat)
-        batch = finish_batch(
-            data,
-            index,
-            info,
-            collate_fn=c.collate_fn,
-            transform=c.transform,
-            keep_info=keep_info,
-            pin=c.pin_memory and torch.cuda.is_available(),
-        )
+        sync = c.sync
+        if sync.shared:
+            data = sync.read(lambda: read_rows(self, storage, flat), flat)
+        else:  # what sync.read does unshared, without a closure per batch
+            with sync.lock:  # read_rows, whose target memory only a Ray owner sets
+                data = read_rows(self, storage, flat) if _targets.by_buffer else storage.get(flat)
+        return self._finish(data, index, info, keep_info)
+
+    def _finish(
+        self, data: Any, index: torch.Tensor, info: Mapping[str, Any], keep_info: bool
+    ) -> Any:
+        """The batch handed out: :func:`finish_batch`, then what the buffer class adds."""
+        c = self._components
+        if keep_info or c.pin_memory or index.ndim != 1 or c.transform.transforms:
+            batch = finish_batch(
+                data,
+                index,
+                info,
+                collate_fn=c.collate_fn,
+                transform=c.transform,
+                keep_info=keep_info,
+                pin=c.pin_memory and torch.cuda.is_available(),
+            )
+        else:  # what finish_batch does then: nothing to add, reshape or run
+            batch = c.collate_fn(data)
         return batch if self._after_fetch is None else self._after_fetch(batch, index)
 
     def refilter(self, batch: Any) -> Any:
@@ -154,7 +172,8 @@ class _ReadPath:
     def sample(self, batch_size: int | None, return_info: bool) -> Any:
         """Sample a batch (``(batch, info)`` with ``return_info``)."""
         c = self._components
-        c.init()
+        if not c.initialized:
+            c.init()
         if c.prefetch:
             if batch_size is not None and batch_size != c.batch_size:
                 raise ValueError(
@@ -163,9 +182,13 @@ class _ReadPath:
                 )
             data, info = self._next_prefetched()
         else:
-            resolved = resolve_batch_size(batch_size, c.batch_size)
-            self._warn_batch_size_conflict(batch_size)
-            data, info = self._sample_once(resolved)
+            default = c.batch_size
+            if type(batch_size) is int and batch_size > 0 and default in (None, batch_size):
+                data, info = self._sample_once(batch_size)  # checked, no conflict to warn of
+            else:
+                resolved = resolve_batch_size(batch_size, default)
+                self._warn_batch_size_conflict(batch_size)
+                data, info = self._sample_once(resolved)
         if not return_info:
             return data
         info = aligned_info(data, info)
@@ -211,7 +234,20 @@ class _ReadPath:
 
     def _sample_once(self, batch_size: int) -> tuple[Any, dict[str, Any]]:
         c = self._components
-        with c.sync.draw_lock:
+        sync = c.sync
+        if not sync.shared:
+            # one hold of the thread lock (draw_lock is the lock) for the draw and the copy,
+            # and one draw (see _draw): what _draw and _fetch do, with fewer calls
+            with sync.lock:
+                if c.writer.write_count != c.feed.seen:  # catch_up's own first check
+                    c.catch_up()
+                index, info = self._draw_once(batch_size)
+                self._pass_ended = bool(c.sampler.ran_out)
+                flat = index if index.ndim == 1 else index.reshape(-1)
+                storage = c.storage  # read as in _fetch
+                data = read_rows(self, storage, flat) if _targets.by_buffer else storage.get(flat)
+            return self._finish(data, index, info, self._keeps_info), info
+        with sync.draw_lock:
             c.catch_up()
             index, info = self._draw(batch_size)
             self._pass_ended = bool(c.sampler.ran_out)

@@ -112,10 +112,12 @@ class _WritePath(_DeferredWrites):
     def extend(self, data: Any, update_priority: bool | None) -> torch.Tensor:
         """Extend with a batch; return the written slots (``ndim > 1``: coordinates)."""
         c = self._components
-        c.init()
-        return self._extend(
-            c.storage.as_batch(self.hooks.prepare(data), c.dim_extend), update_priority
-        )
+        if not c.initialized:
+            c.init()
+        dim = c.dim_extend_arg  # c.dim_extend, without its call (the components are built)
+        if dim is None:
+            dim = c.storage.ndim - 1
+        return self._extend(c.storage.as_batch(self.hooks.prepare(data), dim), update_priority)
 
     def _extend(self, data: Any, update_priority: bool | None) -> torch.Tensor:
         index = self._extend_deferred(data, update_priority)  # shared buffers' ring writes

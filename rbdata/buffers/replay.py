@@ -278,8 +278,13 @@ class ReplayBuffer(_SharedHandle):
     @property
     def write_count(self) -> int:
         """The total number of items written so far through add and extend."""
-        writer = self.writer
-        return int(self._components.sync.settled(lambda: writer.write_count))
+        components = self._components
+        if not components.initialized:
+            components.init()
+        sync, writer = components.sync, components.writer
+        if not sync.shared:  # what settled does unshared, without a closure
+            return int(writer.write_count)
+        return int(sync.settled(lambda: writer.write_count))
 
     @property
     def service_backend(self) -> str:

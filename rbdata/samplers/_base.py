@@ -173,7 +173,7 @@ class Sampler:
                 "Cannot sample from an empty storage: it holds 0 items "
                 f"(max_size={storage.max_size}); extend the buffer first."
             )
-        live = self._live_set(storage)
+        live = None if self._live is None else self._live_set(storage)
         if live is not None and len(live) == 0:
             raise RuntimeError(
                 "Cannot sample from an empty storage: every item was consumed "

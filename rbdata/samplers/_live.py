@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from rbdata.samplers._consumed_ring import _ConsumedRing
+from rbdata.samplers._distinct import distinct_sorted
 
 
 def first_unique(values: torch.Tensor) -> torch.Tensor:
@@ -38,12 +39,12 @@ def _distinct_positions(n: int, k: int, generator: torch.Generator | None) -> np
     if 4 * k >= n:
         return torch.randperm(n, generator=generator).numpy()[:k]
     positions = torch.randint(n, (k,), generator=generator).numpy()
-    distinct = np.unique(positions)
+    distinct = distinct_sorted(positions)
     if distinct.size == k:  # no repeat drawn: i.i.d. draws conditioned on distinct
         return positions
     while distinct.size < k:
         extra = torch.randint(n, (k - distinct.size,), generator=generator).numpy()
-        distinct = np.unique(np.concatenate([distinct, extra]))
+        distinct = distinct_sorted(np.concatenate([distinct, extra]))
     shuffled: np.ndarray = distinct[torch.randperm(k, generator=generator).numpy()]
     return shuffled
 
@@ -268,7 +269,7 @@ class _LiveSet:
         flat = torch.as_tensor(indices, dtype=torch.long).reshape(-1).numpy()
         flat = flat[self.is_live(torch.from_numpy(flat)).numpy()]
         if flat.size:
-            self._remove_live(np.unique(flat))
+            self._remove_live(distinct_sorted(flat))
 
     def _remove_live(self, indices: np.ndarray) -> None:
         """Swap-remove distinct live ``indices``: O(len(indices))."""
@@ -330,5 +331,5 @@ class _LiveSet:
         freed = torch.as_tensor(state_dict.get("freed", []), dtype=torch.long)
         self._consumed = _ConsumedRing()
         self._consumed.grow(max(capacity, int(freed.max()) + 1 if freed.numel() else 0))
-        self._free(np.unique(freed.numpy()))  # each slot once
+        self._free(distinct_sorted(freed.numpy()))  # each slot once
         self._consumed.reuse_at = reuse_at

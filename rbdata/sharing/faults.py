@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["POINTS", "arm", "armed", "fault_point"]
+__all__ = ["POINTS", "any_armed", "arm", "armed", "fault_point"]
 
 POINTS = (
     "took-lock",
@@ -53,6 +53,11 @@ def arm(point: str | None, after: int = 1) -> None:
     if after < 1:
         raise ValueError(f"after must be >= 1, got {after}.")
     _POINT, _AFTER[0] = point, after
+
+
+def any_armed() -> bool:
+    """Whether some point is armed: a hot path asks once, then passes its points only if so."""
+    return _POINT is not None
 
 
 def armed(name: str) -> bool:

@@ -32,7 +32,7 @@ import bisect
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -67,6 +67,7 @@ _ALIVE_CHECK_S = 0.01  # a drain checks the writers of the slots it waits on thi
 _ORPHAN_CHECK_S = 0.01  # a lock-free length looks for dead writers at most this often
 _READER_WAIT_S = 0.01  # a lock-free reader waits this long for rows in flight, then locks
 _LISTED = 4096  # a probe of at most this many rows checks ranges by bisection in Python
+_IDLE = bytes(8 * SLOTS)  # the slots' pid cells when no copy is in flight (int64 zeros)
 
 #: ``(sequence number, the ranges in flight)`` before a lock-free copy
 Snapshot = tuple[int, list[Ranges]]
@@ -154,6 +155,9 @@ class InFlightRows:
 
     def _bind(self) -> None:
         self._cells = self._counters.cells
+        # the slots' pid cells, viewed once: "is any copy in flight" is one byte compare
+        # (every writer asks before it reserves, every lock-free reader before it copies)
+        self._pids = memoryview(cast(Any, self._cells))[_SLOT0 + 4 : _LOG0 : _WIDTH]
         self._looked = 0.0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -181,29 +185,26 @@ class InFlightRows:
         lock, whose drain waits for that copy.
         """
         cells = self._cells
-        free = None
-        for slot, pid in enumerate(cells[_SLOT0 + 4 : _LOG0 : _WIDTH]):
-            if not pid:
-                if free is None:
-                    free = slot
-                continue
-            base = _SLOT0 + slot * _WIDTH
-            if _overlap(ranges, cells[base], cells[base + 1], cells[base + 2], cells[base + 3]):
-                return None
-        if free is None:
+        pids = list(cells[_SLOT0 + 4 : _LOG0 : _WIDTH])  # every slot's pid, read once
+        if 0 not in pids:
             return None
+        if any(pids):  # copies in flight: none may cover these rows
+            for slot, busy in enumerate(pids):
+                base = _SLOT0 + slot * _WIDTH
+                if busy and _overlap(ranges, *cells[base : base + 4]):
+                    return None
+        free = pids.index(0)
         base = _SLOT0 + free * _WIDTH
-        for i, bound in enumerate(ranges):
-            cells[base + i] = bound
+        a, b, c, d = ranges
         pid, start = this_process()
-        cells[base + 5] = start
-        cells[base + 6] = _CLAIMED
+        # the slot's fields, its pid (which makes it busy) last
+        cells[base], cells[base + 1], cells[base + 2], cells[base + 3] = a, b, c, d
+        cells[base + 5], cells[base + 6] = start, _CLAIMED
         cells[base + 7], cells[base + 8], cells[base + 9] = journal
         cells[base + 4] = pid
         seq = cells[0]
         entry = _LOG0 + (seq % LOG) * _ENTRY
-        for i, bound in enumerate(ranges):
-            cells[entry + i] = bound
+        cells[entry], cells[entry + 1], cells[entry + 2], cells[entry + 3] = a, b, c, d
         cells[0] = seq + 1
         return free
 
@@ -249,7 +250,7 @@ class InFlightRows:
     # ------------------------------------------------------------ the lock's holders
     def busy(self) -> bool:
         """Whether some copy is in flight."""
-        return bool(any(self._cells[_SLOT0 + 4 : _LOG0 : _WIDTH]))
+        return self._pids.tobytes() != _IDLE
 
     def drain(self, reclaim: Reclaim | None = None) -> None:
         """Wait (the lock held, so no new reservation) until no copy is in flight.
@@ -353,7 +354,7 @@ class InFlightRows:
         """What a lock-free reader takes before copying rows (see :meth:`touched`)."""
         cells = self._cells
         seq = cells[0]
-        if not any(cells[_SLOT0 + 4 : _LOG0 : _WIDTH]):  # the common case: nothing in flight
+        if self._pids.tobytes() == _IDLE:  # the common case: nothing in flight
             return seq, []
         active: list[Ranges] = [
             (cells[base], cells[base + 1], cells[base + 2], cells[base + 3])

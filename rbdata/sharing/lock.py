@@ -206,21 +206,40 @@ class SharedLock:
         reclaimed first (under the lock), so a length never counts them.
         """
         in_flight = self.in_flight
-        if in_flight is not None and not self._depth and in_flight.orphaned():
+        if self._depth:
+            return self._optimistic(value, _no_token, _keep)  # held here: under the lock
+        if in_flight is not None and in_flight.orphaned():
             with self:  # its drain reclaims them
                 return value()
-        return self._optimistic(value, lambda: (), lambda _: True)
+        if _OPTIMISTIC:  # _optimistic's first try, without its calls (a length per extend)
+            cells = self.version.cells
+            before = cells[0]
+            if not before & 1:
+                try:
+                    out = value()
+                except Exception:  # noqa: BLE001 - as in _optimistic: read again
+                    if cells[0] == before:
+                        raise
+                else:
+                    if cells[0] == before:
+                        return out
+            return self._optimistic(value, _no_token, _keep, _TRIES - 1)
+        return self._optimistic(value, _no_token, _keep)
 
     def _optimistic(
-        self, value: Callable[[], T], begin: Callable[[], S | None], kept: Callable[[S], bool]
+        self,
+        value: Callable[[], T],
+        begin: Callable[[], S | None],
+        kept: Callable[[S], bool],
+        tries: int = _TRIES,
     ) -> T:
-        """``value()`` kept from a lock-free try, else made under the lock.
+        """``value()`` kept from one of ``tries`` lock-free tries, else made under the lock.
 
         A try is kept if the version was even and did not move, and ``kept``
         accepts what ``begin()`` returned before it (None: skip that try).
         """
         cells = self.version.cells
-        for _ in range(_TRIES if _OPTIMISTIC and not self._depth else 0):
+        for _ in range(tries if _OPTIMISTIC and not self._depth else 0):
             before = cells[0]
             if before & 1:
                 break
@@ -245,13 +264,25 @@ class SharedLock:
         self.release()
 
 
+def _no_token() -> tuple[()]:
+    """What a peek's lock-free try begins with: nothing to check after the copy."""
+    return ()
+
+
+def _keep(_: tuple[()]) -> bool:
+    """A peek's lock-free try is kept whenever the version did not move."""
+    return True
+
+
 def _try_for(lock: Any, seconds: float) -> bool:
     """Whether ``lock`` was had by non-blocking tries within ``seconds`` (at least one try)."""
+    if lock.acquire(False):  # the common case, a free lock: no clock read
+        return True
     end = time.perf_counter() + seconds
-    while not lock.acquire(False):
-        if time.perf_counter() >= end:
-            return False
-    return True
+    while time.perf_counter() < end:
+        if lock.acquire(False):
+            return True
+    return False
 
 
 class LocalThenShared:

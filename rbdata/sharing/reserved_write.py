@@ -26,7 +26,7 @@ import torch
 from rbdata.sharing.components import Cursor, Draws, Rows, WriteNotes
 from rbdata.sharing.counters import count_written
 from rbdata.sharing.eligibility import can_reserve
-from rbdata.sharing.faults import armed, fault_point
+from rbdata.sharing.faults import any_armed, armed, fault_point
 from rbdata.sharing.ring import ring_ranges, ring_slots
 from rbdata.sharing.sync import _BufferSync
 
@@ -50,18 +50,23 @@ def reserve(writer: Cursor, storage: Rows, n: int) -> int:
         raise ValueError(f"n must be in [1, {capacity}] (the capacity), got {n}.")
     cells = writer.counters.cells
     start = cells[0]
-    cells[0] = (start + n) % capacity
-    stamps = storage.slot_generations if writer.tracks_generations else None
-    if stamps is not None:
-        slots = ring_slots(start, n, capacity)
-        stamps.index_add_(0, slots, torch.ones_like(slots))
-    cells[1] += n
     stop = start + n
+    cells[0] = stop % capacity
+    if writer.tracks_generations:
+        stamps = storage.slot_generations
+        if stamps is not None:
+            slots = ring_slots(start, n, capacity)
+            stamps.index_add_(0, slots, torch.ones_like(slots))
+    cells[1] += n
     storage_cells = storage.counters.cells
-    end = min(stop, capacity)
-    count_written(storage_cells, end, end - 1)
-    if stop > capacity:
-        count_written(storage_cells, stop - capacity, stop - capacity - 1)
+    if stop <= capacity:  # one run (count_written, inlined: on every reserved write)
+        storage_cells[1] += 1
+        if stop > storage_cells[0]:
+            storage_cells[0] = stop
+        storage_cells[2] = stop - 1
+        return start
+    count_written(storage_cells, capacity, capacity - 1)
+    count_written(storage_cells, stop - capacity, stop - capacity - 1)
     return start
 
 
@@ -99,10 +104,11 @@ def extend_reserved(
     try:
         if parts()[0] is not storage:  # swapped by another thread meanwhile
             return None
-        counters = writer.counters.cells
-        ranges = ring_ranges(counters[0], n, capacity)
-        journal = (counters[0], counters[1], storage.counters.cells[0])
-        slot = in_flight.claim(ranges, journal)
+        cursor = writer.counters.cells
+        at = cursor[0]
+        ranges = ring_ranges(at, n, capacity)
+        # the journal: the counters as they were, restored if this process dies reserving
+        slot = in_flight.claim(ranges, (at, cursor[1], storage.counters.cells[0]))
         if slot is None:  # no free slot, or those rows still in flight: under the lock
             return None
         start = reserve(writer, storage, n)
@@ -110,18 +116,22 @@ def extend_reserved(
         sync.cond.notify_all()  # a waiter checks under the lock: after the copy
     finally:
         sync.release_reserved()
-    fault_point("after-reserve")
+    testing = any_armed()  # a fault test: the points below are passed (else skipped)
+    if testing:
+        fault_point("after-reserve")
     try:
         # the rows up to the ring's end, then the rest (a fault test: two halves,
         # with the "mid-copy" point between them)
         head = ranges[1] - ranges[0] if ranges[3] else n
-        if head == n and armed("mid-copy"):
+        if testing and head == n and armed("mid-copy"):
             head = (n + 1) // 2
         storage.write_leaves(start, [t[:head] for t in leaves] if head < n else leaves)
-        fault_point("mid-copy")
+        if testing:
+            fault_point("mid-copy")
         if head < n:
             storage.write_leaves((start + head) % capacity, [t[head:] for t in leaves])
-        fault_point("before-commit")
+        if testing:
+            fault_point("before-commit")
     finally:
         in_flight.release(slot)
     return ring_slots(start, n, capacity)

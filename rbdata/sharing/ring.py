@@ -37,7 +37,8 @@ def ring_slots(start: int, n: int, capacity: int) -> torch.Tensor:
         >>> ring_slots(3, 3, 4).tolist()
         [3, 0, 1]
     """
+    if start + n <= capacity:  # one run: one arange (cheaper than the cached one shifted)
+        return torch.arange(start, start + n)
     index = _first(n) + start  # a new tensor: the cached arange is never changed
-    if start + n > capacity:
-        index %= capacity
+    index %= capacity
     return index

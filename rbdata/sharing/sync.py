@@ -43,18 +43,15 @@ class _BufferSync:
     """
 
     def __init__(self) -> None:
-        self._shared = False
+        #: whether the lock is a multiprocessing lock (see :meth:`share`); a plain attribute,
+        #: not a property: every draw and read asks
+        self.shared = False
         self.lock: Any = threading.RLock()
         self.cond: Any = threading.Condition(self.lock)
         #: what draws take: the thread lock (a draw changes only this process's sampler)
         self.draw_lock: Any = self.lock
         self._cross: SharedLock | None = None
         self._parts: Parts | None = None
-
-    @property
-    def shared(self) -> bool:
-        """Whether the lock is a multiprocessing lock (see :meth:`share`)."""
-        return self._shared
 
     def share(self) -> None:
         """Switch to a lock and condition that other processes share.
@@ -64,7 +61,7 @@ class _BufferSync:
         crashed rbdata processes of this user left in shared memory is swept
         first (:func:`~.cleanup.sweep`).
         """
-        if self._shared:
+        if self.shared:
             return
         sweep()
         version = SharedCounters([0, 0])  # the version, the notifications
@@ -78,7 +75,7 @@ class _BufferSync:
         self._cross = SharedLock(lock, version, in_flight)
         self.lock = LocalThenShared(local, self._cross)
         self.cond = SharedCondition(self.lock)
-        self.draw_lock, self._shared = local, True
+        self.draw_lock, self.shared = local, True
         self._bind()
 
     def bind(self, parts: Parts) -> None:
@@ -215,7 +212,7 @@ class _BufferSync:
         inherit it locked forever; its copy of an unshared buffer is private,
         so a fresh lock is correct. Shared locks are kept.
         """
-        if not self._shared:
+        if not self.shared:
             _BufferSync.__init__(self)
 
     def guard(self, alive: Callable[[], bool], dead: Callable[[], Exception]) -> None:
@@ -236,13 +233,13 @@ class _BufferSync:
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
         """Sleep until ``predicate()`` holds (checked at every notify) or ``timeout`` passes."""
-        if self._shared:
+        if self.shared:
             return bool(self.cond.wait_for(predicate, timeout))
         with self.cond:
             return bool(self.cond.wait_for(predicate, timeout))
 
     def __getstate__(self) -> dict[str, Any]:
-        if not self._shared:
+        if not self.shared:
             return {"shared": False}
         assert self._cross is not None
         return {

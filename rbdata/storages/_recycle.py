@@ -52,12 +52,15 @@ class _Entry:
         buffer: the pooled tensor (the pool's own reference).
     """
 
-    __slots__ = ("buffer", "shape", "cdata", "unused_count", "views", "leased")
+    __slots__ = ("buffer", "shape", "cdata", "address", "unused_count", "views", "leased")
 
     def __init__(self, buffer: torch.Tensor) -> None:
         self.buffer = buffer
         self.shape = tuple(buffer.shape)
         self.cdata = buffer.untyped_storage()._cdata  # valid while ``buffer`` holds it
+        #: where the memory is: moving it to shared memory (``share_memory_``, which
+        #: sending a tensor to another process does) copies it elsewhere and moves this
+        self.address = buffer.data_ptr()
         # what holds the memory when nobody else does: the buffer, and the storage's Python
         # object when torch keeps it (measured, not assumed), then the pool's views too
         self.unused_count = 1 if _use_count is None else _use_count(self.cdata)
@@ -79,7 +82,7 @@ class _Entry:
         return (
             not self.leased
             and _use_count(self.cdata) == self.unused_count
-            and not self.buffer.untyped_storage().is_shared()
+            and self.buffer.data_ptr() == self.address  # not moved to shared memory
         )
 
 
@@ -131,11 +134,17 @@ class _GatherPool:
         Returns:
             Tensors that are the caller's own (aliases of the pool's views).
         """
-        shape = (index.shape[0], source.shape[1])
+        shape = (index.size(0), source.size(1))
         with self._lock:
             entries = self._entries
             entry = entries[-1] if entries else None  # most often the one handed out last
-            if entry is None or entry.shape != shape or not entry.unused():
+            if (
+                entry is None
+                or entry.leased
+                or entry.shape != shape
+                or _use_count(entry.cdata) != entry.unused_count  # type: ignore[misc]
+                or entry.buffer.data_ptr() != entry.address  # moved to shared memory
+            ):  # not :meth:`_Entry.unused` (inlined: it runs on every batch)
                 entry = self._lease_entry(shape)
                 if entry is None:
                     return split(torch.index_select(source, 0, index), index.shape)

@@ -380,6 +380,22 @@ class TensorStorage(_TracedRows):
 
     # ----------------------------------------------------------------- read
     def _get(self, index: Index | tuple[Any, ...]) -> Any:
+        if type(index) is torch.Tensor and not self._compilable:  # a drawn batch: fewest checks
+            rows, structure = self._rows_value, self._structure
+            filled = self._len * self._cells
+            if (
+                rows is not None
+                and structure is not None
+                and filled
+                and index.ndim == 1
+                and index.dtype is torch.int64
+            ):
+                try:  # the gather rejects what lies outside the filled part (negatives included)
+                    leaves = rows.read_leaves(index, filled)
+                except IndexError:
+                    pass  # the checked path below resolves negative entries or names the bad one
+                else:
+                    return structure.build(leaves, index.shape, self._out_device)
         coordinates = isinstance(index, tuple) and self.ndim > 1
         if coordinates:  # coordinates, as torchrl's: flat cells from here on
             index = cells_at(tuple(self.shape), index)  # type: ignore[arg-type]

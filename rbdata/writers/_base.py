@@ -142,7 +142,7 @@ class Writer(abc.ABC):
     @property
     def write_count(self) -> int:
         """Total number of items written through ``add`` and ``extend``."""
-        return self._write_count
+        return self._counters.cells[1]  # read on every draw: not through ``_write_count``
 
     @property
     def tracks_generations(self) -> bool:
