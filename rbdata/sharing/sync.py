@@ -121,18 +121,29 @@ class _BufferSync:
         the rows it overwrote show whole rows. None (nothing to do): an
         unshared buffer, or rows that live in this process only.
         """
-        cross, parts = self._cross, self._parts
-        if cross is None or parts is None or cross.in_flight is None:
+        journal = self._journal()
+        if journal is None:
             return None
-        storage, writer = parts()
-        counters, length = writer.counters, storage.counters
-        if counters.process_local or length.process_local:
-            return None  # a list storage's: nobody else sees these rows or counters
-        cells = counters.cells
-        return cross.in_flight.overwriting(ranges, cells[0], cells[1], length.cells[0])
+        in_flight, cells, length, _ = journal
+        return in_flight.overwriting(ranges, cells[0], cells[1], length)
 
     def overwriting_next(self, n: int) -> int | None:
         """:meth:`overwriting` for the ``n`` rows at the writer's cursor (a ring write)."""
+        journal = self._journal()
+        if journal is None:
+            return None
+        in_flight, cells, length, capacity = journal
+        start = cells[0]
+        stop = start + min(n, capacity)
+        ranges = (start, stop, 0, 0) if stop <= capacity else (start, capacity, 0, stop - capacity)
+        return in_flight.overwriting(ranges, start, cells[1], length)
+
+    def _journal(self) -> tuple[InFlightRows, Any, int, int] | None:
+        """``(in-flight table, writer's counter cells, length, capacity)`` for a journaled write.
+
+        None: an unshared buffer, or a list storage's rows and counters, which
+        nobody else sees.
+        """
         cross, parts = self._cross, self._parts
         if cross is None or parts is None or cross.in_flight is None:
             return None
@@ -140,11 +151,7 @@ class _BufferSync:
         counters, length = writer.counters, storage.counters
         if counters.process_local or length.process_local:
             return None
-        cells = counters.cells
-        start, capacity = cells[0], storage.max_size_along_dim0
-        stop = start + min(n, capacity)
-        ranges = (start, stop, 0, 0) if stop <= capacity else (start, capacity, 0, stop - capacity)
-        return cross.in_flight.overwriting(ranges, start, cells[1], length.cells[0])
+        return cross.in_flight, counters.cells, length.cells[0], storage.max_size_along_dim0
 
     def overwritten(self, slot: int | None) -> None:
         """The write journaled by :meth:`overwriting` (its ``slot``) is done."""

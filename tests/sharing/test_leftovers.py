@@ -8,53 +8,23 @@ process exited, a listing of that tmpfs shows what stayed.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from private_shm import private_shm_works, run_in_private_shm
 
 CHILD = Path(__file__).with_name("_shm_child.py")
-ROOT = Path(__file__).parents[2]
-
-
-def _private_shm_works() -> bool:
-    if shutil.which("unshare") is None or os.geteuid() != 0:
-        return False
-    probe = subprocess.run(
-        ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
-        capture_output=True,
-        check=False,
-    )
-    return probe.returncode == 0
 
 
 pytestmark = pytest.mark.skipif(
-    not _private_shm_works(), reason="needs root and mount namespaces (unshare -m)"
+    not private_shm_works(), reason="needs root and mount namespaces (unshare -m)"
 )
 
 
 def run(scenario: str, size: str = "64m") -> tuple[int, str, list[str]]:
     """``(exit code, output, rbdata entries left in /dev/shm)`` of a scenario."""
-    script = (
-        f"mount -t tmpfs -o size={size} tmpfs /dev/shm && "
-        f"{sys.executable} {CHILD} {scenario}; echo rc=$?; ls -a /dev/shm"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        ["unshare", "-m", "sh", "-c", script],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    lines = done.stdout.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith("rc="))
-    left = [name for name in lines[at + 1 :] if name.startswith("rbdata-")]
-    return int(lines[at][3:]), "\n".join(lines[:at]) + done.stderr, left
+    code, out, left = run_in_private_shm(CHILD, scenario, size=size, timeout=120)
+    return code, out, [name for name in left if name.startswith("rbdata-")]
 
 
 def test_a_crashed_writer_and_owner_leave_nothing_once_a_later_buffer_starts() -> None:
