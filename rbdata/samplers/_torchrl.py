@@ -59,8 +59,12 @@ def sampler_state(state: dict[str, Any], sampler: Any) -> dict[str, Any]:
     remaining = state["_sample_list"]
     if remaining is not None:
         remaining = torch.as_tensor(remaining, dtype=torch.long).reshape(-1).clone()
+    ran_out = bool(_plain(state.get("_ran_out", False)))
+    length = state.get("len_storage")
     return {
         "perm": None if remaining is None or not remaining.numel() else remaining,
         "cursor": 0,
-        "ran_out": bool(_plain(state.get("_ran_out", False))),
+        "ran_out": ran_out,
+        # a pass torchrl drew at the end of the last one is drawn again if the storage grew
+        "drawn_ahead": int(_plain(length)) if ran_out and length is not None else None,
     }

@@ -13,7 +13,7 @@ from rbdata.samplers._base import Sampler
 from rbdata.samplers._live import _LiveSet
 from rbdata.samplers._slice_weight import SliceWeight, span_amount
 from rbdata.samplers.prioritized import PrioritizedSampler
-from rbdata.samplers.slice import SliceArgs, SliceSampler
+from rbdata.samplers.slice import SliceArgs, SliceSampler, check_reads_tensordicts
 from rbdata.storages import Storage, shape_of
 
 
@@ -265,6 +265,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Draw slices whose starts follow the priorities (``"priority_weight"`` per step)."""
         num_slices, slice_len = self._shape(batch_size)
+        check_reads_tensordicts(storage)
         self._sync(storage)
         if not self._tree.total > 0:
             raise RuntimeError(

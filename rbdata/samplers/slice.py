@@ -10,13 +10,18 @@ import torch
 from typing_extensions import Unpack
 
 from rbdata._component.checks import NestedKey, check_int, check_optional_int, normalize_key
-from rbdata.errors import BatchSizeError, ExclusiveArgumentsError, SliceSizeError
+from rbdata.errors import (
+    BatchSizeError,
+    ExclusiveArgumentsError,
+    SliceSizeError,
+    UnsupportedDataError,
+)
 from rbdata.samplers._base import Sampler
 from rbdata.samplers._live import _LiveSet
 from rbdata.samplers._slice_batch import SliceBatcher, Slices
 from rbdata.samplers._slice_markers import DEFAULT_END_KEY, MarkerRule
 from rbdata.samplers._slice_weight import SliceWeight, span_amount
-from rbdata.storages import Storage
+from rbdata.storages import LazyStackStorage, ListStorage, Storage
 from rbdata.trajectories.index import TrajectoryIndex
 from rbdata.trajectories.layouts import FragmentedTrajectoryIndex, GridTrajectoryIndex
 from rbdata.trajectories.reading import read_leaf
@@ -82,6 +87,25 @@ def _static_markers(ends: Any, trajectories: Any) -> tuple[str, torch.Tensor] | 
 
 def _optional_key(key: NestedKey | None, name: str) -> NestedKey | None:
     return None if key is None else normalize_key(key, name)
+
+
+def check_reads_tensordicts(storage: Storage) -> None:
+    """Refuse a ``ListStorage`` (its reads are lists) as the storage of a slice sampler.
+
+    torchrl's slice samplers read the trajectories from the storage as one TensorDict,
+    which a ``ListStorage`` never gives (a ``LazyStackStorage`` does); they refuse it
+    when sampling, and so do rbdata's.
+
+    Raises:
+        UnsupportedDataError: (a TypeError and a RuntimeError, as torchrl raises) for a
+            ``ListStorage`` other than a ``LazyStackStorage``.
+    """
+    if isinstance(storage, ListStorage) and not isinstance(storage, LazyStackStorage):
+        raise UnsupportedDataError(
+            f"Could not get a tensordict out of the storage, which is required for "
+            f"SliceSampler to compute the trajectories: got a {type(storage).__name__}, whose "
+            "reads are lists; use a LazyStackStorage or a tensor storage."
+        )
 
 
 class SliceSampler(Sampler):
@@ -515,6 +539,7 @@ class SliceSampler(Sampler):
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """Draw ``batch_size // slice_len`` slices (see the class docstring)."""
         num_slices, slice_len = self._shape(batch_size)
+        check_reads_tensordicts(storage)
         self._sync(storage)
         k, begin = self._draw(num_slices)
         out = self._emit(storage, begin, k, slice_len)

@@ -132,15 +132,22 @@ class SamplerWithoutReplacement(Sampler, metaclass=ABCMeta):  # noqa: B024
         self._ran_out = False
 
     def _extra_state(self) -> dict[str, Any]:
-        """The pass (permutation and position), so a resumed sampler continues it."""
+        """The pass (permutation and position), so a resumed sampler continues it.
+
+        ``drawn_ahead`` is the storage length a pass drawn at the end of the last one was
+        drawn for (None otherwise): a resumed sampler draws that pass again if the storage
+        has grown since, as the original would.
+        """
         return {
             "perm": None if self._perm is None else self._perm.clone(),
             "cursor": self._cursor,
             "ran_out": self._ran_out,
+            "drawn_ahead": self._drawn_ahead,
         }
 
     def _load_extra_state(self, state_dict: dict[str, Any]) -> None:
-        self._drawn_ahead = None  # a loaded pass is handed out as it is
+        drawn_ahead = state_dict.get("drawn_ahead")
+        self._drawn_ahead = None if drawn_ahead is None else int(drawn_ahead)
         if "perm" in state_dict:
             perm = state_dict["perm"]
             self._perm = None if perm is None else torch.as_tensor(perm, dtype=torch.long).clone()

@@ -4,6 +4,11 @@ A :class:`_Structure` is inferred from the first write. It flattens later
 data into its list of leaf tensors (checking the container kinds and keys on
 the way), rebuilds a sample of the same kind from leaf tensors, and describes
 itself as plain JSON-able values so that a saved storage can be rebuilt.
+
+A ragged lazy stack (a ``LazyStackedTensorDict`` stacked along an item dim whose
+members differ in shapes or keys, as torchrl's storages keep) is a node of its own:
+each member is stored as a TensorDict of its own leaves (named by the member's
+position), and reads stack the members again lazily along the same dim.
 """
 
 from __future__ import annotations
@@ -14,7 +19,14 @@ from operator import itemgetter
 from typing import Any
 
 import torch
-from tensordict import NonTensorData, TensorDict, TensorDictBase, is_non_tensor, is_tensorclass
+from tensordict import (
+    LazyStackedTensorDict,
+    NonTensorData,
+    TensorDict,
+    TensorDictBase,
+    is_non_tensor,
+    is_tensorclass,
+)
 
 from rbdata.errors import _PytreeMismatch
 from rbdata.storages._td_unsafe import new_td
@@ -26,7 +38,9 @@ _LIST = "list"
 _TUPLE = "tuple"
 _TC = "tensorclass"  # one child: the TensorDict the tensorclass wraps
 _CONST = "const"  # a non-tensor entry of a TensorDict: one value for every item
-_KINDS = (_LEAF, _TD, _DICT, _LIST, _TUPLE, _TC, _CONST)
+# a ragged lazy stack: one child per member; extra = [stack dim among the item dims, item dims]
+_LAZY = "lazystack"
+_KINDS = (_LEAF, _TD, _DICT, _LIST, _TUPLE, _TC, _CONST, _LAZY)
 # Tensorclasses seen in this process, by "module:qualname": a saved structure names its class
 # and loading only looks it up here or among modules already imported (it never imports one).
 _TENSORCLASSES: dict[str, type[Any]] = {}
@@ -53,7 +67,7 @@ class _Node:
         self.keys = keys
         self.children = children or []
         self.batch = batch
-        self.extra = extra  # the class name of a tensorclass, the value of a constant
+        self.extra = extra  # a tensorclass's class name, a constant's value, a lazy stack's dims
 
     @property
     def mapping_keys(self) -> list[str | int]:
@@ -72,6 +86,8 @@ class _Node:
             out["batch"] = list(self.batch)
         if self.kind in (_TC, _CONST):
             out["extra"] = self.extra
+        if self.kind == _LAZY:
+            out["extra"] = list(self.extra)
         return out
 
 
@@ -135,6 +151,11 @@ def _infer(data: Any, lead: int, path: PathKey, paths: list[PathKey]) -> _Node:
         name = _class_name(type(data))
         _TENSORCLASSES[name] = type(data)
         return _Node(_TC, children=[_infer(data._tensordict, lead, path, paths)], extra=name)
+    if isinstance(data, LazyStackedTensorDict) and data.stack_dim >= lead and _ragged(data):
+        children = [
+            _infer(member, lead, (*path, i), paths) for i, member in enumerate(data.tensordicts)
+        ]
+        return _Node(_LAZY, None, children, extra=(data.stack_dim - lead, data.batch_dims - lead))
     if isinstance(data, TensorDictBase):
         if data.batch_dims < lead:
             raise ValueError(
@@ -164,6 +185,44 @@ def _infer(data: Any, lead: int, path: PathKey, paths: list[PathKey]) -> _Node:
     )
 
 
+def _ragged(data: LazyStackedTensorDict) -> bool:
+    """Whether the members of a lazy stack differ in keys or shapes (no dense view exists)."""
+    members = data.tensordicts
+    try:
+        keys = set(members[0].keys(True, True))
+        for member in members[1:]:
+            if set(member.keys(True, True)) != keys:
+                return True
+        return any(len({member.get(key).shape for member in members}) > 1 for key in keys)
+    except RuntimeError:  # a member is itself a ragged lazy stack
+        return True
+
+
+def _stack_dims(state: Mapping[str, Any]) -> tuple[int, int]:
+    """The ``extra`` of a saved lazy-stack node: (stack dim among the item dims, item dims)."""
+    extra = state.get("extra")
+    if (
+        not isinstance(extra, list | tuple)
+        or len(extra) != 2
+        or not all(type(v) is int for v in extra)
+        or not 0 <= extra[0] < extra[1]
+    ):
+        raise ValueError(f"malformed storage structure description: {state!r}.")
+    return int(extra[0]), int(extra[1])
+
+
+def _lazy_members(node: _Node, data: Any) -> list[TensorDictBase] | None:
+    """The members of ``data`` if it is a lazy stack laid out as ``node``, else None."""
+    rel, item_dims = node.extra
+    if (
+        not isinstance(data, LazyStackedTensorDict)
+        or len(data.tensordicts) != len(node.children)
+        or data.stack_dim - (data.batch_dims - item_dims) != rel
+    ):
+        return None
+    return list(data.tensordicts)
+
+
 def _from_state(state: Any) -> _Node:
     if not isinstance(state, Mapping) or state.get("kind") not in _KINDS:
         raise ValueError(f"malformed storage structure description: {state!r}.")
@@ -173,6 +232,10 @@ def _from_state(state: Any) -> _Node:
     if kind == _CONST:
         return _Node(_CONST, extra=state.get("extra"))
     children = [_from_state(child) for child in state.get("children", [])]
+    if kind == _LAZY:
+        if not children or any(child.kind not in (_TD, _LAZY) for child in children):
+            raise ValueError(f"malformed storage structure description: {state!r}.")
+        return _Node(_LAZY, None, children, extra=_stack_dims(state))
     keys = state.get("keys")
     if kind in (_TD, _DICT) and (keys is None or len(keys) != len(children)):
         raise ValueError(f"malformed storage structure description: {state!r}.")
@@ -338,6 +401,18 @@ def _flatten(node: _Node, data: Any, path: PathKey, out: list[torch.Tensor]) -> 
         for key, child in zip(keys, node.children, strict=True):
             _flatten(child, items[key], (*path, key), out)
         return
+    if kind == _LAZY:
+        members = _lazy_members(node, data)
+        if members is None:
+            raise _mismatch(
+                path,
+                f"a LazyStackedTensorDict of {len(node.children)} TensorDicts stacked along "
+                f"item dim {node.extra[0]}",
+                data,
+            )
+        for i, (member, child) in enumerate(zip(members, node.children, strict=True)):
+            _flatten(child, member, (*path, i), out)
+        return
     if not isinstance(data, tuple if kind == _TUPLE else list):
         raise _mismatch(path, f"a {kind}", data)
     if len(data) != len(node.children):
@@ -372,6 +447,17 @@ def _compile_flatten(node: _Node) -> Callable[[Any, list[torch.Tensor]], None]:
             inner(data._tensordict, out)
 
         return flatten_tensorclass
+    if node.kind == _LAZY:
+        members_of = [_compile_flatten(child) for child in node.children]
+
+        def flatten_lazy(data: Any, out: list[torch.Tensor]) -> None:
+            members = _lazy_members(node, data)
+            if members is None:
+                raise _PytreeMismatch
+            for member, sub in zip(members, members_of, strict=True):
+                sub(member, out)
+
+        return flatten_lazy
     # children that are leaves are inlined (None) to save a call per leaf
     subs = [None if c.kind == _LEAF else _compile_flatten(c) for c in node.children]
     count = len(subs)
@@ -433,6 +519,11 @@ def _compile(node: _Node, counter: Any) -> _Builder:
         )
     if kind == _TD:
         return _compile_td(node, parts)
+    if kind == _LAZY:
+        rel = node.extra[0]
+        return lambda leaves, batch, device: LazyStackedTensorDict(
+            *[p(leaves, batch, device) for p in parts], stack_dim=len(batch) + rel
+        )
     if kind == _DICT:
         pairs = list(zip(node.mapping_keys, parts, strict=True))
         return lambda leaves, batch, device: {k: p(leaves, batch, device) for k, p in pairs}

@@ -20,6 +20,7 @@ from torch.utils._pytree import tree_map
 from ._absent_keys import flatten_or_zero, given_leaves
 from ._base import Index, _as_index, _check_int, _get_index, _set_index
 from ._coordinates import cells_at
+from ._lazy_write import members_fit, write_members
 from ._pytree import _Structure
 from ._row_layout import _PackedLayout
 from ._stack import _stacked
@@ -302,6 +303,8 @@ class TensorStorage(_TracedRows):
         """The checked leaves of the batch ``data``, for :meth:`write_leaves` (see ``Storage``)."""
         if self._rows is None or self._cells != 1 or self.ndim != 1 or self._compilable:
             return None
+        if self._writes_members(data):
+            return None  # written by ``_set`` through the rows' views
         leaves, n = self._leaves(data, True)
         if not n or n > self._capacity or self._rows.aliases(leaves):
             return None
@@ -311,7 +314,30 @@ class TensorStorage(_TracedRows):
         """Copy ``leaves`` (of :meth:`batch_leaves`) into rows ``start ..`` (counters unchanged)."""
         self._allocated()[2].write_range(start, leaves)
 
+    def _writes_members(self, data: Any) -> bool:
+        """Whether ``data`` is a lazy stack of items written member-wise (``_lazy_write.py``)."""
+        if self._rows is None or self._structure is None or self._cells != 1 or self.ndim != 1:
+            return False
+        if self._compilable:
+            return False
+        layout = self._allocated()[1]
+        return members_fit(self._structure, layout.dtypes, self._tails, data) and not (
+            self.reads_own_memory(data)
+        )
+
+    def _set_members(self, index: Index, data: Any) -> int:
+        """Write the lazy stack of items ``data`` at ``index`` through the rows' views."""
+        slots, stop = _set_index(index, self._len, self._capacity)
+        if isinstance(slots, int) or _count(slots) != len(data.tensordicts):
+            raise ValueError(
+                f"index selects {_count(slots)} item(s) but data holds {len(data.tensordicts)}."
+            )
+        write_members(self._storage, slots, data)
+        return stop
+
     def _set(self, index: Index, data: Any) -> int:
+        if type(index) is not int and self._writes_members(data):
+            return self._set_members(index, data)
         if type(index) is slice and self._cells == 1 and self.ndim == 1 and self._rows is not None:
             # the writers' hot path: items in range (``plain`` checks that the bounds are ints)
             start: int = index.start
@@ -346,6 +372,9 @@ class TensorStorage(_TracedRows):
             raise ValueError(f"index selects {count} item(s) but data holds {n}.")
         if plan is not None:
             self._allocate(plan.structure, plan.layout, plan.lead)
+            if not isinstance(slots, int) and self._writes_members(data):
+                write_members(self._storage, slots, data)  # as later writes of such a batch
+                return stop
         self._write(slots, leaves, batched)
         return stop
 

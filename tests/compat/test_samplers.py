@@ -120,3 +120,27 @@ def test_iterating_an_empty_buffer(lib, request):
 def test_sampling_an_empty_buffer_is_a_runtime_error(lib):
     rb = lib.ReplayBuffer(storage=lib.LazyTensorStorage(4), batch_size=2)
     assert outcome(rb.sample) == ("raises", "RuntimeError")
+
+
+def _next_pass_after_a_load(ns, seed):
+    """The draws of a sampler loaded at the end of a pass, after the storage grew by one."""
+    torch.manual_seed(seed)
+    rb = ns.ReplayBuffer(storage=ns.LazyTensorStorage(16), sampler=ns.SamplerWithoutReplacement())
+    rb.extend(torch.ones(3))
+    for _ in range(3):
+        rb.sample(1)
+    rb.extend(torch.zeros(1))
+    state = rb.state_dict()
+    other = ns.ReplayBuffer(
+        storage=ns.LazyTensorStorage(16), sampler=ns.SamplerWithoutReplacement()
+    )
+    other.load_state_dict(state)
+    return [other.sample(1).tolist() for _ in range(4)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_loaded_pass_drawn_ahead_is_drawn_again_when_the_storage_grew(seed):
+    """torchrl's ``test_sampler_without_rep_state_dict``: the new item comes in the next pass."""
+    expected = _next_pass_after_a_load(load("torchrl"), seed)
+    assert _next_pass_after_a_load(load("rbdata"), seed) == expected
+    assert sorted(sum(expected, [])) == [0.0, 1.0, 1.0, 1.0]

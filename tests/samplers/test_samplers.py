@@ -187,6 +187,37 @@ def test_without_replacement_pass_covers_each_item_once():
     assert not sampler.ran_out
 
 
+def test_a_resumed_sampler_draws_the_pass_ahead_again_when_the_storage_grew():
+    """A pass drawn at the end of the last one, for 3 items, is drawn again for 4 after a load.
+
+    torchrl's ``test_sampler_without_rep_state_dict``: the original sampler draws the new
+    item in the next pass; a sampler loaded from its state must too.
+    """
+    sampler = SamplerWithoutReplacement()
+    for _ in range(3):
+        sampler.sample(Slots(3), 1)
+    assert sampler.ran_out
+    resumed = SamplerWithoutReplacement()
+    resumed.load_state_dict(_roundtrip(sampler.state_dict()))
+    for s in (sampler, resumed):
+        assert sorted(s.sample(Slots(4), 4)[0].tolist()) == [0, 1, 2, 3]
+
+
+def test_a_torchrl_state_at_the_end_of_a_pass_is_drawn_again_when_the_storage_grew():
+    torchrl_state = {
+        "len_storage": 3,
+        "_sample_list": torch.tensor([1, 2, 0]),
+        "drop_last": False,
+        "_ran_out": True,
+    }
+    resumed = SamplerWithoutReplacement()
+    resumed.load_state_dict(torchrl_state)
+    assert sorted(resumed.sample(Slots(4), 4)[0].tolist()) == [0, 1, 2, 3]
+    same_size = SamplerWithoutReplacement()
+    same_size.load_state_dict(torchrl_state)
+    assert same_size.sample(Slots(3), 3)[0].tolist() == [1, 2, 0]
+
+
 def test_without_replacement_drop_last_and_order():
     sampler = SamplerWithoutReplacement(drop_last=True, shuffle=False)
     slots = Slots(10)

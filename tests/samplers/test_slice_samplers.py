@@ -13,6 +13,7 @@ from tensordict import TensorDict
 from rbdata import (
     LazyStackStorage,
     LazyTensorStorage,
+    ListStorage,
     PrioritizedSliceSampler,
     SliceSampler,
     SliceSamplerWithoutReplacement,
@@ -764,3 +765,28 @@ def test_slice_sampler_without_replacement_sample_list_survives_a_dump(tmp_path)
     sampler2, rb2 = build()
     rb2.loads(tmp_path)
     assert torch.equal(sampler2._sample_list, before)
+
+
+@pytest.mark.parametrize("sampler", [SliceSampler(num_slices=2), "prioritized"])
+def test_a_slice_sampler_over_a_list_storage_is_refused_when_sampling(sampler):
+    """torchrl's ``test_slice_sampler_errors``: a ListStorage reads lists, not a TensorDict."""
+    if sampler == "prioritized":
+        sampler = PrioritizedSliceSampler(max_capacity=20, alpha=0.7, beta=0.9, num_slices=2)
+    done = torch.zeros(20, 1, dtype=torch.bool)
+    done[9] = done[19] = True
+    data = TensorDict({"obs": torch.arange(20.0), ("next", "done"): done}, [20])
+    storage = ListStorage(20)
+    storage.set(range(20), data)
+    with pytest.raises(RuntimeError, match="Could not get a tensordict out of the storage") as err:
+        sampler.sample(storage, batch_size=4)
+    assert isinstance(err.value, TypeError)
+
+
+def test_a_slice_sampler_over_a_lazy_stack_storage_samples():
+    done = torch.zeros(20, 1, dtype=torch.bool)
+    done[9] = done[19] = True
+    data = TensorDict({"obs": torch.arange(20.0), ("next", "done"): done}, [20])
+    lazy = LazyStackStorage(20)
+    lazy.set(range(20), data)
+    index, _ = SliceSampler(num_slices=2).sample(lazy, batch_size=4)
+    assert index.numel() == 4
