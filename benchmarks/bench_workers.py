@@ -129,7 +129,7 @@ def bench_workers(batches: int = 100) -> list[tuple[str, float, float | None]]:
     with ReplayDataset(rb, num_batches=total) as ds:
         workers = rate(ds.dataloader(num_workers=2), batches)
     # the limit's own copy of the frames, in shared memory as the storage's are
-    pixels = rb.sample(CAPACITY)["pixels"].share_memory_()
+    pixels = rb[:]["pixels"].share_memory_()
     plain = DataLoader(PlainWorkers(pixels, len(rb), total), batch_size=None, num_workers=2)
     limit = rate(plain, batches)
     return [
