@@ -345,15 +345,24 @@ def _shard_rows(lib: str, seconds: float, shards: tuple[int, ...]) -> dict[str, 
 
 
 def _torchrl_side(seconds: float) -> dict[str, float]:
+    """torchrl's rows, run in its own virtualenv ({} where it has no torchrl or Ray)."""
     import json
+    import logging
     import os
     import subprocess
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     venv = Path(os.environ.get("RBDATA_TORCHRL_VENV", root.parent / "bench-venvs" / "torchrl"))
-    cmd = [str(venv / "bin" / "python"), __file__, "--lib", "torchrl", "--seconds", str(seconds)]
+    python = venv / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # no rbdata there
+    probe = [str(python), "-c", "import ray, torchrl"]
+    if not python.exists() or subprocess.run(probe, capture_output=True, env=env).returncode:
+        logging.getLogger(__name__).info(
+            "no torchrl column: %s lacks torchrl or ray (pip install 'ray[default]' there)", venv
+        )
+        return {}
+    cmd = [str(python), __file__, "--lib", "torchrl", "--seconds", str(seconds)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"the torchrl side failed: {proc.stderr[-800:]}")
