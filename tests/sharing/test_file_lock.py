@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import os
-import signal
 import time
+
+from lock_holders import killed_holder, zombie_holder
 
 from rbdata.sharing.file_lock import FileLock
 
 
 def test_a_lock_held_by_a_killed_process_is_free_at_once() -> None:
     lock = FileLock()
-    pid = os.fork()
-    if pid == 0:  # the child takes the lock and dies holding it
-        lock.acquire()
-        os.kill(os.getpid(), signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status)
+    killed_holder(lock)
     start = time.monotonic()
     assert lock.acquire(timeout=5.0)
     assert time.monotonic() - start < 1.0
@@ -25,26 +21,9 @@ def test_a_lock_held_by_a_killed_process_is_free_at_once() -> None:
 
 def test_a_zombie_holds_nothing() -> None:
     lock = FileLock()
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        lock.acquire()
-        os.write(write, b"x")
-        os._exit(0)  # exits holding it; the parent does not reap it yet
-    os.read(read, 1)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
-                break
-        time.sleep(0.005)
-    try:
+    with zombie_holder(lock):
         assert lock.acquire(timeout=5.0)
         lock.release()
-    finally:
-        os.waitpid(pid, 0)
-        os.close(read)
-        os.close(write)
 
 
 def test_a_forked_child_does_not_share_its_parents_hold() -> None:

@@ -10,20 +10,11 @@ import sys
 import time
 
 import pytest
+from lock_holders import killed_holder, zombie_holder
 
 from rbdata.sharing.robust_mutex import RobustMutexLock, cross_process_lock, robust_mutexes
 
 pytestmark = pytest.mark.skipif(not robust_mutexes(), reason="robust mutexes are Linux-only")
-
-
-def _wait_zombie(pid: int) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
-                return
-        time.sleep(0.005)
-    raise AssertionError(f"{pid} did not die")
 
 
 def test_a_buffer_is_shared_through_a_robust_mutex_on_linux() -> None:
@@ -32,12 +23,7 @@ def test_a_buffer_is_shared_through_a_robust_mutex_on_linux() -> None:
 
 def test_a_lock_held_by_a_killed_process_is_taken_over_at_once() -> None:
     lock = RobustMutexLock()
-    pid = os.fork()
-    if pid == 0:  # the child takes the lock and dies holding it
-        lock.acquire()
-        os.kill(os.getpid(), signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status)
+    killed_holder(lock)
     start = time.monotonic()
     assert lock.acquire(timeout=5.0)
     assert time.monotonic() - start < 1.0
@@ -49,21 +35,9 @@ def test_a_lock_held_by_a_killed_process_is_taken_over_at_once() -> None:
 
 def test_a_zombie_holds_nothing() -> None:
     lock = RobustMutexLock()
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        lock.acquire()
-        os.write(write, b"x")
-        os._exit(0)  # exits holding it; the parent does not reap it yet
-    os.read(read, 1)
-    _wait_zombie(pid)
-    try:
+    with zombie_holder(lock):
         assert lock.acquire(timeout=5.0) and lock.recoveries == 1
         lock.release()
-    finally:
-        os.waitpid(pid, 0)
-        os.close(read)
-        os.close(write)
 
 
 def test_a_forked_child_does_not_share_its_parents_hold() -> None:
