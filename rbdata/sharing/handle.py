@@ -103,6 +103,13 @@ def _mapped_tensor(
     return region.as_strided(shape, stride, offset)
 
 
+def _local_storage(payload: bytes) -> torch.UntypedStorage:
+    """A storage of its own holding ``payload`` (process-local memory sent by value)."""
+    if not payload:
+        return torch.empty(0, dtype=torch.uint8).untyped_storage()
+    return torch.frombuffer(bytearray(payload), dtype=torch.uint8).clone().untyped_storage()
+
+
 class _NamedPickler(ForkingPickler):
     """Shared CPU tensors by the path of the owner's descriptor: the receiver opens it itself.
 
@@ -112,12 +119,19 @@ class _NamedPickler(ForkingPickler):
     children with it) and leaves the files behind. ``/proc/<pid>/fd/<fd>``
     is opened by the receiver while the owner runs, and the memory lives as
     long as someone maps it. Shared memory this pickler cannot send (a
-    tensor subclass, a bare storage) is refused.
+    tensor subclass, a bare storage) is refused; memory that is not shared
+    (state of this process only) is copied into the pickle.
     """
 
     def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, torch.UntypedStorage) and obj.device.type == "cpu" and obj.is_shared():
-            raise pickle.PicklingError("shared memory outside a plain tensor cannot be mapped")
+        if isinstance(obj, torch.UntypedStorage) and obj.device.type == "cpu":
+            if obj.is_shared():
+                raise pickle.PicklingError("shared memory outside a plain tensor cannot be mapped")
+            # process-local memory (a sampler's pass order, say) travels by value, as a
+            # plain pickle sends it: torch's reduction would share it by a descriptor
+            # that only a child this process starts can receive
+            raw = torch.empty(0, dtype=torch.uint8).set_(obj)
+            return _local_storage, (raw.numpy().tobytes(),)
         if not isinstance(obj, torch.Tensor) or obj.device.type != "cpu" or not obj.is_shared():
             return NotImplemented
         if type(obj) is not torch.Tensor:

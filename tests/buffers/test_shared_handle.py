@@ -18,6 +18,7 @@ from rbdata import (
     ListStorage,
     PrioritizedReplayBuffer,
     ReplayBuffer,
+    SamplerWithoutReplacement,
     TensorDictMaxValueWriter,
     TensorDictReplayBuffer,
 )
@@ -118,6 +119,26 @@ def test_a_copy_stops_waiting_once_its_owner_is_gone() -> None:
         holder.join()
     assert rb.write_count == 4  # the failed write changed nothing
     assert copy.extend(torch.arange(2)).tolist() == [4, 5]  # free again: the copy writes
+
+
+def test_a_buffer_whose_sampler_holds_process_local_state_is_exported() -> None:
+    """Was: ``AttributeError: '_Spawning' object has no attribute 'DupFd'``.
+
+    A without-replacement sampler's pass order is memory of this process
+    only (not shared); the export copies it rather than sharing it.
+    """
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(8), sampler=SamplerWithoutReplacement(), batch_size=4
+    )
+    rb.extend(torch.arange(8))
+    first = rb.sample()
+    data = rb.export_shared()
+    assert data is not None
+    copy = import_shared(data, lambda: True, RuntimeError)
+    rest = copy.sample()  # the copy goes on with the pass the owner started
+    assert sorted([*first.tolist(), *rest.tolist()]) == list(range(8))
+    copy.extend(torch.arange(100, 102))
+    assert rb[:].tolist()[:2] == [100, 101]  # and writes into the owner's rows
 
 
 def test_an_export_names_nothing_in_dev_shm_but_its_lock() -> None:
