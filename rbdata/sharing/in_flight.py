@@ -55,13 +55,17 @@ _log = logging.getLogger(__name__)
 
 SLOTS = 16  # copies in flight at once (a writer finding none free writes under the lock)
 LOG = 64  # reservations a reader can look back over (more during one copy: read again)
-# a slot: row ranges [a, b), [c, d), the writer's pid (0: free), its start time, the phase
-# (claimed, reserved, overwritten under the lock) and the journal (the counters before the
-# reservation or the write moved them)
-_WIDTH = 10
+# The cells: the sequence number; the slots' writer pids (0: free), side by side, so that
+# "which slots are busy" reads two cache lines and a writer's stores into its own slot do
+# not touch them; the slots; the log. A slot: row ranges [a, b), [c, d), the writer's start
+# time, the phase (claimed, reserved, overwritten under the lock) and the journal (the
+# counters before the reservation or the write moved them).
+_PID0 = 1  # cell 0 is the sequence number
+_WIDTH = 9
+_START, _PHASE, _JOURNAL = 4, 5, 6  # offsets in a slot
 _CLAIMED, _RESERVED, _LOCKED = 1, 2, 3
 _ENTRY = 4  # a log entry: the two ranges
-_SLOT0 = 1  # cell 0 is the sequence number
+_SLOT0 = _PID0 + SLOTS
 _LOG0 = _SLOT0 + SLOTS * _WIDTH
 _ALIVE_CHECK_S = 0.01  # a drain checks the writers of the slots it waits on this often
 _ORPHAN_CHECK_S = 0.01  # a lock-free length looks for dead writers at most this often
@@ -157,7 +161,7 @@ class InFlightRows:
         self._cells = self._counters.cells
         # the slots' pid cells, viewed once: "is any copy in flight" is one byte compare
         # (every writer asks before it reserves, every lock-free reader before it copies)
-        self._pids = memoryview(cast(Any, self._cells))[_SLOT0 + 4 : _LOG0 : _WIDTH]
+        self._pids = memoryview(cast(Any, self._cells))[_PID0:_SLOT0]
         self._looked = 0.0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -185,7 +189,7 @@ class InFlightRows:
         lock, whose drain waits for that copy.
         """
         cells = self._cells
-        pids = list(cells[_SLOT0 + 4 : _LOG0 : _WIDTH])  # every slot's pid, read once
+        pids = self._pids.tolist()  # every slot's pid, read once
         if 0 not in pids:
             return None
         if any(pids):  # copies in flight: none may cover these rows
@@ -199,9 +203,10 @@ class InFlightRows:
         pid, start = this_process()
         # the slot's fields, its pid (which makes it busy) last
         cells[base], cells[base + 1], cells[base + 2], cells[base + 3] = a, b, c, d
-        cells[base + 5], cells[base + 6] = start, _CLAIMED
-        cells[base + 7], cells[base + 8], cells[base + 9] = journal
-        cells[base + 4] = pid
+        cells[base + _START], cells[base + _PHASE] = start, _CLAIMED
+        j = base + _JOURNAL
+        cells[j], cells[j + 1], cells[j + 2] = journal
+        cells[_PID0 + free] = pid
         seq = cells[0]
         entry = _LOG0 + (seq % LOG) * _ENTRY
         cells[entry], cells[entry + 1], cells[entry + 2], cells[entry + 3] = a, b, c, d
@@ -223,29 +228,29 @@ class InFlightRows:
         log (the version is odd); None only if no slot is free all the same.
         """
         cells = self._cells
-        base = _SLOT0
-        if cells[_SLOT0 + 4]:  # not drained (a hold that skipped it): look for a free slot
-            free = next((s for s in range(SLOTS) if not cells[_SLOT0 + s * _WIDTH + 4]), None)
-            if free is None:
+        free = 0
+        if cells[_PID0]:  # not drained (a hold that skipped it): look for a free slot
+            pids = self._pids.tolist()
+            if 0 not in pids:
                 return None
-            base = _SLOT0 + free * _WIDTH
+            free = pids.index(0)
+        base = _SLOT0 + free * _WIDTH
         cells[base], cells[base + 1], cells[base + 2], cells[base + 3] = ranges
         pid, start = this_process()
-        cells[base + 5] = start
-        cells[base + 6] = _LOCKED
-        cells[base + 7] = cursor
-        cells[base + 8] = count
-        cells[base + 9] = length
-        cells[base + 4] = pid  # last: the slot is taken once it names its writer
-        return (base - _SLOT0) // _WIDTH
+        cells[base + _START] = start
+        cells[base + _PHASE] = _LOCKED
+        j = base + _JOURNAL
+        cells[j], cells[j + 1], cells[j + 2] = cursor, count, length
+        cells[_PID0 + free] = pid  # last: the slot is taken once it names its writer
+        return free
 
     def reserved(self, slot: int) -> None:
         """The counters of ``slot``'s reservation moved (the lock held): the copy comes next."""
-        self._cells[_SLOT0 + slot * _WIDTH + 6] = _RESERVED
+        self._cells[_SLOT0 + slot * _WIDTH + _PHASE] = _RESERVED
 
     def release(self, slot: int) -> None:
         """The copy of ``slot`` is done (no lock needed: one store)."""
-        self._cells[_SLOT0 + slot * _WIDTH + 4] = 0
+        self._cells[_PID0 + slot] = 0
 
     # ------------------------------------------------------------ the lock's holders
     def busy(self) -> bool:
@@ -286,10 +291,8 @@ class InFlightRows:
         """``(reservation order, slot)`` of the slots whose writer is gone, newest first."""
         cells = self._cells
         dead = []
-        for slot in range(SLOTS):
-            base = _SLOT0 + slot * _WIDTH
-            pid = cells[base + 4]
-            if pid and not alive(pid, cells[base + 5]):
+        for slot, pid in enumerate(self._pids.tolist()):
+            if pid and not alive(pid, cells[_SLOT0 + slot * _WIDTH + _START]):
                 dead.append((self._order(slot), slot))
         return sorted(dead, reverse=True)
 
@@ -308,17 +311,18 @@ class InFlightRows:
     def _free_dead(self, reclaim: Reclaim | None) -> None:
         cells = self._cells
         dead = self._dead()
-        busy = sum(1 for pid in cells[_SLOT0 + 4 : _LOG0 : _WIDTH] if pid)
+        busy = sum(1 for pid in self._pids.tolist() if pid)
         if reclaim is not None and len(dead) < busy:
             return  # a live copy still runs: reclaiming would move its rows half written
         for _, slot in dead:
             base = _SLOT0 + slot * _WIDTH
-            pid = cells[base + 4]
+            pid = cells[_PID0 + slot]
             ranges = (cells[base], cells[base + 1], cells[base + 2], cells[base + 3])
             journal = None
-            phase = cells[base + 6]
+            phase = cells[base + _PHASE]
             if phase != _RESERVED:  # died reserving or overwriting: the counters go back
-                journal = (cells[base + 7], cells[base + 8], cells[base + 9])
+                j = base + _JOURNAL
+                journal = (cells[j], cells[j + 1], cells[j + 2])
             if reclaim is None:
                 _log.warning(
                     "writer process %d died copying rows [%d, %d) and [%d, %d) of a shared "
@@ -334,7 +338,7 @@ class InFlightRows:
                     *ranges,
                 )
                 reclaim(ranges, journal, phase == _LOCKED)
-            cells[base + 4] = 0
+            cells[_PID0 + slot] = 0
 
     # ------------------------------------------------------------ lock-free readers
     def wait_until_copied(self, probe: RowProbe) -> None:
@@ -358,8 +362,8 @@ class InFlightRows:
             return seq, []
         active: list[Ranges] = [
             (cells[base], cells[base + 1], cells[base + 2], cells[base + 3])
-            for base in range(_SLOT0, _LOG0, _WIDTH)
-            if cells[base + 4]
+            for base, pid in zip(range(_SLOT0, _LOG0, _WIDTH), self._pids.tolist(), strict=True)
+            if pid
         ]
         return seq, active
 

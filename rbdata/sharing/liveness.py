@@ -52,15 +52,27 @@ def alive(pid: int, start: int) -> bool:
     return found is not None and (found == start or not start or not found)
 
 
-_SELF: list[tuple[int, int]] = []
+_SELF: list[tuple[int, int]] = []  # this process's identity, once asked; forgotten by a fork
 
 
 def this_process() -> tuple[int, int]:
-    """``(pid, start time)`` of this process."""
-    pid = os.getpid()
-    if not _SELF or _SELF[0][0] != pid:  # a forked child: its own identity
-        _SELF[:] = [(pid, identity(pid) or 0)]
+    """``(pid, start time)`` of this process.
+
+    Looked up once (a writer asks on every reservation); a forked child
+    forgets its parent's identity (:func:`os.register_at_fork`, registered at
+    the first call) and looks up its own.
+    """
+    if not _SELF:
+        if not _FORGETS_ON_FORK:
+            _FORGETS_ON_FORK.append(True)
+            if hasattr(os, "register_at_fork"):
+                os.register_at_fork(after_in_child=_SELF.clear)
+        pid = os.getpid()
+        _SELF.append((pid, identity(pid) or 0))
     return _SELF[0]
+
+
+_FORGETS_ON_FORK: list[bool] = []
 
 
 def _signalable(pid: int) -> bool:

@@ -14,7 +14,7 @@ import math
 from typing import Any, NamedTuple
 
 import torch
-from tensordict import TensorDict, TensorDictBase, is_tensor_collection
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase, is_tensor_collection
 from torch.utils._pytree import tree_map
 
 from ._absent_keys import flatten_or_zero, given_leaves
@@ -316,9 +316,9 @@ class TensorStorage(_TracedRows):
 
     def _writes_members(self, data: Any) -> bool:
         """Whether ``data`` is a lazy stack of items written member-wise (``_lazy_write.py``)."""
-        if self._rows is None or self._structure is None or self._cells != 1 or self.ndim != 1:
+        if type(data) is not LazyStackedTensorDict or self._compilable:
             return False
-        if self._compilable:
+        if self._rows is None or self._structure is None or self._cells != 1 or self.ndim != 1:
             return False
         layout = self._allocated()[1]
         return members_fit(self._structure, layout.dtypes, self._tails, data) and not (

@@ -52,6 +52,24 @@ def test_a_reused_pid_is_not_the_process_that_died() -> None:
     assert not alive(pid, start - 1)  # this pid, another start time: the writer that died
 
 
+def test_a_forked_child_names_itself_not_its_parent() -> None:
+    """The identity is looked up once per process: a fork must not inherit the parent's."""
+    parent = this_process()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        child = this_process()
+        ok = child[0] == os.getpid() and child == (os.getpid(), identity(os.getpid()))
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert answer == b"1"
+    assert this_process() == parent
+
+
 def test_a_zombie_is_dead() -> None:
     pid = os.fork()
     if pid == 0:

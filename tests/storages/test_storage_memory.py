@@ -19,7 +19,7 @@ from rbdata import (
     ReplayBuffer,
     TensorDictReplayBuffer,
 )
-from rbdata.sharing.segments import reserve, reserve_shared
+from rbdata.sharing.segments import HUGE_PAGE_MIN, reserve, reserve_shared
 from rbdata.storages import CompressedListStorage
 from rbdata.storages._pages import resident_bytes
 
@@ -131,18 +131,62 @@ def test_first_extend_costs_the_same_at_any_capacity():
 
 
 def test_reserved_memory_reads_zeros_and_commits_what_is_written():
-    region = reserve(2**30)
+    region = reserve(HUGE_PAGE_MIN - 4096)  # below the huge-page size: 4 KiB pages
     assert resident_bytes(region, region.numel()) == 0
     region[: 10 * 4096].fill_(7)
     assert resident_bytes(region, region.numel()) == 10 * 4096
     # reading unwritten memory maps the shared zero page: zeros, no memory of its own
     assert int(region[-(2**20) :].sum()) == 0
     assert resident_bytes(region, 100) == 100
+    big = reserve(2**30)  # huge pages where the kernel gives them: 2 MiB committed at most
+    assert resident_bytes(big, big.numel()) == 0
+    big[: 10 * 4096].fill_(7)
+    assert 10 * 4096 <= resident_bytes(big, big.numel()) <= 2**21
+    assert int(big[-(2**20) :].sum()) == 0
     shared = reserve_shared(2**30)
     # torch may touch the first page of a shared-memory file (its header)
     assert shared.is_shared() and resident_bytes(shared, shared.numel()) <= 4096
     shared[-1] = 3
     assert resident_bytes(shared, shared.numel()) <= 2 * 4096 and int(shared[-2]) == 0
+
+
+def _huge_page_mode() -> str | None:
+    """The kernel's transparent huge page mode (``always``, ``madvise``, ``never``), if known."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return text[text.index("[") + 1 : text.index("]")]
+
+
+def _huge_page_eligible(tensor: torch.Tensor) -> bool:
+    """Whether the mapping holding ``tensor`` may get huge pages (``/proc/self/smaps``)."""
+    address = tensor.data_ptr()
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                low, high = (int(x, 16) for x in head.split("-"))
+                inside = low <= address < high
+            elif inside and head == "THPeligible:":
+                return line.split()[1] == "1"
+    raise AssertionError("no mapping holds the tensor")
+
+
+@pytest.mark.skipif(
+    _huge_page_mode() not in ("always", "madvise"), reason="the kernel gives no huge pages"
+)
+def test_large_reservations_ask_for_huge_pages():
+    """A sampled batch gathers rows all over a large buffer: 2 MiB pages spare the TLB."""
+    big = reserve(HUGE_PAGE_MIN)
+    assert _huge_page_eligible(big)
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(1_000_000))
+    rb.extend(TensorDict({"obs": torch.ones(10, 64)}, [10]))
+    assert _huge_page_eligible(rb.storage.get_leaf("obs"))
+    if _huge_page_mode() == "madvise":  # small ones are left to the kernel's default
+        assert not _huge_page_eligible(reserve(HUGE_PAGE_MIN // 2))
 
 
 def test_unwritten_rows_read_zeros_as_before():
