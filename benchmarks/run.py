@@ -52,7 +52,7 @@ from _common import (  # noqa: E402
     timeit_rounds,
     transitions,
 )
-from _sumtree_limit import SumTreeLimit  # noqa: E402
+from _sumtree_limit import PrioritizedConsumeLimit, SumTreeLimit  # noqa: E402
 from bench_compressed import row_compressed  # noqa: E402
 
 Row = dict[str, object]
@@ -148,9 +148,41 @@ def row_consume(lib: ModuleType) -> Row:
     (``_common.FreeListConsumeLimit``: slots reused in the order they were
     freed, torchrl's, so every write is a scatter).
     """
-    cap, batch = 100_000, 256
+    return _consume_row(lib, lib.RandomSampler(), free_list=True)
+
+
+def row_consume_wor(lib: ModuleType) -> Row:
+    """:func:`row_consume` with a ``SamplerWithoutReplacement`` (the same limit)."""
+    return _consume_row(lib, lib.SamplerWithoutReplacement(), free_list=False)
+
+
+def row_consume_per(lib: ModuleType) -> Row:
+    """:func:`row_consume` with ``PrioritizedSampler(100k, 0.7, 0.5)``.
+
+    The limit (``_sumtree_limit.PrioritizedConsumeLimit``) writes in ring order
+    as ``ConsumeLimit`` does, gives the written slots the maximum priority in a
+    32-ary sum tree, and draws 256 at a time from it, zeroing what it drew.
+    """
+    cap = CONSUME_CAPACITY
+    limit = PrioritizedConsumeLimit(cap, transitions(1), CONSUME_BATCH, 0.7, 0.5)
+    sampler = lib.PrioritizedSampler(cap, 0.7, 0.5)
+    return {
+        **_consume_row(lib, sampler, free_list=False, limit=limit),
+        "limit_name": "ring order, sum tree",
+    }
+
+
+CONSUME_CAPACITY, CONSUME_BATCH = 100_000, 256
+
+
+def _consume_row(
+    lib: ModuleType, sampler: object, free_list: bool, limit: ConsumeLimit | None = None
+) -> Row:
+    cap, batch = CONSUME_CAPACITY, CONSUME_BATCH
     data = transitions(cap)
-    rb = lib.TensorDictReplayBuffer(storage=lib.LazyTensorStorage(cap), consume_after_n_samples=1)
+    rb = lib.TensorDictReplayBuffer(
+        storage=lib.LazyTensorStorage(cap), sampler=sampler, consume_after_n_samples=1
+    )
 
     def cycle_lib() -> None:
         rb.extend(data)
@@ -158,7 +190,16 @@ def row_consume(lib: ModuleType) -> Row:
             rb.sample(batch)
 
     cycle_lib()  # every slot consumed: the measured cycles write into consumed slots
-    lim, freelist = ConsumeLimit(cap, data[:1], batch), FreeListConsumeLimit(cap, data[:1], batch)
+    lim = limit or ConsumeLimit(cap, data[:1], batch)
+    if not free_list:
+        t_lib, t_lim = timeit_rounds(cycle_lib, lambda: lim.cycle(data), min_time=4.5, repeats=5)
+        return {
+            "unit": "items/s",
+            "lib": cap / t_lib,
+            "limit": cap / t_lim,
+            "limit_name": "ring order",
+        }
+    freelist = FreeListConsumeLimit(cap, data[:1], batch)
     t_lib, t_lim, t_free = timeit_rounds(
         cycle_lib, lambda: lim.cycle(data), lambda: freelist.cycle(data), min_time=4.5, repeats=5
     )
@@ -270,6 +311,8 @@ ROWS: dict[str, Callable[[ModuleType], Row]] = {
     "compressed": row_compressed,
     "memmap": row_memmap,
     "consume": row_consume,
+    "consume_wor": row_consume_wor,
+    "consume_per": row_consume_per,
     "per": row_per,
     "slice": row_slice,
     "slice10m": row_slice10m,

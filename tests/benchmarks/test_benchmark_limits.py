@@ -143,3 +143,27 @@ def test_sum_tree_limit_draws_in_proportion_and_refreshes_its_sums():
     assert torch.allclose(weight[index == 999], torch.tensor((5.0 / 1e-8) ** -1.0))
     tree.update(torch.tensor([999]), torch.tensor([1.0]))
     assert float(tree.sums[0][0]) == pytest.approx(4.0, rel=1e-5)
+
+
+def test_prioritized_consume_limit_draws_every_written_slot_once_by_priority(bench):
+    common, _ = bench
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        limit_module = importlib.import_module("_sumtree_limit")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    torch.manual_seed(0)
+    data = common.transitions(40, obs=3)
+    lim = limit_module.PrioritizedConsumeLimit(50, data[:1], 8, alpha=0.7, beta=0.5)
+    drawn: list[int] = []
+    real_gather = lim.store.gather
+    lim.store.gather = lambda idx: (drawn.extend(idx.tolist()), real_gather(idx))
+    lim.cycle(data[:40])  # slots 0..39, drawn from the tree until it is empty
+    assert sorted(drawn) == list(range(40)) and bool(lim.free.all())
+    assert float(lim.tree.sums[0][0]) == 0.0
+    drawn.clear()
+    lim.cycle(data[:20])  # ring order from the reuse position: 40..49, then 0..9
+    assert sorted(drawn) == [*range(10), *range(40, 50)]
+    for key in lim.store.keys:
+        assert torch.equal(lim.store.bufs[key][40:], data.get(key)[:10])
+        assert torch.equal(lim.store.bufs[key][:10], data.get(key)[10:20])
