@@ -39,11 +39,12 @@ from multiprocessing.connection import Connection
 from typing import Any, Protocol, runtime_checkable
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torch.utils.hooks import RemovableHandle
 
 from rbdata._component.prefetch_state import draw_record, read_draw_records
 from rbdata.buffers.protocol import Draw, ReadableByWorkers, ServableBuffer, StatsSource
+from rbdata.buffers.tensordict import TensorDictReplayBuffer
 from rbdata.loader._socket_server import ServerAccess, SocketServer, connect, hang_up, request
 from rbdata.loader._workers import readable_by_workers, worker_copy
 from rbdata.sharing.fd_handoff import dump_with_fds, load_with_fds, sender_key
@@ -676,8 +677,28 @@ class RankShareBuffer:
             self._call(("version", int(version)))
 
     def extend(self, data: Any) -> torch.Tensor:
-        """Write ``data`` into the shared rows (every rank sees them)."""
-        return self._local.extend(data)
+        """Write ``data`` into the shared rows (every rank sees them).
+
+        On a rank other than the owner, the priorities the data carries (a
+        prioritized TensorDict buffer's ``priority_key``) go to the owner's
+        sampler: this rank's copy of the buffer draws nothing itself.
+        """
+        index = self._local.extend(data)
+        if self._server is None and self._prioritized:
+            self._send_written_priority(data, index)
+        return index
+
+    def _send_written_priority(self, data: Any, index: torch.Tensor) -> None:
+        local = self._local
+        if not isinstance(local, TensorDictReplayBuffer) or not isinstance(data, TensorDictBase):
+            return
+        priority = data.get(local.priority_key, None)
+        if priority is None:
+            return  # none given: the owner's sampler gave the rows its default
+        index = index.reshape(-1)
+        keep = index >= 0
+        priority = priority.reshape(index.numel(), -1).amax(-1)[keep]
+        self._call(("priority", TensorDict({"index": index[keep]}, [priority.numel()]), priority))
 
     def set_rng(self, generator: torch.Generator | None) -> None:
         """Seed the one sampler (local rank 0; the other ranks draw nothing themselves)."""

@@ -92,11 +92,15 @@ def test_a_rank_writes_where_every_rank_reads_and_its_priorities_reach_the_owner
     buffer = TensorDictPrioritizedReplayBuffer(
         alpha=1.0, beta=0.5, storage=LazyTensorStorage(64), batch_size=4
     )
-    buffer.extend(TensorDict({"id": torch.arange(8)}, [8]))
+    buffer.extend(TensorDict({"id": torch.arange(8), "td_error": torch.ones(8)}, [8]))
     ranks = _ranks(buffer, 2)
     try:
-        ranks[1].extend(TensorDict({"id": torch.arange(4) + 100}, [4]))
+        given = torch.tensor([50.0, 60.0, 70.0, 80.0])
+        written = ranks[1].extend(TensorDict({"id": torch.arange(4) + 100, "td_error": given}, [4]))
         assert len(ranks[0]) == len(buffer) == 12  # rows written by rank 1, seen by the owner
+        # the priorities written on rank 1 are the owner's (the draws happen there)
+        assert written.tolist() == [8, 9, 10, 11]
+        assert buffer.sampler.priority_mass().total == pytest.approx(8 + 260)
         shares = _in_threads(ranks, 1, 3)
         batch = ranks[1].gather(shares[1][0])  # rank 1 reads its share itself
         assert torch.equal(batch["index"], shares[1][0].index)
