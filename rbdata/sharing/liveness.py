@@ -13,6 +13,7 @@ and liveness falls back to ``os.kill(pid, 0)``.
 from __future__ import annotations
 
 import os
+import sys
 
 __all__ = ["alive", "identity", "this_process"]
 
@@ -65,7 +66,7 @@ def this_process() -> tuple[int, int]:
     if not _SELF:
         if not _FORGETS_ON_FORK:
             _FORGETS_ON_FORK.append(True)
-            if hasattr(os, "register_at_fork"):
+            if sys.platform != "win32":
                 os.register_at_fork(after_in_child=_SELF.clear)
         pid = os.getpid()
         _SELF.append((pid, identity(pid) or 0))

@@ -35,7 +35,7 @@ __all__ = ["HUGE_PAGE_MIN", "SharedMemoryFull", "check_space", "reserve", "reser
 _MAP_NORESERVE: int = getattr(
     mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0
 )
-_MADV_HUGEPAGE: int | None = getattr(mmap, "MADV_HUGEPAGE", None)
+_MADV_HUGEPAGE: int | None = mmap.MADV_HUGEPAGE if sys.platform == "linux" else None
 #: reservations of at least this many bytes ask for transparent huge pages
 HUGE_PAGE_MIN = 64 << 20
 
