@@ -525,8 +525,15 @@ class ReplayBuffer(_SharedHandle):
         return self.storage[: len(self.storage) if end is None else end]
 
     def write_all(self, data: Any, end: int | None = None) -> None:
-        """Write ``data`` back to storage in physical order (``rb[:end] = data``)."""
+        """Write ``data`` back to storage in physical order (``rb[:end] = data``).
+
+        Without ``end``, a full buffer is written whole (``rb[:] = data``, shaped as
+        :meth:`read_all_in_order` reads it, lead dims first for ``ndim > 1``), as torchrl's.
+        """
         if end is None:
+            if len(self) == self.storage.max_size:
+                self[:] = data
+                return
             end = data.shape[0] if isinstance(data, torch.Tensor | TensorDictBase) else len(data)
         self[:end] = data
 
