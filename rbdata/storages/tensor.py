@@ -54,7 +54,13 @@ class TensorStorage(_TracedRows):
     int keys, lists, tuples) is copied into packed rows (one contiguous byte
     row per item holding all its leaves), so that sampling a batch costs one
     gather. The storage is full: ``len(storage) == max_size``. Later writes
-    must match the keys, per-item shapes and dtypes exactly (nothing is cast).
+    must match the per-item shapes and dtypes exactly (nothing is cast). A
+    TensorDict lacking stored keys is written with zeros there (warned once);
+    one bringing keys the storage lacks adds them, as torchrl's
+    ``LazyTensorStorage`` does: the rows are laid out anew (every filled row
+    copied, logged at INFO) and the rows not written read zeros in the new
+    entries. A storage whose rows other processes map (shared) cannot change
+    its layout and raises ``KeyError`` instead.
 
     Reads return copies: ``get(LongTensor[B])`` gives data of the stored kind
     with a leading batch dim ``B`` (a ``TensorDict`` with ``batch_size=[B]``
