@@ -14,6 +14,7 @@ object the registered backend returns (see :mod:`rbdata.buffers.backends`).
 from __future__ import annotations
 
 import inspect
+import math
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
@@ -527,14 +528,17 @@ class ReplayBuffer(_SharedHandle):
     def write_all(self, data: Any, end: int | None = None) -> None:
         """Write ``data`` back to storage in physical order (``rb[:end] = data``).
 
-        Without ``end``, a full buffer is written whole (``rb[:] = data``, shaped as
-        :meth:`read_all_in_order` reads it, lead dims first for ``ndim > 1``), as torchrl's.
+        ``end`` defaults to ``data.shape[0]`` (``len(data)``). Data that spans the
+        whole storage is written as ``rb[:] = data``: on a storage of ``ndim > 1``,
+        shaped as :meth:`read_all_in_order` reads it (lead dims first), as torchrl's.
         """
         if end is None:
-            if len(self) == self.storage.max_size:
+            tensors = isinstance(data, torch.Tensor | TensorDictBase)
+            ndim = self.storage.ndim
+            if tensors and ndim > 1 and math.prod(data.shape[:ndim]) == len(self.storage):
                 self[:] = data
                 return
-            end = data.shape[0] if isinstance(data, torch.Tensor | TensorDictBase) else len(data)
+            end = data.shape[0] if tensors else len(data)
         self[:end] = data
 
     def set_(self: _B, key: NestedKey, value: torch.Tensor) -> _B:

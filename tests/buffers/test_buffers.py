@@ -588,14 +588,3 @@ def test_torchrls_init_names_hold_the_factories_until_the_buffer_is_built():
     rb.extend(TensorDict(batch_size=[2]))
     assert rb._storage is rb.storage and rb._init_storage is None
     assert rb._init_sampler is None and rb._init_writer is None
-
-
-def test_write_all_of_a_full_buffer_writes_it_whole():
-    """torchrl's: a full buffer's ``write_all(data)`` is ``rb[:] = data`` (all of it or nothing)."""
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4))
-    rb.extend(td(4))
-    with pytest.raises(ValueError, match="selects 4"):
-        rb.write_all(td(2, start=100))
-    assert rb[:]["obs"][:, 0].tolist() == [0, 1, 2, 3]
-    rb.write_all(td(4, start=100))
-    assert rb[:]["obs"][:, 0].tolist() == [100, 101, 102, 103]
