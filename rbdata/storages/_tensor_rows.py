@@ -189,7 +189,7 @@ class _TensorRows(Storage):
         :meth:`_undo_relayout`).
 
         Returns:
-            what :meth:`_commit_relayout` and :meth:`_undo_relayout` take.
+            the replaced state, for :meth:`_undo_relayout`.
         """
         old_structure, old_layout, old_rows = self._allocated()
         before = _Before(old_structure, old_layout, old_rows, self._warned)
@@ -206,8 +206,8 @@ class _TensorRows(Storage):
         self._warned = set()  # the missing-keys warnings name the keys of a layout
         return before
 
-    def _commit_relayout(self, before: _Before) -> None:
-        """Keep the new rows (a file storage moves its new rows file into place)."""
+    def _commit_relayout(self) -> None:
+        """Keep the new rows, drop the old (a file storage moves its new rows file into place)."""
         self._finish_regrow(True)
 
     def _undo_relayout(self, before: _Before) -> None:

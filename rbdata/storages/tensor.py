@@ -382,7 +382,7 @@ class TensorStorage(_TracedRows):
         except BaseException:
             self._undo_relayout(before)
             raise
-        self._commit_relayout(before)
+        self._commit_relayout()
         return stop
 
     def _layout_fixed(self) -> str | None:
