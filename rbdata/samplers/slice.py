@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import Any, ClassVar, TypedDict
+from typing import Any, ClassVar, Literal, TypedDict, overload
 
 import numpy as np
 import torch
@@ -238,7 +238,25 @@ class SliceSampler(Sampler):
             return super().__new__(variant)
         return super().__new__(cls)
 
-    def __init__(self, *, replacement: bool = True, **slice_args: Unpack[SliceArgs]) -> None:
+    # What a type checker reads: with ``replacement=False`` the variant's keywords too (the
+    # object built is a SliceSamplerWithoutReplacement, a SliceSampler). They reach the
+    # variant's ``__init__``, never this one, which mypy cannot see (``misc``).
+    @overload
+    def __init__(
+        self, *, replacement: Literal[True] = ..., **slice_args: Unpack[SliceArgs]
+    ) -> None: ...
+    @overload
+    def __init__(
+        self,
+        *,
+        replacement: bool,
+        drop_last: bool = ...,
+        shuffle: bool = ...,
+        **slice_args: Unpack[SliceArgs],
+    ) -> None: ...
+    def __init__(  # type: ignore[misc]
+        self, *, replacement: bool = True, **slice_args: Unpack[SliceArgs]
+    ) -> None:
         Sampler.__init__(self, replacement=replacement)
         self._setup_slices(**slice_args)
 

@@ -11,7 +11,12 @@ entries. Only TensorDict levels take new keys (a dict PyTree must match, as
 in torchrl; a tensorclass has fixed fields).
 
 A storage whose rows other processes map cannot change their layout under
-them: :func:`refusal` is the ``KeyError`` it raises instead.
+them: :func:`refusal` is the ``KeyError`` it raises instead. What is cached
+on a layout lives with the rows and the structure and is replaced with them
+(gather pools, shape caches, the missing-keys warnings). Batches a buffer
+sampled ahead (``prefetch``) before the write were read before it, and lack
+the new keys as they lack any later write: they are part of the buffer's
+state (drawn, counted), so they are handed out, not dropped.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def test_slice_sampler_without_replacement_gets_every_argument() -> None:
     sampler = SliceSampler(
         replacement=False,
         slice_len=5,
-        drop_last=True,  # type: ignore[call-arg]
+        drop_last=True,
         shuffle=False,
         traj_key="episode",
         strict_length=False,
@@ -144,14 +144,14 @@ def test_replacement_must_be_a_bool(value: object) -> None:
     with pytest.raises(TypeError, match="replacement must be a bool"):
         SamplerWithoutReplacement(replacement=value)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="replacement must be a bool"):
-        SliceSampler(replacement=value, slice_len=5)  # type: ignore[arg-type]
+        SliceSampler(replacement=value, slice_len=5)  # type: ignore[call-overload]
 
 
 @pytest.mark.parametrize(
     "build",
     [
         lambda: RandomSampler(replacement=False, drop_last=True),
-        lambda: SliceSampler(replacement=False, slice_len=3, shuffle=False),  # type: ignore[call-arg]
+        lambda: SliceSampler(replacement=False, slice_len=3, shuffle=False),
         lambda: SliceSampler(slice_len=3),
         lambda: RandomSampler(),
     ],
