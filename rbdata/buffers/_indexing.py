@@ -31,6 +31,11 @@ def _is_view_index(index: Any, storage: Any) -> bool:
     )
 
 
+def _is_whole(index: Any, storage: Any) -> bool:
+    """``rb[:]`` of a storage with ``ndim > 1``: written as ``rb[:]`` reads (lead dims first)."""
+    return isinstance(index, slice) and index == slice(None) and storage.ndim > 1
+
+
 class _Indexing:
     """Reading and editing stored items by position or key, and querying trajectories.
 
@@ -84,6 +89,8 @@ class _Indexing:
                 data = c.transform.inv(data)
             if _is_view_index(index, c.storage):
                 self._set_view(index, data)
+            elif _is_whole(index, c.storage):  # rb[:] = rb[:]-shaped data, as torchrl's
+                self._set_view((index,), data)
             else:
                 c.storage.set(index, data)
                 self._mark_update(index)

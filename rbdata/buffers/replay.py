@@ -14,6 +14,7 @@ object the registered backend returns (see :mod:`rbdata.buffers.backends`).
 from __future__ import annotations
 
 import inspect
+import math
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
@@ -525,9 +526,19 @@ class ReplayBuffer(_SharedHandle):
         return self.storage[: len(self.storage) if end is None else end]
 
     def write_all(self, data: Any, end: int | None = None) -> None:
-        """Write ``data`` back to storage in physical order (``rb[:end] = data``)."""
+        """Write ``data`` back to storage in physical order (``rb[:end] = data``).
+
+        ``end`` defaults to ``data.shape[0]`` (``len(data)``). Data that spans the
+        whole storage is written as ``rb[:] = data``: on a storage of ``ndim > 1``,
+        shaped as :meth:`read_all_in_order` reads it (lead dims first), as torchrl's.
+        """
         if end is None:
-            end = data.shape[0] if isinstance(data, torch.Tensor | TensorDictBase) else len(data)
+            tensors = isinstance(data, torch.Tensor | TensorDictBase)
+            ndim = self.storage.ndim
+            if tensors and ndim > 1 and math.prod(data.shape[:ndim]) == len(self.storage):
+                self[:] = data
+                return
+            end = data.shape[0] if tensors else len(data)
         self[:end] = data
 
     def set_(self: _B, key: NestedKey, value: torch.Tensor) -> _B:

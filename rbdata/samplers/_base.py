@@ -11,6 +11,7 @@ import torch
 from rbdata._component.checks import check_int
 from rbdata._component.state_file import read_state, write_state
 from rbdata.samplers._live import _LiveSet
+from rbdata.samplers._replacement import check_replacement
 from rbdata.samplers._torchrl import sampler_state
 from rbdata.storages import Storage
 
@@ -59,9 +60,13 @@ class Sampler:
 
     A subclass may also override ``sample`` itself, as torchrl samplers do.
 
-    A subclass may mix in :class:`abc.ABC`. A constructor builds the class it
-    names: torchrl main's ``replacement=`` keyword, whose metaclass builds another
-    class than the one called, is not taken.
+    A subclass may mix in :class:`abc.ABC`. No metaclass: torchrl's
+    ``replacement=`` keyword is taken by every rbdata sampler's constructor;
+    ``RandomSampler(replacement=False, ...)`` and ``SliceSampler(replacement=False, ...)``
+    build their without-replacement variant (a plain ``__new__`` on those two
+    classes, as ``pathlib.Path(...)`` builds a ``PosixPath``), the
+    without-replacement samplers take it as a no-op, the others refuse False
+    (``TypeError``). A subclass's own constructor need not take it.
 
     Examples:
         >>> import torch
@@ -145,7 +150,9 @@ class Sampler:
         """
         return None
 
-    def __init__(self) -> None:
+    def __init__(self, *, replacement: bool = True) -> None:
+        """Set up the base's state; ``replacement=False`` is refused (see the class docs)."""
+        check_replacement(replacement, type(self).__name__)
         self._rng: torch.Generator | None = None
         self._live: _LiveSet | None = None
         self._live_needs_seed = False

@@ -23,8 +23,13 @@ class ConsumingSampler(RandomSampler):
         max_sample_count: the number of returns after which an item is consumed
             (a positive int; default 1).
 
+    Keyword Args:
+        replacement: accepted for torchrl compatibility: True changes nothing; this
+            sampler has no without-replacement variant.
+
     Raises:
-        TypeError: if ``max_sample_count`` is not an int.
+        TypeError: if ``max_sample_count`` is not an int, or ``replacement`` is not
+            True.
         ValueError: if it is below 1.
 
     Examples:
@@ -43,8 +48,8 @@ class ConsumingSampler(RandomSampler):
     #: a buffer takes its consume-after-n setting from this sampler
     consumes: ClassVar[bool] = True
 
-    def __init__(self, max_sample_count: int = 1) -> None:
-        super().__init__()
+    def __init__(self, max_sample_count: int = 1, *, replacement: bool = True) -> None:
+        super().__init__(replacement=replacement)
         count = check_int(max_sample_count, "max_sample_count", minimum=1)
         super().set_consume_after_n(count)
 

@@ -40,6 +40,8 @@ class SamplerEnsemble(Sampler):
             with none are left out).
         sample_from_all: draw from every member (not with ``p``).
         num_buffer_sampled: how many members a draw picks (with repetition).
+        replacement: accepted for torchrl compatibility: True changes nothing;
+            False raises ``TypeError`` (this sampler has no without-replacement variant).
 
     Raises:
         RuntimeError: for ``p`` together with ``sample_from_all=True`` (torchrl's type).
@@ -62,8 +64,9 @@ class SamplerEnsemble(Sampler):
         p: list[float] | torch.Tensor | str | None = None,
         sample_from_all: bool = False,
         num_buffer_sampled: int | None = None,
+        replacement: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(replacement=replacement)
         for i, sampler in enumerate(samplers):
             if not isinstance(sampler, Sampler):
                 raise TypeError(f"samplers[{i}] must be a Sampler, got {type(sampler).__name__}.")

@@ -74,6 +74,8 @@ class PrioritizedSampler(Sampler):
             a torch op there, with no host round trip but the one fused check of
             an update's arguments (see ``_priority_store``); on the CPU the
             bookkeeping runs in numpy.
+        replacement: accepted for torchrl compatibility: True changes nothing;
+            False raises ``TypeError`` (this sampler has no without-replacement variant).
 
     Examples:
         >>> import torch
@@ -104,8 +106,10 @@ class PrioritizedSampler(Sampler):
         reduction: str = "max",
         max_priority_within_buffer: bool = False,
         device: torch.device | str | None = None,
+        *,
+        replacement: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(replacement=replacement)
         self._max_capacity = check_int(max_capacity, "max_capacity", minimum=1)
         self._alpha = _check_exponent(alpha, "alpha")
         self._beta = _check_exponent(beta, "beta")

@@ -11,6 +11,7 @@ from typing_extensions import Unpack
 
 from rbdata.samplers._base import Sampler
 from rbdata.samplers._live import _LiveSet
+from rbdata.samplers._replacement import check_replacement
 from rbdata.samplers._slice_weight import SliceWeight, span_amount
 from rbdata.samplers.prioritized import PrioritizedSampler
 from rbdata.samplers.slice import SliceArgs, SliceSampler, check_reads_tensordicts
@@ -66,6 +67,8 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         use_gpu: accepted for torchrl compatibility.
         max_priority_within_buffer: new items get the maximum priority among the
             items in the buffer (else: the maximum ever seen).
+        replacement: accepted for torchrl compatibility: True changes nothing;
+            False raises ``TypeError`` (this sampler has no without-replacement variant).
 
     Examples:
         >>> import torch
@@ -97,8 +100,10 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         reduction: str = "max",
         *,
         max_priority_within_buffer: bool = False,
+        replacement: bool = True,
         **slice_args: Unpack[SliceArgs],
     ) -> None:
+        check_replacement(replacement, type(self).__name__)
         span = slice_args.get("span", False)
         right = span[1] if isinstance(span, tuple | list) else span
         left = span[0] if isinstance(span, tuple | list) else span

@@ -46,6 +46,8 @@ class PromptGroupSampler(Sampler):
             ``("next", "reward")``.
         cache_groups: keep the group index until the next write (default True);
             False reads the groups at every draw (group values edited in place).
+        replacement: accepted for torchrl compatibility: True changes nothing;
+            False raises ``TypeError`` (this sampler has no without-replacement variant).
 
     Raises:
         TypeError: if neither or both of ``num_groups`` / ``samples_per_group`` are
@@ -79,8 +81,9 @@ class PromptGroupSampler(Sampler):
         strategy: str = "random",
         reward_key: NestedKey = ("next", "reward"),
         cache_groups: bool = True,
+        replacement: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(replacement=replacement)
         if (num_groups is None) == (samples_per_group is None):
             raise TypeError(
                 "Exactly one of num_groups or samples_per_group must be provided, "

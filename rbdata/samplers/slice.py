@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
-from typing import Any, TypedDict
+from typing import Any, ClassVar, Literal, TypedDict, overload
 
 import numpy as np
 import torch
@@ -177,8 +178,13 @@ class SliceSampler(Sampler):
             ``slice_len - i`` transitions per slice) or a ``(left, right)``
             pair. Truncated slices make the batch shorter.
         use_gpu: accepted for torchrl compatibility (no effect on CPU storages).
+        replacement: True (the default) builds this sampler. False builds a
+            :class:`SliceSamplerWithoutReplacement` instead, with the other
+            arguments (``drop_last`` and ``shuffle`` too), as torchrl does.
+            Subclasses have no such variant and refuse False.
 
     Raises:
+        TypeError: if ``replacement`` is not a bool, or is False for a subclass.
         SliceSizeError: (a TypeError and a ValueError) unless exactly one of
             ``num_slices`` and ``slice_len`` is given.
         ExclusiveArgumentsError: (a RuntimeError and a ValueError) for
@@ -202,13 +208,56 @@ class SliceSampler(Sampler):
         True
         >>> rb.sampler.traj_key
         'episode'
+        >>> type(SliceSampler(slice_len=5, replacement=False, drop_last=True)).__name__
+        'SliceSamplerWithoutReplacement'
     """
 
     #: Whether ``fragmented=True`` is supported (torchrl: with replacement only).
     _fragments_ok = True
 
-    def __init__(self, **slice_args: Unpack[SliceArgs]) -> None:
-        Sampler.__init__(self)
+    #: the class ``SliceSampler(replacement=False, ...)`` builds: the subclass declared
+    #: with ``without_replacement_variant=True`` (``SliceSamplerWithoutReplacement``)
+    _variant: ClassVar[type[SliceSampler] | None] = None
+
+    def __init_subclass__(cls, *, without_replacement_variant: bool = False, **kwargs: Any) -> None:
+        """A subclass declared with ``without_replacement_variant=True`` is the variant."""
+        super().__init_subclass__(**kwargs)
+        if without_replacement_variant:
+            SliceSampler._variant = cls
+
+    def __new__(cls, *args: Any, replacement: bool = True, **kwargs: Any) -> Any:
+        """This sampler, or for ``SliceSampler(replacement=False, ...)`` its variant.
+
+        Only the variant's object is made here: it is a ``SliceSampler``, so
+        Python then calls its ``__init__`` with the same arguments, once
+        (``replacement=False`` is a no-op there). Pickling and copying call
+        ``cls.__new__(cls)``: they build the class of the object copied.
+        """
+        variant = SliceSampler._variant
+        if cls is SliceSampler and replacement is False and variant is not None:
+            return super().__new__(variant)
+        return super().__new__(cls)
+
+    # What a type checker reads: with ``replacement=False`` the variant's keywords too (the
+    # object built is a SliceSamplerWithoutReplacement, a SliceSampler). They reach the
+    # variant's ``__init__``, never this one, which mypy cannot see (``misc``).
+    @overload
+    def __init__(
+        self, *, replacement: Literal[True] = ..., **slice_args: Unpack[SliceArgs]
+    ) -> None: ...
+    @overload
+    def __init__(
+        self,
+        *,
+        replacement: bool,
+        drop_last: bool = ...,
+        shuffle: bool = ...,
+        **slice_args: Unpack[SliceArgs],
+    ) -> None: ...
+    def __init__(  # type: ignore[misc]
+        self, *, replacement: bool = True, **slice_args: Unpack[SliceArgs]
+    ) -> None:
+        Sampler.__init__(self, replacement=replacement)
         self._setup_slices(**slice_args)
 
     def _setup_slices(
@@ -584,3 +633,8 @@ class SliceSampler(Sampler):
             f"truncated_key={self.truncated_key}, strict_length={self.strict_length}, "
             f"pad_output={self.pad_output})"
         )
+
+
+# ``inspect.signature(SliceSampler)`` reads ``__new__``, which takes the variant's arguments
+# too: it shows the constructor's
+SliceSampler.__new__.__signature__ = inspect.signature(SliceSampler.__init__)  # type: ignore[attr-defined]

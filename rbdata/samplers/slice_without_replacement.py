@@ -8,10 +8,11 @@ import numpy as np
 import torch
 from typing_extensions import Unpack
 
+from rbdata.samplers._replacement import check_replacement
 from rbdata.samplers.slice import SliceArgs, SliceSampler
 
 
-class SliceSamplerWithoutReplacement(SliceSampler):
+class SliceSamplerWithoutReplacement(SliceSampler, without_replacement_variant=True):
     """Slices drawn without replacement: each trajectory gives at most one slice per pass.
 
     A pass visits the trajectories that can give a slice (in random order with
@@ -42,6 +43,11 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         pad_output: pad short slices to ``slice_len`` (see :class:`SliceSampler`).
         compile: accepted for torchrl compatibility.
         use_gpu: accepted for torchrl compatibility.
+        replacement: accepted for torchrl compatibility; either value builds this
+            sampler (``SliceSampler(replacement=False, ...)`` builds one too).
+
+    Raises:
+        TypeError: if ``replacement`` is not a bool.
 
     Examples:
         >>> import torch
@@ -65,8 +71,10 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         *,
         drop_last: bool = False,
         shuffle: bool = True,
+        replacement: bool = True,
         **slice_args: Unpack[SliceArgs],
     ) -> None:
+        check_replacement(replacement, type(self).__name__, without=True)
         super().__init__(**slice_args)
         self.drop_last = bool(drop_last)
         self.shuffle = bool(shuffle)

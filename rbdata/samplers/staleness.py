@@ -37,6 +37,8 @@ class StalenessAwareSampler(Sampler):
         max_staleness: the largest staleness drawn; ``-1`` (default): no bound.
         staleness_weight_fn: maps a staleness tensor to non-negative weights.
         version_key: the stored entry holding each item's policy version.
+        replacement: accepted for torchrl compatibility: True changes nothing;
+            False raises ``TypeError`` (this sampler has no without-replacement variant).
 
     Raises:
         TypeError: for a non-int ``max_staleness`` or a weight function that is
@@ -60,8 +62,10 @@ class StalenessAwareSampler(Sampler):
         max_staleness: int = -1,
         staleness_weight_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
         version_key: NestedKey = "policy_version",
+        *,
+        replacement: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(replacement=replacement)
         self._max_staleness = check_int(max_staleness, "max_staleness", minimum=-1)
         if staleness_weight_fn is not None and not callable(staleness_weight_fn):
             raise TypeError(

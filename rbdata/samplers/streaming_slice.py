@@ -37,6 +37,8 @@ class StreamingSliceSampler(SliceSampler):
         **kwargs: ``end_key``, ``end_keys``, ``traj_key``, ``cache_values``,
             ``truncated_key``, ``init_key``, ``strict_length``, ``pad_output``,
             ``compile``, ``span``, ``use_gpu``: as :class:`SliceSampler`'s.
+        replacement: accepted for torchrl compatibility: True changes nothing;
+            False raises ``TypeError`` (this sampler has no without-replacement variant).
 
     Raises:
         TypeError: if ``slice_len`` is not an int.
@@ -73,6 +75,7 @@ class StreamingSliceSampler(SliceSampler):
         compile: bool | dict[str, Any] = False,
         span: SpanArg = False,
         use_gpu: torch.device | bool = False,
+        replacement: bool = True,
     ) -> None:
         check_int(slice_len, "slice_len", minimum=1)
         super().__init__(
@@ -88,6 +91,7 @@ class StreamingSliceSampler(SliceSampler):
             compile=compile,
             span=span,
             use_gpu=use_gpu,
+            replacement=replacement,
         )
         self._window = int(slice_len)
         self._reset_stream()

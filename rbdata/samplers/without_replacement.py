@@ -9,6 +9,7 @@ import torch
 
 from rbdata.samplers._base import Sampler
 from rbdata.samplers._live import _LiveSet
+from rbdata.samplers._replacement import check_replacement
 from rbdata.storages import Storage
 
 
@@ -32,6 +33,13 @@ class SamplerWithoutReplacement(Sampler, metaclass=ABCMeta):  # noqa: B024
         drop_last: skip the last batch of a pass when it is short.
         shuffle: permute each pass (else slots come in increasing order).
 
+    Keyword Args:
+        replacement: accepted for torchrl compatibility; either value builds this
+            sampler (``RandomSampler(replacement=False, ...)`` builds one too).
+
+    Raises:
+        TypeError: if ``replacement`` is not a bool.
+
     Examples:
         >>> import torch
         >>> from rbdata.samplers import SamplerWithoutReplacement
@@ -48,7 +56,10 @@ class SamplerWithoutReplacement(Sampler, metaclass=ABCMeta):  # noqa: B024
 
     reads_only_length = True
 
-    def __init__(self, drop_last: bool = False, shuffle: bool = True) -> None:
+    def __init__(
+        self, drop_last: bool = False, shuffle: bool = True, *, replacement: bool = True
+    ) -> None:
+        check_replacement(replacement, type(self).__name__, without=True)
         super().__init__()
         self.drop_last = bool(drop_last)
         self.shuffle = bool(shuffle)

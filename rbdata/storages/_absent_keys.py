@@ -5,8 +5,9 @@ entries it lacks keep what the rows held). A tensor storage here accepts it
 too, but writes zeros in the entries the batch lacks, so that no row mixes
 two transitions, and warns once per storage and set of missing keys. Only
 TensorDict levels may lack keys (a dict PyTree must match, as in torchrl); a
-key the storage does not hold, a wrong dtype or shape still raise, and
-nothing is written.
+wrong dtype or shape still raises, and nothing is written. A key the storage
+does not hold is added to it (``_new_keys``), unless other processes map its
+rows.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def flatten_or_zero(
     dtypes: list[torch.dtype],
     tails: list[torch.Size],
     batched: bool,
-    warned: set[tuple[PathKey, ...]],
+    warned: set[tuple[PathKey, ...]] | None,
 ) -> list[torch.Tensor]:
     """The leaves of ``data`` in storage order, zeros for the stored entries it lacks.
 
@@ -38,7 +39,8 @@ def flatten_or_zero(
         dtypes: the stored dtype of each leaf.
         tails: the stored per-item shape of each leaf.
         batched: whether ``data`` has the leading items dim.
-        warned: the sets of missing keys already warned about (updated).
+        warned: the sets of missing keys already warned about (updated); None: no
+            warning (a check, not the write).
 
     Raises:
         KeyError: ``data`` holds a key the storage does not, or none of its leaves.
@@ -64,7 +66,7 @@ def flatten_or_zero(
     ]
     _check_leaves(structure, leaves, dtypes, tails, batched)
     key = tuple(missing)
-    if key not in warned:
+    if warned is not None and key not in warned:
         warned.add(key)
         shown = [p[0] if len(p) == 1 else p for p in missing]
         warnings.warn(
@@ -83,6 +85,18 @@ def _outside_rbdata() -> int:
     while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("rbdata."):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def subset_leaves(structure: _Structure, data: Any) -> list[torch.Tensor | None]:
+    """The leaves of ``data`` in storage order, None for the stored ones it lacks.
+
+    Raises:
+        KeyError: ``data`` holds a key the storage does not.
+        TypeError: a container differs from the stored one.
+    """
+    given: list[torch.Tensor | None] = []
+    _flatten_subset(structure.root, data, (), given, [])
+    return given
 
 
 def given_leaves(structure: _Structure, data: Any) -> list[torch.Tensor]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 
@@ -29,6 +29,17 @@ from ._validate import _check_ndim, _tails
 
 #: the storage class ``share_memory_`` returns (``self``)
 _R = TypeVar("_R", bound="_TensorRows")
+#: ``(old leaf, new leaf)`` pairs of a re-layout
+Moves = list[tuple[int, int]]
+
+
+class _Before(NamedTuple):
+    """What a re-layout replaced, to drop or put back."""
+
+    structure: _Structure
+    layout: _PackedLayout
+    rows: _PackedRows
+    warned: set[tuple[PathKey, ...]]
 
 
 class _TensorRows(Storage):
@@ -61,6 +72,8 @@ class _TensorRows(Storage):
         self._batch_shapes: dict[int, list[torch.Size]] = {}
         self._warned: set[tuple[PathKey, ...]] = set()  # missing keys warned of (_absent_keys)
         self._out_device = self._device
+        # the rows went to another process by handle or file name (see rows_mapped_elsewhere)
+        self._exported = False
 
     @property
     def _rows(self) -> _PackedRows | None:
@@ -155,6 +168,64 @@ class _TensorRows(Storage):
         self._rows = _PackedRows(layout, packed, out_device)
         self._out_device = self._device
 
+    # ------------------------------------------------------------- re-layout
+    def rows_mapped_elsewhere(self) -> bool:
+        """Whether other processes may map these rows (their layout must not change then).
+
+        True for rows shared before the first write (``shared_init``, ``share()``
+        before any write), rows in shared memory (``share()``, ``shared=True``, a
+        same-node map) and rows sent to a process being spawned.
+        """
+        if self._meeting is not None or self._exported:
+            return True
+        rows = self._rows_value
+        return rows is not None and rows.packed.device.type == "cpu" and rows.packed.is_shared()
+
+    def _relayout(self, structure: _Structure, layout: _PackedLayout, moves: Moves) -> _Before:
+        """Lay the rows out anew for ``structure``: every filled row copied, new leaves zero.
+
+        ``moves`` pairs each stored leaf with its place in the new layout. The
+        old rows stay until :meth:`_commit_relayout` (or come back with
+        :meth:`_undo_relayout`).
+
+        Returns:
+            the replaced state, for :meth:`_undo_relayout`.
+        """
+        old_structure, old_layout, old_rows = self._allocated()
+        before = _Before(old_structure, old_layout, old_rows, self._warned)
+        filled = self._len * self._cells
+        packed = self._regrown_packed(old_rows.packed.shape[0], layout.row_bytes)
+        try:
+            self._install(structure, layout, self._lead, packed)
+            views = self._allocated()[2].views
+            for i, j in moves:
+                views[j][:filled].copy_(old_rows.views[i][:filled])
+        except BaseException:
+            self._undo_relayout(before)
+            raise
+        self._warned = set()  # the missing-keys warnings name the keys of a layout
+        return before
+
+    def _commit_relayout(self) -> None:
+        """Keep the new rows, drop the old (a file storage moves its new rows file into place)."""
+        self._finish_regrow(True)
+
+    def _undo_relayout(self, before: _Before) -> None:
+        """Put the rows :meth:`_relayout` replaced back (the new ones are dropped)."""
+        self._structure, self._layout = before.structure, before.layout
+        self._tails = _tails(before.layout, self._lead)
+        self._batch_shapes = {}
+        self._rows = before.rows
+        self._warned = before.warned
+        self._finish_regrow(False)
+
+    def _regrown_packed(self, rows: int, row_bytes: int) -> torch.Tensor:
+        """Zeroed rows for a new layout (the old ones are still in use)."""
+        return self._new_packed(rows, row_bytes)
+
+    def _finish_regrow(self, keep: bool) -> None:
+        """After a re-layout: ``keep`` the new rows, or drop them (nothing to do in memory)."""
+
     def accepts_max_size(self, max_size: int, lead: Any = None) -> bool:
         """Equal sizes, or this ``max_size`` rounded up to whole items of the dump's ``lead``.
 
@@ -232,6 +303,7 @@ class _TensorRows(Storage):
                 )
             if self._rows is not None:
                 self._share_rows()  # sparse, rather than torch's copy of every page
+            self._exported = True  # the child maps these rows: their layout stays
         state = self.__dict__.copy()
         rows = state.pop("_rows_value")
         if self._meeting is not None:  # the receiver maps the rows file itself

@@ -47,6 +47,12 @@ class LazyTensorStorage(TensorStorage):
         >>> sample = storage.get(torch.tensor([0, 2]))
         >>> sample["a"].shape, sample["b"][0]
         (torch.Size([2, 2]), tensor([0, 2]))
+        >>> from tensordict import TensorDict
+        >>> steps = LazyTensorStorage(10)
+        >>> steps.set(slice(0, 2), TensorDict({"obs": torch.ones(2)}, [2]))
+        >>> steps.set(slice(2, 3), TensorDict({"obs": torch.ones(1), "value": torch.ones(1)}, [1]))
+        >>> steps[:]["value"]  # a new key: the rows written before read zeros in it
+        tensor([0., 0., 1.])
         >>> grid = LazyTensorStorage(12, ndim=2)
         >>> grid.set(slice(0, 4), torch.zeros(4, 3))
         >>> len(grid), grid[:].shape

@@ -18,6 +18,8 @@ from rbdata.sharing.rendezvous import _Rendezvous
 from .lazy_tensor import LazyTensorStorage
 
 _PACKED_FILE = "packed.memmap"
+#: the rows of a new layout, until they replace ``_PACKED_FILE`` (see ``_new_keys``)
+_REGROWN_FILE = "packed.regrown.memmap"
 
 
 class LazyMemmapStorage(LazyTensorStorage):
@@ -90,6 +92,7 @@ class LazyMemmapStorage(LazyTensorStorage):
         self._auto_cleanup = self._scratch_dir_is_temp if auto_cleanup is None else auto_cleanup
         self._cleaned_up = False
         self._mmap: MemoryMappedTensor | None = None
+        self._regrown: MemoryMappedTensor | None = None
         self._cleanup: weakref.finalize[..., LazyMemmapStorage] | None = None
         if self.shared_init:  # any process it is sent to may write first
             self._meeting = self._new_meeting()
@@ -122,6 +125,42 @@ class LazyMemmapStorage(LazyTensorStorage):
         os.chmod(path, 0o600)  # the rows are the user's alone, as a shared segment's are
         self.scratch_dir, self._cleanup = directory, cleanup
         return self._mmap.as_subclass(torch.Tensor)
+
+    def _regrown_packed(self, rows: int, row_bytes: int) -> torch.Tensor:
+        """A new rows file beside the old one (:meth:`_finish_regrow` moves it into place)."""
+        assert self.scratch_dir is not None  # the rows file lives there
+        path = os.path.join(self.scratch_dir, _REGROWN_FILE)
+        if os.path.exists(path):  # left by a process killed mid re-layout
+            os.remove(path)
+        self._regrown = MemoryMappedTensor.empty(
+            (rows, row_bytes), dtype=torch.uint8, filename=path, existsok=True
+        )
+        os.chmod(path, 0o600)
+        return self._regrown.as_subclass(torch.Tensor)
+
+    def _finish_regrow(self, keep: bool) -> None:
+        """Move the new rows file over the old one (``keep``), or remove it."""
+        regrown, self._regrown = self._regrown, None
+        if regrown is None:
+            return
+        path = regrown.filename
+        if not keep:
+            del regrown
+            os.remove(path)
+            return
+        assert self.scratch_dir is not None and self._layout is not None
+        final = os.path.join(self.scratch_dir, _PACKED_FILE)
+        os.replace(path, final)  # the old file goes (its rows were copied)
+        rows, row_bytes = regrown.shape
+        self._set_rows(self._layout, self._map_rows(final, rows, row_bytes))
+
+    def rows_mapped_elsewhere(self) -> bool:
+        """Whether other processes may map the rows file (its layout must not change then).
+
+        True once the storage was pickled (sent to a process, or copied: the copy
+        maps the same file) or shared before its first write (``shared_init``).
+        """
+        return self._meeting is not None or self._exported
 
     def _new_meeting(self) -> _Rendezvous:
         """The scratch directory, fixed now (a fresh temporary one if none was given)."""
@@ -166,6 +205,7 @@ class LazyMemmapStorage(LazyTensorStorage):
         """The rows are a file: every process mapping it shares them already."""
 
     def __getstate__(self) -> dict[str, Any]:
+        self._exported = True  # the receiver maps the same rows file: their layout stays
         state = super().__getstate__()
         state["_cleanup"] = None
         return state

@@ -10,6 +10,8 @@ same kind with a leading batch dimension.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 from typing import Any, NamedTuple
 
@@ -21,6 +23,7 @@ from ._absent_keys import flatten_or_zero, given_leaves
 from ._base import Index, _as_index, _check_int, _get_index, _set_index
 from ._coordinates import cells_at
 from ._lazy_write import members_fit, write_members
+from ._new_keys import NewKeys, grow, refusal
 from ._pytree import _Structure
 from ._row_layout import _PackedLayout
 from ._stack import _stacked
@@ -31,6 +34,7 @@ from ._validate import _check_leaves, _check_ndim, _tails
 from .checkpointers import TensorStorageCheckpointer
 
 _SCALAR = torch.Size([])
+_log = logging.getLogger(__name__)
 
 
 class _Plan(NamedTuple):
@@ -50,7 +54,13 @@ class TensorStorage(_TracedRows):
     int keys, lists, tuples) is copied into packed rows (one contiguous byte
     row per item holding all its leaves), so that sampling a batch costs one
     gather. The storage is full: ``len(storage) == max_size``. Later writes
-    must match the keys, per-item shapes and dtypes exactly (nothing is cast).
+    must match the per-item shapes and dtypes exactly (nothing is cast). A
+    TensorDict lacking stored keys is written with zeros there (warned once);
+    one bringing keys the storage lacks adds them, as torchrl's
+    ``LazyTensorStorage`` does: the rows are laid out anew (every filled row
+    copied, logged at INFO) and the rows not written read zeros in the new
+    entries. A storage whose rows other processes map (shared) cannot change
+    its layout and raises ``KeyError`` instead.
 
     Reads return copies: ``get(LongTensor[B])`` gives data of the stored kind
     with a leading batch dim ``B`` (a ``TensorDict`` with ``batch_size=[B]``
@@ -231,7 +241,9 @@ class TensorStorage(_TracedRows):
         """
         if self._rows is None:
             self._plan(data, batched)
-        else:
+            return
+        # NewKeys: checked against the layout that holds the new keys too; the write adds them
+        with contextlib.suppress(NewKeys):
             self._leaves(data, batched)
 
     def _plan(self, data: Any, batched: bool) -> _Plan:
@@ -270,7 +282,18 @@ class TensorStorage(_TracedRows):
 
     def _leaves(self, data: Any, batched: bool) -> tuple[list[torch.Tensor], int]:
         structure, layout, _ = self._allocated()
-        leaves = flatten_or_zero(structure, data, layout.dtypes, self._tails, batched, self._warned)
+        try:
+            leaves = flatten_or_zero(
+                structure, data, layout.dtypes, self._tails, batched, self._warned
+            )
+        except KeyError as err:
+            grown = grow(structure, layout, self._lead, data, batched)
+            if grown is None:
+                raise
+            why = self._layout_fixed()
+            if why is not None:
+                raise refusal(grown, type(self).__name__, why) from None
+            raise NewKeys(str(err.args[0]), grown) from None
         if [t.dtype for t in leaves] == layout.dtypes:
             shapes = [t.shape for t in leaves]
             if not batched:
@@ -305,7 +328,10 @@ class TensorStorage(_TracedRows):
             return None
         if self._writes_members(data):
             return None  # written by ``_set`` through the rows' views
-        leaves, n = self._leaves(data, True)
+        try:
+            leaves, n = self._leaves(data, True)
+        except NewKeys:
+            return None  # ``set`` lays the rows out anew first
         if not n or n > self._capacity or self._rows.aliases(leaves):
             return None
         return leaves
@@ -336,6 +362,42 @@ class TensorStorage(_TracedRows):
         return stop
 
     def _set(self, index: Index, data: Any) -> int:
+        try:
+            return self._set_laid_out(index, data)
+        except NewKeys as new:
+            grown = new.grown
+        # the data brings keys the storage lacks: rows laid out anew, then the write
+        _log.info(
+            "%s: the write adds key(s) %s; the %d filled row(s) are copied into a new row "
+            "layout of %d bytes (was %d).",
+            type(self).__name__,
+            grown.shown(),
+            len(self),
+            grown.layout.row_bytes,
+            self._allocated()[1].row_bytes,
+        )
+        before = self._relayout(grown.structure, grown.layout, grown.moves)
+        try:
+            stop = self._set_laid_out(index, data)
+        except BaseException:
+            self._undo_relayout(before)
+            raise
+        self._commit_relayout()
+        return stop
+
+    def _layout_fixed(self) -> str | None:
+        """Why the row layout cannot change now (None: it can take new keys)."""
+        if self.rows_mapped_elsewhere():
+            return (
+                "other processes map its rows (shared=True, shared_init, share(), a spawned "
+                "writer or a same-node map), and their layout cannot change under them"
+            )
+        if torch.compiler.is_compiling():
+            return "torch.compile is tracing the write (lay the keys out in an eager write)"
+        return None
+
+    def _set_laid_out(self, index: Index, data: Any) -> int:
+        """Write ``data`` at ``index`` in the current layout (``NewKeys``: it lacks keys)."""
         if type(index) is not int and self._writes_members(data):
             return self._set_members(index, data)
         if type(index) is slice and self._cells == 1 and self.ndim == 1 and self._rows is not None:

@@ -57,12 +57,21 @@ class TestBadInputLeavesBufferUnchanged:
             rb.extend(TensorDict({"obs": torch.zeros(2, 3, dtype=torch.float64)}, [2]))
         assert same(before, snapshot(rb))
 
-    def test_extra_key(self):
+    def test_extra_key_and_a_wrong_shape(self):
         rb = self.make()
         before = snapshot(rb)
-        bad = td(2).set("extra", torch.zeros(2))
-        with pytest.raises(KeyError, match="extra"):
+        bad = td(2).set("extra", torch.zeros(2)).set("obs", torch.zeros(2, 4))
+        with pytest.raises(ValueError, match="obs"):  # the new key alone would be added
             rb.extend(bad)
+        assert same(before, snapshot(rb))
+        assert "extra" not in rb.storage.leaf_keys()
+
+    def test_extra_key_in_a_shared_buffer(self):
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20), batch_size=4, shared=True)
+        rb.extend(td(5))
+        before = snapshot(rb)
+        with pytest.raises(KeyError, match=r"\['extra'\].*other processes map its rows"):
+            rb.extend(td(2).set("extra", torch.zeros(2)))
         assert same(before, snapshot(rb))
 
     def test_wrong_shape(self):

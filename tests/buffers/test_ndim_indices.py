@@ -223,3 +223,17 @@ def test_a_tuple_with_slices_indexes_rb_all_for_reads_and_in_place_writes(make):
     assert torch.equal(rb[:]["a"], expected) and torch.equal(rb[0, 3:6]["a"], expected[0, 3:6])
     assert (len(rb), rb.writer.cursor, rb.write_count) == (100, 50, count)
     assert rb.storage.revision == revision + 4
+
+
+def test_the_whole_buffer_is_written_as_it_reads() -> None:
+    """``rb[:] = data``, a full ``write_all``: shaped as ``rb[:]`` (lanes first), as in torchrl."""
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(20, ndim=2))
+    rb.extend(_lanes())
+    whole = rb[:]
+    assert whole.batch_size == torch.Size([2, 10])
+    whole["obs"] += 1000
+    rb[:] = whole
+    assert torch.equal(rb[:]["obs"], _lanes()["obs"] + 1000)
+    rb.write_all(_lanes())
+    assert torch.equal(rb.read_all_in_order()["obs"], _lanes()["obs"])
+    assert len(rb) == 20 and rb.write_count == 10  # cells; items (steps) written once

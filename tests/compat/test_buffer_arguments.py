@@ -13,7 +13,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from ._describe import contents, describe, outcome
+from ._describe import contents, describe, keys_of, outcome
 from ._libs import load, parity_gap
 
 
@@ -426,15 +426,30 @@ def test_mismatched_extend_is_refused_before_writing(second, error):
     assert (len(rb), rb.write_count) == (2, 2)
 
 
-def test_an_extra_key_is_a_key_error():
-    """Deliberate: torchrl writes a TensorDict with an extra key silently; rbdata: KeyError."""
-    second = {"a": torch.zeros(2), "b": torch.zeros(2), "c": torch.zeros(2)}
+@pytest.mark.parametrize("storage", ["LazyTensorStorage", "LazyMemmapStorage"])
+def test_an_extra_key_is_added(storage):
+    """Both add a key a written TensorDict brings (the rows written before read zeros in it),
+    except torchrl's LazyMemmapStorage, which drops it silently: rbdata keeps it (deliberate)."""
+    first = {"a": torch.ones(2), "b": torch.ones(2)}
+    second = {"a": torch.full((2,), 2.0), "b": torch.full((2,), 2.0), "c": torch.full((2,), 3.0)}
+    got = {}
     for name in ("rbdata", "torchrl"):
         ns = load(name)
-        rb = ns.ReplayBuffer(storage=ns.LazyTensorStorage(8))
-        rb.extend(TensorDict({"a": torch.zeros(2), "b": torch.zeros(2)}, [2]))
-        got = outcome(lambda: rb.extend(TensorDict(second, [2])), contents)  # noqa: B023
-        assert got == (("raises", "KeyError") if name == "rbdata" else [2, 3])
+        rb = ns.ReplayBuffer(storage=getattr(ns, storage)(8))
+        rb.extend(TensorDict(first, [2]))
+        rb.extend(TensorDict(second, [2]))
+        got[name] = (len(rb), rb.write_count, contents(rb[:]), keys_of(rb.sample(4)))
+    expected = (
+        4,
+        4,
+        {"a": [1.0, 1.0, 2.0, 2.0], "b": [1.0, 1.0, 2.0, 2.0], "c": [0.0, 0.0, 3.0, 3.0]},
+        ["a", "b", "c"],
+    )
+    assert got["rbdata"] == expected
+    if storage == "LazyTensorStorage":
+        assert got["torchrl"] == expected
+    else:  # torchrl's memmap storage drops "c"
+        assert got["torchrl"][2] == {"a": [1.0, 1.0, 2.0, 2.0], "b": [1.0, 1.0, 2.0, 2.0]}
 
 
 @pytest.mark.parametrize("storage", ["LazyTensorStorage", "LazyMemmapStorage"])

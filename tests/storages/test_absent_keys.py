@@ -123,15 +123,23 @@ def test_a_multi_dim_storage_fills_whole_cells_with_zeros() -> None:
 
 
 BAD = {
-    "a key the storage lacks": (
-        KeyError,
-        r"extra \['foo'\]",
-        lambda td: without(td, ["obs"]).set("foo", torch.zeros(4)),
+    "a new key and a wrong dtype": (
+        TypeError,
+        "'action'.*int64.*int32",
+        lambda td: (
+            without(td, ["obs"])
+            .set("foo", torch.zeros(4))
+            .set("action", torch.zeros(4, dtype=torch.int64))
+        ),
     ),
-    "a nested key the storage lacks": (
-        KeyError,
-        r"extra \[\('next', 'foo'\)\]",
-        lambda td: without(td, ["obs"]).set(("next", "foo"), torch.zeros(4)),
+    "a new key and a wrong shape": (
+        ValueError,
+        r"'action'.*\[4, 2\]",
+        lambda td: (
+            without(td, ["obs"])
+            .set(("next", "foo"), torch.zeros(4))
+            .set("action", torch.zeros(4, 2, dtype=torch.int32))
+        ),
     ),
     "a wrong dtype": (
         TypeError,

@@ -333,12 +333,11 @@ def _content(storage):
 
 
 BAD_TD = {
-    "missing and extra key": (
-        KeyError,
-        "missing \\['action'\\], extra \\['foo'\\]",
-        lambda td: td.exclude("action").set("foo", torch.zeros(4)),
+    "extra key and wrong dtype": (  # a new key is added: the other leaves are still checked
+        TypeError,
+        "'obs'.*float64.*float32",
+        lambda td: td.set("foo", torch.zeros(4)).set("obs", torch.zeros(4, 3, dtype=torch.float64)),
     ),
-    "extra key": (KeyError, "extra \\['foo'\\]", lambda td: td.set("foo", torch.zeros(4))),
     "wrong shape": (
         ValueError,
         "'obs'.*\\[4, 5\\].*\\[4, 3\\]",
