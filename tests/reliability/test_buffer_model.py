@@ -208,11 +208,12 @@ class BufferMachine(RuleBasedStateMachine):
         self.model.write(list(range(self.next_id - n, self.next_id)))
 
     @precondition(lambda self: self.kind != "list" and self.model.written)
-    @rule(bad=st.sampled_from(["unknown key", "wrong dtype", "wrong shape"]))
+    @rule(bad=st.sampled_from(["new key and wrong dtype", "wrong dtype", "wrong shape"]))
     def extend_bad_data(self, bad: str) -> None:
         td = self.items(2)
-        if bad == "unknown key":
+        if bad == "new key and wrong dtype":  # a new key alone is added; refused, it is not
             td["y"] = torch.zeros(2)
+            td["x"] = td["x"].double()
         elif bad == "wrong dtype":
             td["x"] = td["x"].double()
         else:
