@@ -190,9 +190,11 @@ def test_a_coalesced_write_that_fails_in_the_actor_raises_at_flush(ray_cluster: 
         client = rb.client(coalesce=8)
         client.extend(td(2, 0))
         client.flush()
-        client.add(TensorDict({"bogus": torch.zeros(3)}, []))  # keys the storage does not hold
-        client.add(TensorDict({"bogus": torch.zeros(3)}, []))
-        with pytest.raises(KeyError, match="data keys do not match") as raised:
+        bad = td(None, 5)
+        bad["obs"] = torch.zeros(3, dtype=torch.int64)  # a dtype the storage does not hold
+        client.add(bad)
+        client.add(bad)
+        with pytest.raises(TypeError, match="got dtype torch.int64") as raised:
             client.flush()
         assert "coalesced extend of 2 queued add/extend calls" in raised.value.__notes__[-1]
         assert len(client) == 2 and rb.write_count == 2  # nothing of the failed write stored

@@ -27,6 +27,13 @@ def batch(start: int) -> TensorDict:
     return TensorDict({"obs": obs, "next": {"obs": obs + 1}, "step": torch.arange(ROWS)}, [ROWS])
 
 
+def _wrong_dtype() -> TensorDict:
+    """A big batch the actor refuses: its ``obs`` is int64 where the storage holds float32."""
+    data = batch(0)
+    data["obs"] = torch.zeros(ROWS, 64, dtype=torch.int64)
+    return data
+
+
 def test_big_writes_go_through_the_write_ring_and_the_stored_rows_are_copies(
     ray_cluster: Any,
 ) -> None:
@@ -49,8 +56,8 @@ def test_big_writes_go_through_the_write_ring_and_the_stored_rows_are_copies(
         assert torch.equal(stored["next", "obs"][:, 63], expected + 1)
         assert rb.add(batch(5)[0]) == 2 * ROWS  # small: an argument
         assert len(rb) == 2 * ROWS + 1 and rb.write_count == 2 * ROWS + 1
-        with pytest.raises(KeyError):  # an error raised in the actor frees the slot too
-            rb.extend(TensorDict({"bogus": torch.zeros(ROWS, 65)}, [ROWS]))
+        with pytest.raises(TypeError, match="got dtype torch.int64"):  # raised in the actor:
+            rb.extend(_wrong_dtype())  # it frees the slot too
         assert ring.in_use() == 0 and len(rb) == 2 * ROWS + 1
     finally:
         rb.shutdown()
@@ -88,8 +95,8 @@ def test_writes_kept_in_flight_are_acknowledged_before_the_clients_next_call(
         assert client.add(batch(0)[0]) is None
         client.flush()
         assert len(client._pending) == 0 and rb.write_count == 6 * ROWS + 1
-        client.extend(TensorDict({"bogus": torch.zeros(ROWS, 64)}, [ROWS]))  # fails in the actor
-        with pytest.raises(KeyError, match="data keys do not match"):
+        client.extend(_wrong_dtype())  # fails in the actor
+        with pytest.raises(TypeError, match="got dtype torch.int64"):
             client.flush()
         assert rb.write_count == 6 * ROWS + 1
         with pytest.raises(ValueError, match="write_behind must be an int >= 0, got -1"):
