@@ -72,7 +72,7 @@ class _TensorRows(Storage):
         self._batch_shapes: dict[int, list[torch.Size]] = {}
         self._warned: set[tuple[PathKey, ...]] = set()  # missing keys warned of (_absent_keys)
         self._out_device = self._device
-        # the rows went to another process by handle or file name (see rows_mapped_elsewhere)
+        # the rows went to another process by handle or file name (see _rows_mapped_elsewhere)
         self._exported = False
 
     @property
@@ -169,7 +169,7 @@ class _TensorRows(Storage):
         self._out_device = self._device
 
     # ------------------------------------------------------------- re-layout
-    def rows_mapped_elsewhere(self) -> bool:
+    def _rows_mapped_elsewhere(self) -> bool:
         """Whether other processes may map these rows (their layout must not change then).
 
         True for rows shared before the first write (``shared_init``, ``share()``

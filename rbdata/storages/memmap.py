@@ -154,7 +154,7 @@ class LazyMemmapStorage(LazyTensorStorage):
         rows, row_bytes = regrown.shape
         self._set_rows(self._layout, self._map_rows(final, rows, row_bytes))
 
-    def rows_mapped_elsewhere(self) -> bool:
+    def _rows_mapped_elsewhere(self) -> bool:
         """Whether other processes may map the rows file (its layout must not change then).
 
         True once the storage was pickled (sent to a process, or copied: the copy

@@ -387,7 +387,7 @@ class TensorStorage(_TracedRows):
 
     def _layout_fixed(self) -> str | None:
         """Why the row layout cannot change now (None: it can take new keys)."""
-        if self.rows_mapped_elsewhere():
+        if self._rows_mapped_elsewhere():
             return (
                 "other processes map its rows (shared=True, shared_init, share(), a spawned "
                 "writer or a same-node map), and their layout cannot change under them"
