@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal, TypedDict, overload
+from typing import Any, Literal, TypedDict, overload
 
 import numpy as np
 import torch
@@ -107,6 +107,11 @@ def check_reads_tensordicts(storage: Storage) -> None:
             f"SliceSampler to compute the trajectories: got a {type(storage).__name__}, whose "
             "reads are lists; use a LazyStackStorage or a tensor storage."
         )
+
+
+#: the class ``SliceSampler(replacement=False, ...)`` builds: the subclass declared with
+#: ``without_replacement_variant=True`` (``SliceSamplerWithoutReplacement``)
+_VARIANT: list[type[SliceSampler]] = []
 
 
 class SliceSampler(Sampler):
@@ -215,15 +220,11 @@ class SliceSampler(Sampler):
     #: Whether ``fragmented=True`` is supported (torchrl: with replacement only).
     _fragments_ok = True
 
-    #: the class ``SliceSampler(replacement=False, ...)`` builds: the subclass declared
-    #: with ``without_replacement_variant=True`` (``SliceSamplerWithoutReplacement``)
-    _variant: ClassVar[type[SliceSampler] | None] = None
-
     def __init_subclass__(cls, *, without_replacement_variant: bool = False, **kwargs: Any) -> None:
         """A subclass declared with ``without_replacement_variant=True`` is the variant."""
         super().__init_subclass__(**kwargs)
         if without_replacement_variant:
-            SliceSampler._variant = cls
+            _VARIANT[:] = [cls]
 
     def __new__(cls, *args: Any, replacement: bool = True, **kwargs: Any) -> Any:
         """This sampler, or for ``SliceSampler(replacement=False, ...)`` its variant.
@@ -233,7 +234,7 @@ class SliceSampler(Sampler):
         (``replacement=False`` is a no-op there). Pickling and copying call
         ``cls.__new__(cls)``: they build the class of the object copied.
         """
-        variant = SliceSampler._variant
+        variant = _VARIANT[0] if _VARIANT else None
         if cls is SliceSampler and replacement is False and variant is not None:
             return super().__new__(variant)
         return super().__new__(cls)
