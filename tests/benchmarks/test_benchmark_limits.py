@@ -124,14 +124,18 @@ def test_free_list_consume_limit_reuses_slots_in_the_order_they_were_freed(bench
     assert sorted(drawn[8:]) == sorted(drawn[:5])
 
 
-def test_sum_tree_limit_draws_in_proportion_and_refreshes_its_sums():
+@pytest.fixture(scope="module")
+def sumtree_limit():
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        limit_module = importlib.import_module("_sumtree_limit")
+        yield importlib.import_module("_sumtree_limit")
     finally:
         sys.path.remove(str(BENCHMARKS))
+
+
+def test_sum_tree_limit_draws_in_proportion_and_refreshes_its_sums(sumtree_limit):
     torch.manual_seed(0)
-    tree = limit_module.SumTreeLimit(1000, alpha=1.0, beta=1.0)
+    tree = sumtree_limit.SumTreeLimit(1000, alpha=1.0, beta=1.0)
     priority = torch.zeros(1000)
     priority[[3, 500, 999]] = torch.tensor([1.0, 2.0, 5.0])
     tree.update(torch.arange(1000), priority)
@@ -145,16 +149,11 @@ def test_sum_tree_limit_draws_in_proportion_and_refreshes_its_sums():
     assert float(tree.sums[0][0]) == pytest.approx(4.0, rel=1e-5)
 
 
-def test_prioritized_consume_limit_draws_every_written_slot_once_by_priority(bench):
+def test_prioritized_consume_limit_draws_every_written_slot_once_by_priority(bench, sumtree_limit):
     common, _ = bench
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        limit_module = importlib.import_module("_sumtree_limit")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
     torch.manual_seed(0)
     data = common.transitions(40, obs=3)
-    lim = limit_module.PrioritizedConsumeLimit(50, data[:1], 8, alpha=0.7, beta=0.5)
+    lim = sumtree_limit.PrioritizedConsumeLimit(50, data[:1], 8, alpha=0.7, beta=0.5)
     drawn: list[int] = []
     real_gather = lim.store.gather
     lim.store.gather = lambda idx: (drawn.extend(idx.tolist()), real_gather(idx))
