@@ -19,12 +19,13 @@ The sender must run until the receiver loaded the dump.
 
 from __future__ import annotations
 
-import io
 import pickle
 import threading
-from multiprocessing import context, current_process, resource_sharer
+from multiprocessing import current_process, resource_sharer
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
+
+from rbdata.sharing.handle import pickled_while_spawning
 
 __all__ = ["dump_with_fds", "load_with_fds", "sender_key"]
 
@@ -62,13 +63,7 @@ def dump_with_fds(obj: Any) -> bytes:
         >>> load_with_fds(data, sender_key())  # here the sender is this process
         tensor([0., 0., 0.])
     """
-    out = io.BytesIO()
-    context.set_spawning_popen(_HandingOver())  # type: ignore[arg-type]
-    try:
-        ForkingPickler(out, pickle.HIGHEST_PROTOCOL).dump(obj)
-    finally:
-        context.set_spawning_popen(None)
-    return out.getvalue()
+    return pickled_while_spawning(obj, _HandingOver(), ForkingPickler)
 
 
 def load_with_fds(data: bytes, key: bytes) -> Any:

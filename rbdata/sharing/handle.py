@@ -43,7 +43,7 @@ import torch.multiprocessing as mp
 
 from rbdata.sharing.liveness import identity, this_process
 
-__all__ = ["dump_shared", "import_shared", "named_sharing"]
+__all__ = ["dump_shared", "import_shared", "named_sharing", "pickled_while_spawning"]
 
 _log = logging.getLogger(__name__)
 
@@ -149,10 +149,19 @@ def dump_shared(obj: Any) -> bytes:
     Raises:
         pickle.PicklingError: for shared memory that cannot travel by path.
     """
+    return pickled_while_spawning(obj, _Spawning(), _NamedPickler)
+
+
+def pickled_while_spawning(obj: Any, popen: object, pickler: type[ForkingPickler]) -> bytes:
+    """``obj`` pickled by ``pickler`` while ``popen`` stands for a child being started.
+
+    multiprocessing pickles locks and descriptors only for a child being
+    started (its "spawning popen"); ``popen`` says what becomes of them here.
+    """
     out = io.BytesIO()
-    context.set_spawning_popen(_Spawning())  # type: ignore[arg-type]
+    context.set_spawning_popen(popen)  # type: ignore[arg-type]
     try:
-        _NamedPickler(out, pickle.HIGHEST_PROTOCOL).dump(obj)
+        pickler(out, pickle.HIGHEST_PROTOCOL).dump(obj)
     finally:
         context.set_spawning_popen(None)
     return out.getvalue()
