@@ -230,13 +230,11 @@ if __name__ == "__main__":
 """
 
 
-def test_ddp_ranks_take_disjoint_shares_of_the_seeded_global_draws(tmp_path: Path):
-    script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(_DDP_SCRIPT))
+def _run_two_ranks(script: Path, tmp_path: Path) -> list[dict]:
+    """Run ``script tmp_path`` as a user launches a 2-rank DDP run; the ranks' JSON reports."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("MASTER_PORT", None)
     env.pop("LOCAL_RANK", None)
-    before = _shm()
     done = subprocess.run(
         [sys.executable, str(script), str(tmp_path)],
         env=env,
@@ -246,8 +244,15 @@ def test_ddp_ranks_take_disjoint_shares_of_the_seeded_global_draws(tmp_path: Pat
         timeout=240,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def test_ddp_ranks_take_disjoint_shares_of_the_seeded_global_draws(tmp_path: Path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(_DDP_SCRIPT))
+    before = _shm()
+    ranks = _run_two_ranks(script, tmp_path)
     assert _shm() <= before
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["len"] == ranks[1]["len"] == 18  # rank 1's collector rows, on both ranks
     # the same seed in one process: the global draws of 4 rows the two shares make up
     reference = TensorDictReplayBuffer(
@@ -266,19 +271,7 @@ def test_ddp_ranks_take_disjoint_shares_of_the_seeded_global_draws(tmp_path: Pat
 
 def test_the_documented_example_runs_on_two_ddp_ranks(tmp_path: Path):
     """examples/ddp_shared_buffer.py, shown in docs/lightning.md, as a user runs it."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("MASTER_PORT", None)
-    env.pop("LOCAL_RANK", None)
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "ddp_shared_buffer.py"), str(tmp_path)],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = _run_two_ranks(ROOT / "examples" / "ddp_shared_buffer.py", tmp_path)
     assert ranks[0]["batch_rows"] == ranks[1]["batch_rows"] == [16] * 4
     assert ranks[0]["size"] == ranks[1]["size"] == 256 + 4 * 8  # one buffer
     assert ranks[0]["collected"] == 32  # rank 1's collector's rows, on rank 0
